@@ -1,0 +1,127 @@
+"""Train MNIST with DTensor, MirroredStrategy and one plain device; check they agree.
+
+    python compare.py                       # the tutorial's settings: 8 logical CPUs, 3 epochs
+    python compare.py --trainers reference --data embedded
+    python compare.py --help
+
+Every trainer starts from the same initial values and sees the same global
+batches; the per-step losses, first-step gradients and final weights of the
+distributed trainers are checked against the single-device reference. Prints
+the run's facts once, one line per epoch per trainer, then the parity and
+results tables. Exit code 0 when parity holds, 1 when it does not (or a trainer
+failed), 2 on bad input.
+"""
+import argparse
+import sys
+
+from shared.config import TRAINER_NAMES, Config
+from shared.errors import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """One line, exit code 2 (argparse would print the whole usage first)."""
+        self.exit(2, f"{self.prog}: error: {message}; see --help\n")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
+def _int_list(text: str):
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be a positive integer")
+    return values
+
+
+def _trainer_list(text: str):
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in TRAINER_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown trainer {','.join(unknown) or text!r}; "
+                                         f"choose from {','.join(TRAINER_NAMES)}")
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = Config()
+    parser = _Parser(description=__doc__.split("\n")[0],
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add = parser.add_argument
+    add("--trainers", type=_trainer_list, default=defaults.trainers,
+        help="comma-separated trainers to run: " + ",".join(TRAINER_NAMES))
+    add("--devices", type=_positive_int, default=defaults.devices, help="logical devices (per client)")
+    add("--device-type", choices=("CPU", "GPU"), type=str.upper, default=defaults.device_type)
+    add("--mesh", default=defaults.mesh, help="DTensor mesh batch=B[,model=M]; default batch=DEVICES")
+    add("--epochs", type=_non_negative_int, default=defaults.epochs)
+    add("--batch-size", type=_positive_int, default=defaults.batch_size, help="global batch size")
+    add("--learning-rate", type=_positive_float, default=defaults.learning_rate)
+    add("--seed", type=_non_negative_int, default=defaults.seed,
+        help="initial values use stateless seed (SEED, SEED+1); also the --shuffle seed")
+    add("--optimizer", choices=("adam", "sgd"), default=defaults.optimizer)
+    add("--adam", choices=("fixed", "tutorial"), default=defaults.adam,
+        help="tutorial: the tutorial's Adam (read-after-assign, frozen step count)")
+    add("--data", default=defaults.data, help="auto, tfds, embedded, or a directory of MNIST IDX files")
+    add("--train-examples", type=_positive_int, default=None,
+        help="training examples (default: tfds/IDX 5000, embedded 4000)")
+    add("--test-examples", type=_positive_int, default=None,
+        help="test examples (default: tfds/IDX 5000, embedded 1000)")
+    add("--hidden", type=_int_list, default=defaults.hidden, help="hidden layer sizes, e.g. 700,500")
+    add("--shuffle", action="store_true", help="reshuffle the training set every epoch from --seed")
+    add("--dtensor-input", choices=("pack", "dataset"), default=defaults.dtensor_input,
+        help="DTensor input: split + dtensor.pack per batch, or dtensor.DTensorDataset")
+    add("--tolerance", type=_positive_float, default=None,
+        help="parity tolerance on losses, gradients and weights (default: measured, see README)")
+    add("--json", metavar="PATH", help="write the JSON report here (atomically)")
+    add("--plots", metavar="DIR", help="write loss.png, accuracy.png, loss_diff.png, throughput.png here")
+    add("--logdir", metavar="DIR", help="write TensorBoard scalars per trainer here")
+    add("--sweep-devices", type=_int_list, default=None, metavar="N,N,...",
+        help="also measure throughput and parity at each device count, e.g. 1,2,4,8")
+    add("--quiet", action="store_true", help="print only the tables")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    return Config(
+        trainers=args.trainers, devices=args.devices, device_type=args.device_type, mesh=args.mesh,
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        seed=args.seed, optimizer=args.optimizer, adam=args.adam, data=args.data,
+        train_examples=args.train_examples, test_examples=args.test_examples, hidden=args.hidden,
+        shuffle=args.shuffle, dtensor_input=args.dtensor_input, tolerance=args.tolerance,
+        quiet=args.quiet)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    config = config_from_args(args)
+    from shared import comparison  # imports TensorFlow: after argument errors are reported
+    try:
+        return comparison.run(config, args)
+    except UsageError as error:
+        print(f"compare.py: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""The run configuration: one frozen dataclass that argparse fills.
+
+Nothing else in the project reads command-line flags; trainers, data loading and
+the comparison take a `Config` (nanoGPT's GPTConfig is the model).
+"""
+import dataclasses
+from typing import Optional, Tuple
+
+TRAINER_NAMES = ("reference", "dtensor", "mirrored")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    trainers: Tuple[str, ...] = TRAINER_NAMES
+    devices: int = 8  # logical devices per process; 8 virtual CPUs as in the tutorial
+    device_type: str = "CPU"
+    mesh: Optional[str] = None  # "batch=B[,model=M]"; None means batch=devices (pure data parallel)
+    epochs: int = 3
+    batch_size: int = 128  # global batch: what one optimizer step sees, summed over all devices
+    learning_rate: float = 1e-3
+    seed: int = 22  # initial values use stateless seed (seed, seed + 1), as the tutorial's (22, 23)
+    optimizer: str = "adam"  # "adam" or "sgd"; SGD exposes gradient-scale bugs that Adam hides
+    adam: str = "fixed"  # "tutorial" keeps the tutorial's read-after-assign and frozen step count
+    data: str = "auto"  # "auto", "tfds", "embedded" or a directory of MNIST IDX files
+    train_examples: Optional[int] = None  # None: the source's default (tfds/IDX 5000, embedded 4000)
+    test_examples: Optional[int] = None  # None: the source's default (tfds/IDX 5000, embedded 1000)
+    hidden: Tuple[int, ...] = (700, 500)
+    shuffle: bool = False  # the tutorial does not shuffle; True reshuffles every epoch from `seed`
+    dtensor_input: str = "pack"  # "pack" (tutorial: split + dtensor.pack) or "dataset" (DTensorDataset)
+    record_step_losses: bool = True  # per-step losses cost one host sync per epoch, not per step
+    tolerance: Optional[float] = None  # None: the measured default in shared.parity
+    quiet: bool = False
+
+    def replace(self, **changes) -> "Config":
+        return dataclasses.replace(self, **changes)

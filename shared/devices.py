@@ -1,0 +1,58 @@
+"""Logical devices: N virtual CPUs (the tutorial's 8) or GPUs, configured once per process.
+
+TensorFlow fixes its device list when it first initialises its runtime, so
+`configure_devices` must run before anything touches a device. Configure the
+largest count you need once; meshes and strategies then use the first N of them.
+"""
+from typing import List
+
+import tensorflow as tf
+
+from shared.errors import UsageError
+
+MAX_LOGICAL_CPUS = 64
+LOGICAL_GPU_MEMORY_MB = 2048  # per logical GPU when one physical GPU is split; the MLP needs far less
+
+_configured = {}  # device type -> logical device count set up by this process
+
+
+def configure_devices(count: int, device_type: str = "CPU") -> List[str]:
+    """Make (at least) `count` logical devices of `device_type`; return the first `count` names."""
+    device_type = device_type.upper()
+    if device_type not in ("CPU", "GPU"):
+        raise UsageError(f"--device-type {device_type!r} is unknown; use CPU or GPU")
+    limit = MAX_LOGICAL_CPUS if device_type == "CPU" else None
+    if count < 1 or (limit and count > limit):
+        raise UsageError(f"--devices {count} is not possible; use 1 to {limit or 'the GPU count'}")
+    if _configured.get(device_type, 0) < count:
+        _set_logical_devices(count, device_type)
+    return [f"{device_type}:{i}" for i in range(count)]
+
+
+def _set_logical_devices(count: int, device_type: str) -> None:
+    physical = tf.config.list_physical_devices(device_type)
+    if not physical:
+        raise UsageError(f"--device-type {device_type}: no {device_type} is visible to TensorFlow; "
+                         f"use --device-type CPU")
+    if device_type == "GPU" and len(physical) >= count:
+        _configured[device_type] = len(physical)
+        return
+    if device_type == "GPU" and len(physical) > 1:
+        raise UsageError(f"--devices {count}: this machine has {len(physical)} GPUs; use at most that many")
+    config = [tf.config.LogicalDeviceConfiguration(
+        memory_limit=LOGICAL_GPU_MEMORY_MB if device_type == "GPU" else None)] * count
+    try:
+        tf.config.set_logical_device_configuration(physical[0], config)
+    except RuntimeError:
+        existing = len(tf.config.list_logical_devices(device_type))
+        if existing >= count:  # set up by the caller before us; a subset serves
+            _configured[device_type] = existing
+            return
+        raise UsageError(f"--devices {count}: TensorFlow is already initialised with {existing} "
+                         f"logical {device_type}s; configure the largest count first, once per "
+                         f"process, or run in a new process") from None
+    _configured[device_type] = count
+
+
+def logical_device_count(device_type: str = "CPU") -> int:
+    return len(tf.config.list_logical_devices(device_type.upper()))

@@ -1,0 +1,60 @@
+"""The result record that every trainer's `fit` returns, and the per-epoch line.
+
+Values are returned here, never only printed: compare.py builds its tables, plots
+and JSON report from these records.
+"""
+import dataclasses
+import time
+from typing import Dict, List
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class EpochRecord:
+    epoch: int  # 1-based
+    train_loss: float  # mean over the epoch's real training examples, at the weights each step saw
+    train_accuracy: float
+    test_loss: float  # mean over the test examples after the epoch
+    test_accuracy: float
+    train_seconds: float  # wall time of the epoch's training steps, tracing included in epoch 1
+
+
+@dataclasses.dataclass
+class History:
+    trainer: str
+    placement: str  # e.g. "1 x CPU", "mesh batch=8 over 8 x CPU", "8 replicas on CPU"
+    step_losses: List[float] = dataclasses.field(default_factory=list)  # one per training step
+    epochs: List[EpochRecord] = dataclasses.field(default_factory=list)
+    trace_seconds: float = 0.0  # first train_step and test_step calls: tracing, compiling and one run
+    first_step_gradients: List[np.ndarray] = dataclasses.field(default_factory=list)  # at the initial weights
+    final_weights: List[np.ndarray] = dataclasses.field(default_factory=list)  # [w0, b0, w1, b1, ...]
+    details: Dict[str, str] = dataclasses.field(default_factory=dict)  # e.g. cross-device ops in use
+
+
+def format_epoch_line(trainer: str, record: EpochRecord, epochs: int) -> str:
+    """One fixed-format line, the same keys for every trainer."""
+    return (f"{trainer:<10} epoch {record.epoch}/{epochs}  train_loss {record.train_loss:.4f}  "
+            f"train_acc {record.train_accuracy:.4f}  test_loss {record.test_loss:.4f}  "
+            f"test_acc {record.test_accuracy:.4f}  time {record.train_seconds:.2f}s")
+
+
+class EpochMeter:
+    """Accumulates per-step tensors without a host sync; `finish` syncs once per epoch."""
+
+    def __init__(self):
+        self.losses, self.corrects, self.counts = [], [], []
+        self.start = time.perf_counter()
+
+    def add(self, mean_loss, correct, count: int):
+        self.losses.append(mean_loss)
+        self.corrects.append(correct)
+        self.counts.append(count)
+
+    def finish(self):
+        """(step_losses, mean loss, accuracy, seconds) for what was added."""
+        losses = np.array([float(loss) for loss in self.losses], dtype=np.float64)  # host sync point
+        counts = np.array(self.counts, dtype=np.float64)
+        correct = float(sum(float(c) for c in self.corrects))
+        seconds = time.perf_counter() - self.start
+        return losses.tolist(), float((losses * counts).sum() / counts.sum()), float(correct / counts.sum()), seconds

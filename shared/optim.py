@@ -1,0 +1,104 @@
+"""Adam and SGD: the update maths, written once, and the optimizers every trainer uses.
+
+A trainer only says how to make a zero variable like a given one (a tf.Variable,
+a MirroredVariable under a strategy scope, a DVariable with the same layout); the
+maths and the order of reads and writes are shared.
+
+`--adam tutorial` keeps the tutorial's formulation on purpose, so that the parity
+check can be seen to catch it: it assigns each slot and then reads it back (on
+DTensor, inside a tf.function, that read returned stale zeros; see
+../shared/repro/dtensor_read_after_assign.py), and it keeps the step count in a
+Python float, which tf.function freezes at trace time so bias correction never
+advances. `--adam fixed` (the default) reads every slot before writing it and
+keeps the step count in a variable.
+"""
+from typing import Callable, List, Sequence
+
+import tensorflow as tf
+
+from shared.errors import UsageError
+
+ADAM_BETA_1 = 0.9
+ADAM_BETA_2 = 0.999
+ADAM_EPSILON = 1e-7
+
+
+def adam_update(param, grad, m, v, step, learning_rate,
+                beta_1=ADAM_BETA_1, beta_2=ADAM_BETA_2, epsilon=ADAM_EPSILON):
+    """One bias-corrected Adam step from values read before any write.
+
+    `step` is the 1-based number of this update. Returns (new_param, new_m, new_v).
+    """
+    new_m = beta_1 * m + (1.0 - beta_1) * grad
+    new_v = beta_2 * v + (1.0 - beta_2) * tf.square(grad)
+    m_hat = new_m / (1.0 - beta_1 ** step)
+    v_hat = new_v / (1.0 - beta_2 ** step)
+    return param - learning_rate * m_hat / (tf.sqrt(v_hat) + epsilon), new_m, new_v
+
+
+def sgd_update(param, grad, learning_rate):
+    return param - learning_rate * grad
+
+
+class SGD(tf.Module):
+    def __init__(self, learning_rate: float):
+        super().__init__()
+        self.learning_rate = learning_rate
+
+    def apply_gradients(self, grads, variables):
+        for grad, var in zip(grads, variables):
+            var.assign(sgd_update(var.read_value(), grad, self.learning_rate))
+
+
+class Adam(tf.Module):
+    """Adam with slots `m` (first moment) and `v` (second moment) made by `zeros_like`.
+
+    zeros_like(var) -> a zero variable of var's shape (and placement or layout).
+    make_step() -> an int64 scalar zero variable for the step count.
+    """
+
+    def __init__(self, variables: Sequence[tf.Variable], learning_rate: float,
+                 zeros_like: Callable, make_step: Callable, formulation: str = "fixed"):
+        super().__init__()
+        if formulation not in ("fixed", "tutorial"):
+            raise UsageError(f"--adam {formulation!r} is unknown; use fixed or tutorial")
+        self.learning_rate = learning_rate
+        self.formulation = formulation
+        self.m: List[tf.Variable] = [zeros_like(var) for var in variables]
+        self.v: List[tf.Variable] = [zeros_like(var) for var in variables]
+        self.step = make_step()
+        self.tutorial_t = 1.0  # the tutorial's Python-float step count (only for "tutorial")
+
+    def apply_gradients(self, grads, variables):
+        if self.formulation == "tutorial":
+            return self._apply_as_tutorial(grads, variables)
+        # Read the step once, write it last: DTensor would re-read a stale value after a write.
+        step = self.step.read_value() + 1
+        step_float = tf.cast(step, tf.float32)
+        for grad, var, m, v in zip(grads, variables, self.m, self.v):
+            new_param, new_m, new_v = adam_update(var.read_value(), grad, m.read_value(), v.read_value(),
+                                                  step_float, self.learning_rate)
+            m.assign(new_m)
+            v.assign(new_v)
+            var.assign(new_param)
+        self.step.assign(step)
+
+    def _apply_as_tutorial(self, grads, variables):
+        """The tutorial's Adam.apply_gradients, kept verbatim in substance (see the module docstring)."""
+        beta_1, beta_2, ep = ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON
+        for i, (d_var, var) in enumerate(zip(grads, variables)):
+            self.m[i].assign(beta_1 * self.m[i] + (1 - beta_1) * d_var)
+            self.v[i].assign(beta_2 * self.v[i] + (1 - beta_2) * tf.square(d_var))
+            m_dvar_bc = self.m[i] / (1 - (beta_1 ** self.tutorial_t))  # read after assign
+            v_dvar_bc = self.v[i] / (1 - (beta_2 ** self.tutorial_t))
+            var.assign_sub(self.learning_rate * (m_dvar_bc / (tf.sqrt(v_dvar_bc) + ep)))
+        self.tutorial_t += 1.0  # Python float: runs at trace time only
+
+
+def make_optimizer(name: str, adam_formulation: str, variables, learning_rate: float,
+                   zeros_like: Callable, make_step: Callable):
+    if name == "sgd":
+        return SGD(learning_rate)
+    if name == "adam":
+        return Adam(variables, learning_rate, zeros_like, make_step, adam_formulation)
+    raise UsageError(f"--optimizer {name!r} is unknown; use adam or sgd")
