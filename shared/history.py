@@ -26,6 +26,7 @@ class History:
     placement: str  # e.g. "1 x CPU", "mesh batch=8 over 8 x CPU", "8 replicas on CPU"
     step_losses: List[float] = dataclasses.field(default_factory=list)  # one per training step
     epochs: List[EpochRecord] = dataclasses.field(default_factory=list)
+    step_times_ms: List[float] = dataclasses.field(default_factory=list)  # between step completions
     trace_seconds: float = 0.0  # first train_step and test_step calls: tracing, compiling and one run
     first_step_gradients: List[np.ndarray] = dataclasses.field(default_factory=list)  # at the initial weights
     final_weights: List[np.ndarray] = dataclasses.field(default_factory=list)  # [w0, b0, w1, b1, ...]
@@ -40,13 +41,21 @@ def format_epoch_line(trainer: str, record: EpochRecord, epochs: int) -> str:
 
 
 class EpochMeter:
-    """Accumulates per-step tensors without a host sync; `finish` syncs once per epoch."""
+    """Accumulates per-step tensors without a host sync; `finish` syncs once per epoch.
+
+    `step_times_ms` holds the wall time between consecutive `add` calls, input
+    preparation included. A tf.function call returns when its ops have run (eager
+    execution is synchronous), so these are real step times, not dispatch times.
+    """
 
     def __init__(self):
-        self.losses, self.corrects, self.counts = [], [], []
-        self.start = time.perf_counter()
+        self.losses, self.corrects, self.counts, self.step_times_ms = [], [], [], []
+        self.start = self._last = time.perf_counter()
 
     def add(self, mean_loss, correct, count: int):
+        now = time.perf_counter()
+        self.step_times_ms.append((now - self._last) * 1e3)
+        self._last = now
         self.losses.append(mean_loss)
         self.corrects.append(correct)
         self.counts.append(count)

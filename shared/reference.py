@@ -79,6 +79,7 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
             step_losses, train_loss, train_accuracy, seconds = meter.finish()
             test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test, config.batch_size)
             history.step_losses += step_losses
+            history.step_times_ms += meter.step_times_ms
             record = EpochRecord(epoch + 1, train_loss, train_accuracy, test_loss, test_accuracy, seconds)
             history.epochs.append(record)
             if not config.quiet:

@@ -1,0 +1,142 @@
+"""The DTensor mesh that `--mesh` asks for, the layer layouts on it, and the checks that reject a bad one.
+
+`--mesh batch=B[,model=M]` (default `batch=N` over the N devices) names a mesh of
+B x M devices, batch-major: device b * M + m sits at batch index b, model index m.
+
+Layouts (`layer_layouts`), for the MLP 784 -> h1 -> ... -> hk -> 10:
+  batch=B only    every weight and bias replicated; only the data is sharded (the
+                  Core API tutorial: pure data parallelism).
+  batch=B,model=M the hidden layers in pairs, as in the "Distributed training with
+                  DTensors" tutorial (Megatron's column- then row-parallel pattern):
+                    even hidden layer: weight [UNSHARDED, "model"], bias ["model"]
+                      (each device computes a slice of the output features, no comms)
+                    odd hidden layer:  weight ["model", UNSHARDED], bias replicated
+                      (each device contracts its slice; one all-reduce sums them)
+                  the output layer replicated. With the default 700,500 this is the
+                  tutorial's: 784x700 [U, model], 700x500 [model, U], 500x10 replicated.
+                  With an odd number of hidden layers the last hidden layer is column
+                  sharded and DTensor gathers its activations for the replicated output
+                  layer: correct, one extra collective per step.
+
+Every check here raises `UsageError` with one line that says what would work;
+`mesh_spec` runs them all without touching a device, so a caller can fail early.
+"""
+import dataclasses
+from typing import List, Optional, Sequence, Tuple
+
+from tensorflow.experimental import dtensor
+
+from shared.errors import UsageError
+
+BATCH_AXIS = "batch"
+MODEL_AXIS = "model"
+MESH_FORMAT = "batch=B[,model=M]"
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshSpec:
+    batch: int  # data shards: the global batch is split over this axis
+    model: Optional[int] = None  # None: no model axis (a 1-D mesh)
+
+    @property
+    def device_count(self) -> int:
+        return self.batch * (self.model or 1)
+
+    def __str__(self) -> str:
+        return f"batch={self.batch}" + (f",model={self.model}" if self.model is not None else "")
+
+
+def parse_mesh(text: Optional[str], device_count: int) -> MeshSpec:
+    """`--mesh` text -> MeshSpec; None means batch=device_count. Checks the syntax only."""
+    if text is None:
+        return MeshSpec(batch=device_count)
+    sizes = {}
+    for part in text.replace(" ", "").split(","):
+        name, equals, value = part.partition("=")
+        if not equals or not value.isdigit() or int(value) < 1:
+            raise UsageError(f"--mesh {text!r}: {part!r} is not AXIS=SIZE with a positive SIZE; "
+                             f"use {MESH_FORMAT}, e.g. batch={device_count}")
+        if name not in (BATCH_AXIS, MODEL_AXIS):
+            raise UsageError(f"--mesh {text}: unknown axis {name!r}; the axes are {BATCH_AXIS} and "
+                             f"{MODEL_AXIS}, e.g. batch={device_count} or {_example_2d(device_count)}")
+        if name in sizes:
+            raise UsageError(f"--mesh {text}: axis {name} is given twice; use {MESH_FORMAT}")
+        sizes[name] = int(value)
+    if BATCH_AXIS not in sizes:
+        raise UsageError(f"--mesh {text}: no {BATCH_AXIS} axis; use batch=1,{text} for model parallelism only")
+    return MeshSpec(batch=sizes[BATCH_AXIS], model=sizes.get(MODEL_AXIS))
+
+
+def _example_2d(device_count: int) -> str:
+    return f"batch={device_count // 2},model=2" if device_count % 2 == 0 else f"batch={device_count}"
+
+
+def model_sharded_widths(sizes: Sequence[int]) -> List[int]:
+    """The layer widths that the model axis splits: the outputs of the column-sharded (even) hidden layers.
+
+    The row-sharded layer after each splits its input, which is the same width.
+    """
+    hidden = sizes[1:-1]
+    return [hidden[i] for i in range(0, len(hidden), 2)]
+
+
+def check_mesh(spec: MeshSpec, mesh_text: Optional[str], device_count: int,
+               sizes: Sequence[int], batch_size: int) -> None:
+    """Raise UsageError unless `spec` covers the devices, divides the sharded widths and the batch."""
+    shown = mesh_text or str(spec)
+    if spec.device_count != device_count:
+        suggestion = f"batch={device_count}"
+        if spec.model is not None and device_count % spec.model == 0:
+            suggestion += f" or batch={device_count // spec.model},model={spec.model}"
+        elif device_count % 2 == 0:
+            suggestion += f" or {_example_2d(device_count)}"
+        raise UsageError(f"--mesh {shown} covers {spec.device_count} devices but there are {device_count}; "
+                         f"the axis sizes must multiply to {device_count}, e.g. {suggestion}")
+    if spec.model is not None:
+        for width in model_sharded_widths(sizes):
+            if width % spec.model:
+                working = [m for m in range(1, device_count + 1) if device_count % m == 0
+                           and all(w % m == 0 for w in model_sharded_widths(sizes))]
+                raise UsageError(f"--mesh {shown}: the model axis of {spec.model} does not divide hidden "
+                                 f"width {width}, which it shards; use model="
+                                 f"{' or '.join(map(str, working))}, or --hidden widths divisible by {spec.model}")
+    if batch_size % spec.batch:
+        lower, upper = batch_size // spec.batch * spec.batch, (batch_size // spec.batch + 1) * spec.batch
+        options = f"{lower} or {upper}" if lower else f"{upper}"
+        raise UsageError(f"global batch {batch_size} does not divide over the batch axis of {spec.batch} "
+                         f"(--mesh {shown}); use --batch-size {options}")
+
+
+def mesh_spec(mesh_text: Optional[str], device_count: int, sizes: Sequence[int], batch_size: int) -> MeshSpec:
+    """Parse and check `--mesh` for `device_count` devices, an MLP of `sizes` and a global batch."""
+    spec = parse_mesh(mesh_text, device_count)
+    check_mesh(spec, mesh_text, device_count, sizes, batch_size)
+    return spec
+
+
+def create_mesh(spec: MeshSpec, devices: Sequence[str]) -> dtensor.Mesh:
+    """A batch-major mesh over exactly `devices` (e.g. "CPU:0".."CPU:7")."""
+    axes = [(BATCH_AXIS, spec.batch)] + ([(MODEL_AXIS, spec.model)] if spec.model is not None else [])
+    return dtensor.create_mesh(axes, devices=list(devices))
+
+
+def layer_layouts(mesh: dtensor.Mesh, num_layers: int) -> List[Tuple[dtensor.Layout, dtensor.Layout]]:
+    """(weight layout, bias layout) per dense layer, as the module docstring describes."""
+    unsharded = dtensor.UNSHARDED
+    replicated = (dtensor.Layout.replicated(mesh, 2), dtensor.Layout.replicated(mesh, 1))
+    if MODEL_AXIS not in mesh.dim_names:
+        return [replicated] * num_layers
+    column = (dtensor.Layout([unsharded, MODEL_AXIS], mesh), dtensor.Layout([MODEL_AXIS], mesh))
+    row = (dtensor.Layout([MODEL_AXIS, unsharded], mesh), dtensor.Layout([unsharded], mesh))
+    hidden = [column if i % 2 == 0 else row for i in range(num_layers - 1)]
+    return hidden + [replicated]
+
+
+def batch_layout(mesh: dtensor.Mesh, rank: int) -> dtensor.Layout:
+    """Data: the first (example) axis split over the batch axis, replicated over the model axis."""
+    return dtensor.Layout.batch_sharded(mesh, BATCH_AXIS, rank)
+
+
+def describe_layout(layout: dtensor.Layout) -> str:
+    """e.g. "[unsharded,model]"."""
+    return "[" + ",".join(layout.sharding_specs) + "]"

@@ -1,0 +1,250 @@
+"""The DTensor trainer: TensorFlow's "Distributed training with Core APIs and DTensor", made exact.
+
+    python compare.py --trainers reference,dtensor --data embedded
+    python compare.py --trainers dtensor --mesh batch=4,model=2 --dtensor-input dataset
+
+Reads top to bottom like the tutorial: a mesh over the given devices, a
+`DenseLayer(tf.Module)` whose weight and bias are `dtensor.DVariable`s with layouts
+(dtensor_impl/mesh.py says which), an MLP, the shared Adam or SGD with slots that
+are DVariables in their weight's layout, and `train_step` / `test_step` as
+`tf.function`s. Every global batch from `shared.data.epoch_batches` becomes DTensors
+sharded on the mesh's batch axis, either by splitting it on the host and calling
+`dtensor.pack` (the tutorial; `--dtensor-input pack`) or through
+`dtensor.DTensorDataset` (`--dtensor-input dataset`).
+
+Where it departs from the tutorial, and why:
+  * initial values come from `shared.model.initial_values` and are copied onto the
+    mesh, then sliced to the weight's layout: a stateless random op run under a
+    sharded layout would draw different numbers than the reference;
+  * a final partial batch that does not divide over the batch axis is padded with
+    zero-weight examples, and the loss is the sum over real examples divided by the
+    global real count (shared.losses), so no example is dropped and nothing changes
+    the mean; DTensorDataset needs drop_remainder=True, so its remainder is packed;
+  * the default Adam never reads a slot after writing it in the same step (on
+    DTensor that read returns stale zeros; `--adam tutorial` keeps the tutorial's
+    formulation so the parity check can be seen to catch it).
+
+Costs: per step, one train_step call and, for `pack`, one host-to-device copy per
+device; no host sync: step losses stay replicated DTensors until the epoch ends
+(EpochMeter reads them then, ~3 us each). Tracing: one trace per batch shape (the full
+batch, and the padded last batch if there is one).
+"""
+import time
+from typing import Callable, Iterator, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.experimental import dtensor
+
+from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_mesh, describe_layout,
+                               layer_layouts, mesh_spec)
+from shared.config import Config
+from shared.data import MnistData, batch_slices, epoch_batches, epoch_order
+from shared.errors import UsageError
+from shared.history import EpochMeter, EpochRecord, History, format_epoch_line
+from shared.losses import correct_count, loss_sum, mean_loss
+from shared.model import MLP, initial_values, layer_sizes
+from shared.optim import make_optimizer
+
+INPUT_MODES = ("pack", "dataset")
+DATASET_PREFETCH = 2  # global batches DTensorDataset prepares ahead of the step
+
+
+# --- the model -----------------------------------------------------------------------------
+
+def on_mesh(value: np.ndarray, layout: dtensor.Layout):
+    """`value` copied whole to every device, then sliced to `layout`: the same numbers for any layout."""
+    replicated = dtensor.copy_to_mesh(tf.constant(value), dtensor.Layout.replicated(layout.mesh, layout.rank))
+    return dtensor.relayout(replicated, layout)
+
+
+def to_numpy(tensor) -> np.ndarray:
+    """A DTensor (or DVariable) as one array; a sharded one is all-gathered first.
+
+    `.numpy()` works on a replicated DTensor and reads one device's copy; DTensor
+    refuses it for a sharded one.
+    """
+    tensor = tf.convert_to_tensor(tensor)
+    layout = dtensor.fetch_layout(tensor)
+    return dtensor.relayout(tensor, dtensor.Layout.replicated(layout.mesh, layout.rank)).numpy()
+
+
+class DenseLayer(tf.Module):
+    """y = activation(x @ w + b) with w and b DVariables laid out on the mesh."""
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray, weight_layout: dtensor.Layout,
+                 bias_layout: dtensor.Layout, activation: Callable = tf.identity):
+        super().__init__()
+        self.w = dtensor.DVariable(on_mesh(weight, weight_layout), name="w")
+        self.b = dtensor.DVariable(on_mesh(bias, bias_layout), name="b")
+        self.activation = activation
+
+    def __call__(self, x):
+        return self.activation(tf.matmul(x, self.w) + self.b)
+
+
+def build_model(values: Sequence[np.ndarray], mesh: dtensor.Mesh) -> MLP:
+    """The shared MLP (ReLU between layers, logits out) over DenseLayers holding `values` ([w0, b0, ...])."""
+    count = len(values) // 2
+    layouts = layer_layouts(mesh, count)
+    return MLP([DenseLayer(values[2 * i], values[2 * i + 1], *layouts[i],
+                           activation=tf.nn.relu if i < count - 1 else tf.identity)
+                for i in range(count)])
+
+
+def build_optimizer(config: Config, model: MLP, mesh: dtensor.Mesh):
+    """The shared Adam/SGD; Adam's m and v slots take their weight's layout, the step is replicated."""
+    return make_optimizer(
+        config.optimizer, config.adam, model.weights, config.learning_rate,
+        zeros_like=lambda var: dtensor.DVariable(
+            dtensor.call_with_layout(tf.zeros, var.layout, shape=var.shape, dtype=var.dtype)),
+        make_step=lambda: dtensor.DVariable(
+            dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=(), dtype=tf.int64)))
+
+
+# --- the input ------------------------------------------------------------------------------
+
+def pad_batch(x: np.ndarray, y: np.ndarray, batch_shards: int):
+    """(x, y, example_weights), padded with zero-weight examples to a multiple of `batch_shards`."""
+    real = len(y)
+    padded = -(-real // batch_shards) * batch_shards
+    weights = np.zeros(padded, np.float32)
+    weights[:real] = 1.0
+    if padded != real:
+        x = np.concatenate([x, np.zeros((padded - real, *x.shape[1:]), x.dtype)])
+        y = np.concatenate([y, np.zeros(padded - real, y.dtype)])
+    return x, y, weights
+
+
+def shard_to_mesh(array: np.ndarray, layout: dtensor.Layout):
+    """One host array as a DTensor split on the batch axis: the tutorial's split + dtensor.pack.
+
+    pack wants one component per device in mesh order; devices that differ only in
+    their model index get the same batch shard.
+    """
+    shards = np.split(array, layout.mesh.dim_size(BATCH_AXIS))
+    return dtensor.pack([shards[location[BATCH_AXIS]] for location in layout.mesh.local_device_locations()],
+                        layout)
+
+
+def pack_batch(x: np.ndarray, y: np.ndarray, mesh: dtensor.Mesh):
+    """A global batch as (x, y, example_weights) DTensors sharded on the batch axis, padded to divide."""
+    arrays = pad_batch(x, y, mesh.dim_size(BATCH_AXIS))
+    return tuple(shard_to_mesh(array, batch_layout(mesh, array.ndim)) for array in arrays)
+
+
+def packed_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
+    for x_batch, y_batch in epoch_batches(data.x_train, data.y_train, config.batch_size, epoch,
+                                          config.shuffle, config.seed):
+        yield pack_batch(x_batch, y_batch, mesh), len(y_batch)
+
+
+def dataset_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
+    """The same batches as `packed_batches`: the full ones through DTensorDataset, the remainder packed.
+
+    DTensorDataset batches per replica with drop_remainder=True and hands replica r
+    every B-th of those batches, so over whole global batches in epoch order it
+    yields exactly epoch_batches' sequence.
+    """
+    order = epoch_order(len(data.y_train), epoch, config.shuffle, config.seed)
+    slices = batch_slices(len(order), config.batch_size)
+    full_count = len(order) // config.batch_size * config.batch_size
+    if full_count:
+        index = order[:full_count]
+        examples = tf.data.Dataset.from_tensor_slices(
+            (data.x_train[index], data.y_train[index], np.ones(full_count, np.float32)))
+        batches = dtensor.DTensorDataset(
+            examples, mesh=mesh, layouts=(batch_layout(mesh, 2), batch_layout(mesh, 1), batch_layout(mesh, 1)),
+            global_batch_size=config.batch_size, batch_dim=BATCH_AXIS, prefetch=DATASET_PREFETCH)
+        for batch in batches:
+            yield batch, config.batch_size
+    if full_count < len(order):
+        index = order[slices[-1]]
+        yield pack_batch(data.x_train[index], data.y_train[index], mesh), len(index)
+
+
+# --- the steps ------------------------------------------------------------------------------
+
+@tf.function
+def compute_gradients(model, x, y, example_weights):
+    with tf.GradientTape() as tape:
+        loss = mean_loss(model(x), y, tf.reduce_sum(example_weights), example_weights)
+    return tape.gradient(loss, model.weights)
+
+
+@tf.function
+def train_step(model, optimizer, x, y, example_weights):
+    """One optimizer step on a global batch; returns (mean loss, correct count) before the update.
+
+    The real-example count is summed from the weights on the devices, so it is global
+    and the padded last batch needs no second input.
+    """
+    with tf.GradientTape() as tape:
+        logits = model(x)
+        loss = mean_loss(logits, y, tf.reduce_sum(example_weights), example_weights)
+    grads = tape.gradient(loss, model.weights)
+    optimizer.apply_gradients(grads, model.weights)
+    return loss, correct_count(logits, y, example_weights)
+
+
+@tf.function
+def test_step(model, x, y, example_weights):
+    logits = model(x)
+    return loss_sum(logits, y, example_weights), correct_count(logits, y, example_weights)
+
+
+def evaluate(model, x, y, batch_size: int, mesh: dtensor.Mesh):
+    """(mean loss, accuracy) over a whole split; one host sync at the end."""
+    results = [test_step(model, *pack_batch(x_batch, y_batch, mesh))
+               for x_batch, y_batch in epoch_batches(x, y, batch_size)]
+    total_loss = sum(float(batch_loss) for batch_loss, _ in results)  # host sync point
+    total_correct = sum(float(batch_correct) for _, batch_correct in results)
+    return total_loss / len(y), total_correct / len(y)
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
+    """Train on a mesh over exactly `devices` and return the shared history record."""
+    if config.dtensor_input not in INPUT_MODES:
+        raise UsageError(f"--dtensor-input {config.dtensor_input!r} is unknown; use pack or dataset")
+    sizes = layer_sizes(config.hidden)
+    spec: MeshSpec = mesh_spec(config.mesh, len(devices), sizes, config.batch_size)
+    mesh = create_mesh(spec, devices)
+    device_type = devices[0].split(":")[0]
+    history = History(trainer="dtensor", placement=f"mesh {spec} over {len(devices)} x {device_type}")
+
+    model = build_model(initial_values(sizes, config.seed), mesh)
+    optimizer = build_optimizer(config, model, mesh)
+    layouts = " ".join(f"{name}{i}{describe_layout(var.layout)}"
+                       for i, layer in enumerate(model.layers) for name, var in (("w", layer.w), ("b", layer.b)))
+    history.details = {"mesh": str(spec), "dtensor_input": config.dtensor_input, "layouts": layouts,
+                       "per_shard_batch": str(config.batch_size // spec.batch)}
+    if not config.quiet:
+        log(f"{'dtensor':<10} {history.placement}; global batch {config.batch_size} = {spec.batch} x "
+            f"{config.batch_size // spec.batch}; input {config.dtensor_input}; layouts {layouts}")
+
+    first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, 0,
+                                          config.shuffle, config.seed))
+    history.first_step_gradients = [to_numpy(g) for g in
+                                    compute_gradients(model, *pack_batch(first_x, first_y, mesh))]
+
+    batches = packed_batches if config.dtensor_input == "pack" else dataset_batches
+    for epoch in range(config.epochs):
+        meter = EpochMeter()
+        for step, ((x_batch, y_batch, weights), real_count) in enumerate(batches(data, config, epoch, mesh)):
+            started = time.perf_counter()
+            loss, correct = train_step(model, optimizer, x_batch, y_batch, weights)
+            if epoch == 0 and step == 0:
+                float(loss)  # host sync, once: the first call's time is the trace time
+                history.trace_seconds = time.perf_counter() - started
+            meter.add(loss, correct, real_count)
+        step_losses, train_loss, train_accuracy, seconds = meter.finish()
+        test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test, config.batch_size, mesh)
+        history.step_losses += step_losses
+        record = EpochRecord(epoch + 1, train_loss, train_accuracy, test_loss, test_accuracy, seconds)
+        history.epochs.append(record)
+        if not config.quiet:
+            log(format_epoch_line("dtensor", record, config.epochs))
+    history.final_weights = [to_numpy(w) for w in model.weights]
+    return history

@@ -1,0 +1,165 @@
+"""The comparison behind compare.py: set up devices and data, train, check parity, report.
+
+Kept out of compare.py so that tests and other programs can import it; compare.py
+only parses arguments.
+"""
+import dataclasses
+import importlib
+import resource
+import traceback
+from typing import Dict, List, Optional, Sequence, Union
+
+import tensorflow as tf
+
+from shared.config import Config
+from shared.data import MnistData, load_data
+from shared.devices import configure_devices
+from shared.errors import UsageError
+from shared.history import History
+from shared.parity import Parity, check_parity
+
+TRAINER_MODULES = {
+    "reference": "shared.reference",
+    "dtensor": "dtensor_impl.trainer",
+    "mirrored": "mirrored_impl.trainer",
+}
+
+
+@dataclasses.dataclass
+class TrainerResult:
+    name: str
+    history: Optional[History] = None
+    error: str = ""  # one line when the trainer raised
+    peak_memory_mb: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.history is None
+
+
+@dataclasses.dataclass
+class RunResult:
+    config: Config
+    devices: List[str]
+    data: MnistData
+    results: Dict[str, TrainerResult]
+    parity: Dict[str, Parity]
+
+    @property
+    def ok(self) -> bool:
+        return (not any(r.failed for r in self.results.values())
+                and all(p.ok for p in self.parity.values()))
+
+
+def trainer_module(name: str):
+    return importlib.import_module(TRAINER_MODULES[name])
+
+
+def check_config(config: Config, devices: Sequence[str]) -> None:
+    """Each chosen trainer's own checks (a mesh, a batch over replicas) before anything trains."""
+    if config.batch_size < 1 or config.epochs < 0:
+        raise UsageError("--batch-size must be positive and --epochs not negative")
+    for name in config.trainers:
+        check = getattr(trainer_module(name), "check_config", None)
+        if check is not None:
+            check(config, devices)
+
+
+def peak_memory_mb(config: Config, devices: Sequence[str]) -> float:
+    """GPU: TensorFlow's peak allocation summed over the devices. CPU: the process's peak RSS so far."""
+    if config.device_type == "GPU":
+        return sum(tf.config.experimental.get_memory_info(d)["peak"] for d in devices) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def train_one(name: str, config: Config, data: MnistData, devices: Sequence[str], log) -> TrainerResult:
+    """Run one trainer; an exception becomes a failed result with a one-line reason."""
+    if config.device_type == "GPU":
+        for device in devices:
+            tf.config.experimental.reset_memory_stats(device)
+    try:
+        history = trainer_module(name).fit(config, data, devices, log=log)
+    except UsageError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any trainer failure is reported, the others still run
+        last = traceback.extract_tb(error.__traceback__)[-1]
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''} " \
+                 f"({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
+        return TrainerResult(name, error=reason.strip())
+    return TrainerResult(name, history, peak_memory_mb=peak_memory_mb(config, devices))
+
+
+def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print,
+              reference: Optional[TrainerResult] = None) -> RunResult:
+    """Train the reference (always: it is the ground truth; pass one to reuse it) and the chosen
+    trainers, then check each distributed trainer's parity against the reference."""
+    names = ["reference"] + [n for n in config.trainers if n != "reference"]
+    results = {"reference": reference or train_one("reference", config, data, devices, log)}
+    results.update({name: train_one(name, config, data, devices, log) for name in names[1:]})
+    reference = results["reference"].history
+    parity = {}
+    for name in names[1:]:
+        history = results[name].history
+        if history is not None and reference is not None:
+            parity[name] = check_parity(history, reference, config.tolerance)
+    return RunResult(config, list(devices), data, results, parity)
+
+
+def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], MnistData):
+    """Configure the largest device count once, validate, load data; all before any training."""
+    all_devices = configure_devices(max([config.devices, *sweep_devices]), config.device_type)
+    check_config(config, all_devices[:config.devices])
+    for count in sweep_devices:
+        check_config(config.replace(mesh=None, devices=count), all_devices[:count])
+    data = load_data(config.data, config.train_examples, config.test_examples)
+    return all_devices, data
+
+
+def run(config: Config, args) -> int:
+    """compare.py's whole job; returns the exit code (0 parity holds, 1 it does not)."""
+    from shared import report
+    report.check_outputs(args)
+    all_devices, data = prepare(config, args.sweep_devices or ())
+    devices = all_devices[:config.devices]
+    print(report.header(config, devices, data))
+    main_run = train_all(config, data, devices)
+    sweep = []
+    if args.sweep_devices:
+        sweep = run_sweep(config, data, all_devices, args.sweep_devices, main_run)
+    report.print_tables(main_run, sweep)
+    report.write_outputs(args, main_run, sweep)
+    return 0 if main_run.ok and all(entry.parity_ok for entry in sweep) else 1
+
+
+@dataclasses.dataclass
+class SweepEntry:
+    devices: int
+    trainer: str
+    throughput_examples_per_s: float
+    ratio_to_reference: float
+    parity_ok: bool
+    error: str = ""
+
+
+def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], counts: Sequence[int],
+              main_run: RunResult) -> List[SweepEntry]:
+    """Every chosen distributed trainer at each device count (pure data parallel, mesh batch=N)."""
+    from shared.report import throughput
+    reference = main_run.results["reference"]
+    reference_throughput = throughput(reference.history, len(data.y_train))[0] if not reference.failed else 0.0
+    entries = []
+    for count in counts:
+        sweep_config = config.replace(devices=count, mesh=None, quiet=True)
+        if count == config.devices and config.mesh is None:
+            run_at_count = main_run
+        else:
+            run_at_count = train_all(sweep_config, data, all_devices[:count], reference=reference)
+        for name, result in run_at_count.results.items():
+            if name == "reference" and count != counts[0]:
+                continue  # one device, whatever the count: listed once
+            value = throughput(result.history, len(data.y_train))[0] if not result.failed else 0.0
+            parity = run_at_count.parity.get(name)
+            entries.append(SweepEntry(1 if name == "reference" else count, name, value,
+                                      value / reference_throughput if reference_throughput else 0.0,
+                                      (parity.ok if parity else not result.failed), result.error))
+    return entries

@@ -1,0 +1,106 @@
+"""The comparison's plots: the tutorial's loss and accuracy curves, the per-step loss
+difference from the reference, and throughput (against device count when sweeping).
+
+Each PNG is rendered to memory and written atomically.
+"""
+import io
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+import numpy as np  # noqa: E402
+from matplotlib import pyplot as plt  # noqa: E402
+
+from shared.report import throughput, write_atomically  # noqa: E402
+
+FIGURE_SIZE = (9, 6)  # the tutorial's rcParams['figure.figsize']
+DPI = 100  # 900 x 600 pixels
+
+
+def _save(figure, directory: str, name: str) -> None:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    plt.close(figure)
+    write_atomically(os.path.join(directory, name), buffer.getvalue())
+
+
+def _epoch_metric_plot(run, directory: str, metric: str, label: str) -> None:
+    figure, axes = plt.subplots(figsize=FIGURE_SIZE)
+    for name, result in run.results.items():
+        if result.history is None or not result.history.epochs:
+            continue
+        epochs = [r.epoch for r in result.history.epochs]
+        line, = axes.plot(epochs, [getattr(r, f"train_{metric}") for r in result.history.epochs],
+                          marker="o", label=f"{name} train")
+        axes.plot(epochs, [getattr(r, f"test_{metric}") for r in result.history.epochs],
+                  marker="s", linestyle="--", color=line.get_color(), label=f"{name} test")
+    axes.set_xlabel("epoch")
+    axes.set_ylabel(label)
+    axes.set_title(f"{label.capitalize()} per epoch (train: mean over the epoch's steps; test: after the epoch)")
+    axes.legend()
+    axes.grid(alpha=0.3)
+    _save(figure, directory, f"{metric}.png")
+
+
+def _loss_diff_plot(run, directory: str) -> None:
+    figure, axes = plt.subplots(figsize=FIGURE_SIZE)
+    reference = run.results["reference"].history
+    tolerance = None
+    for name, parity in run.parity.items():
+        losses = np.asarray(run.results[name].history.step_losses)
+        steps = min(len(losses), len(reference.step_losses))
+        diff = np.abs(losses[:steps] - np.asarray(reference.step_losses[:steps]))
+        # Exact agreement would vanish on a log axis; show it at the axis floor.
+        axes.plot(np.arange(steps), np.maximum(diff, 1e-12), label=name)
+        tolerance = parity.tolerance
+    if tolerance is not None:
+        axes.axhline(tolerance, color="red", linestyle=":", label=f"tolerance {tolerance:.0e}")
+    axes.set_yscale("log")
+    axes.set_xlabel("training step")
+    axes.set_ylabel("|loss - reference loss| (log scale; 1e-12 = exact)")
+    axes.set_title("Per-step training loss difference from the single-device reference")
+    axes.legend()
+    axes.grid(alpha=0.3, which="both")
+    _save(figure, directory, "loss_diff.png")
+
+
+def _throughput_plot(run, sweep, directory: str) -> None:
+    train_examples = len(run.data.y_train)
+    if sweep:
+        figure, axes = plt.subplots(figsize=FIGURE_SIZE)
+        for name in dict.fromkeys(entry.trainer for entry in sweep):
+            points = [(e.devices, e.throughput_examples_per_s) for e in sweep if e.trainer == name]
+            if name == "reference":
+                axes.axhline(points[0][1], color="black", linestyle="--", label="reference (1 device)")
+                continue
+            axes.plot(*zip(*points), marker="o", label=name)
+        axes.set_xlabel("logical devices")
+        axes.set_xticks(sorted({e.devices for e in sweep}))
+        axes.set_title("Training throughput against device count")
+    else:
+        figure, axes = plt.subplots(figsize=FIGURE_SIZE)
+        names, values, errors = [], [], []
+        for name, result in run.results.items():
+            if result.history is None:
+                continue
+            median, low, high = throughput(result.history, train_examples)
+            names.append(f"{name}\n{result.history.placement}")
+            values.append(median)
+            errors.append((median - low, high - median))
+        axes.bar(names, values, yerr=np.array(errors).T if errors else None, capsize=6,
+                 color=["#555555", "#1f77b4", "#ff7f0e"][:len(names)], label="median over epochs 2..")
+        axes.set_title("Training throughput (first epoch excluded; bars show min-max)")
+        axes.tick_params(axis="x", labelsize=8)
+    axes.set_ylabel("training examples per second")
+    axes.legend()
+    axes.grid(alpha=0.3, axis="y")
+    _save(figure, directory, "throughput.png")
+
+
+def write_all(directory: str, run, sweep) -> None:
+    _epoch_metric_plot(run, directory, "loss", "loss (cross-entropy)")
+    _epoch_metric_plot(run, directory, "accuracy", "accuracy (fraction correct)")
+    if run.results["reference"].history is not None:
+        _loss_diff_plot(run, directory)
+    _throughput_plot(run, sweep, directory)

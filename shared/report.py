@@ -1,0 +1,205 @@
+"""What compare.py prints and writes: the header, the tables, the JSON report, TensorBoard scalars.
+
+Every file is written atomically (a temporary file in the same directory, then
+os.replace), so a failure never leaves a half-written report behind.
+"""
+import json
+import os
+import sys
+import tempfile
+from typing import List, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+from tabulate import tabulate
+
+from shared.errors import UsageError
+
+PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "max |grad diff|", "max |weight diff|",
+                  "tolerance", "verdict"]
+RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
+                  "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "peak MB"]
+SWEEP_HEADERS = ["devices", "trainer", "examples/s", "ratio to reference", "parity"]
+
+
+def write_atomically(path: str, payload: bytes) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(handle, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _check_writable_dir(flag: str, directory: str, create: bool) -> None:
+    if create:
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as error:
+            raise UsageError(f"{flag} {directory}: cannot create it ({error.strerror}); "
+                             f"choose a writable directory") from None
+    if not os.path.isdir(directory):
+        raise UsageError(f"{flag}: directory {directory} does not exist; create it or choose another path")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag}: directory {directory} is not writable; choose a writable path")
+
+
+def check_outputs(args) -> None:
+    """Reject unwritable output paths before any training starts."""
+    if args.json:
+        if os.path.isdir(args.json):
+            raise UsageError(f"--json {args.json} is a directory; give a file path such as {args.json}/report.json")
+        _check_writable_dir("--json", os.path.dirname(os.path.abspath(args.json)), create=False)
+    for flag, directory in (("--plots", args.plots), ("--logdir", args.logdir)):
+        if directory:
+            _check_writable_dir(flag, directory, create=True)
+
+
+def header(config, devices: Sequence[str], data) -> str:
+    batch_axis = config.devices
+    if config.mesh:
+        batch_axis = int(dict(part.split("=") for part in config.mesh.split(",")).get("batch", 1))
+    return "\n".join([
+        f"TensorFlow {tf.__version__}; {len(devices)} logical {config.device_type} devices "
+        f"({devices[0]} .. {devices[-1]}); DTensor mesh {config.mesh or f'batch={config.devices}'}",
+        f"global batch {config.batch_size}, per replica {config.batch_size / batch_axis:g} (DTensor) / "
+        f"{config.batch_size / config.devices:g} (MirroredStrategy); {config.epochs} epochs; "
+        f"{config.optimizer} lr {config.learning_rate:g}" + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
+        + f"; seed {config.seed}",
+        data.describe(),
+    ])
+
+
+def throughput(history, train_examples: int) -> Tuple[float, float, float]:
+    """Training examples/s: (median, min, max) over epochs after the first (which traces).
+
+    With one epoch, the first step's time (trace and compile) is subtracted instead.
+    """
+    epochs = history.epochs[1:] or history.epochs
+    rates = []
+    for record in epochs:
+        seconds = record.train_seconds - (history.trace_seconds if record.epoch == 1 else 0.0)
+        rates.append(train_examples / seconds if seconds > 0 else 0.0)
+    if not rates:
+        return 0.0, 0.0, 0.0
+    return float(np.median(rates)), float(min(rates)), float(max(rates))
+
+
+def parity_rows(run) -> List[list]:
+    rows = []
+    for name, result in run.results.items():
+        if name == "reference":
+            continue
+        parity = run.parity.get(name)
+        if parity is None:
+            rows.append([name, "-", "-", "-", "-", "-", f"FAILED: {result.error or 'no reference'}"])
+            continue
+        rows.append([name, f"{parity.max_abs_loss_diff:.2e}", parity.loss_diff_step,
+                     f"{parity.max_abs_grad_diff:.2e}", f"{parity.max_abs_weight_diff:.2e}",
+                     f"{parity.tolerance:.0e}", "ok" if parity.ok else f"MISMATCH: {parity.reason}"])
+    return rows
+
+
+def result_rows(run) -> List[list]:
+    rows = []
+    train_examples = len(run.data.y_train)
+    for name, result in run.results.items():
+        history = result.history
+        if history is None:
+            rows.append([name, "-", "-", "-", "-", "-", f"FAILED: {result.error}", "-", "-", "-", "-"])
+            continue
+        last = history.epochs[-1] if history.epochs else None
+        median, low, high = throughput(history, train_examples)
+        steps = np.array(history.step_times_ms[1:] or [0.0])  # the first step traces
+        rows.append([
+            name, history.placement,
+            *(f"{v:.4f}" for v in ((last.train_loss, last.train_accuracy, last.test_loss, last.test_accuracy)
+                                   if last else (float("nan"),) * 4)),
+            f"{median:,.0f} ({low:,.0f}-{high:,.0f})",
+            f"{np.percentile(steps, 50):.2f}", f"{np.percentile(steps, 95):.2f}",
+            f"{history.trace_seconds:.2f}", f"{result.peak_memory_mb:,.0f}",
+        ])
+    return rows
+
+
+def print_tables(run, sweep, out=sys.stdout) -> None:
+    if run.parity or any(r.failed for n, r in run.results.items() if n != "reference"):
+        print("\nParity against the single-device reference (absolute differences)", file=out)
+        print(tabulate(parity_rows(run), PARITY_HEADERS, tablefmt="github"), file=out)
+    print("\nResults (throughput excludes the first epoch, which traces; peak MB on CPU is the "
+          "process's peak RSS so far)", file=out)
+    print(tabulate(result_rows(run), RESULT_HEADERS, tablefmt="github"), file=out)
+    if sweep:
+        print("\nThroughput against device count", file=out)
+        print(tabulate([[e.devices, e.trainer, f"{e.throughput_examples_per_s:,.0f}",
+                         f"{e.ratio_to_reference:.2f}x", "ok" if e.parity_ok else f"FAILED {e.error}".strip()]
+                        for e in sweep], SWEEP_HEADERS, tablefmt="github"), file=out)
+    verdict = "PARITY OK" if run.ok and all(e.parity_ok for e in sweep) else "PARITY FAILED"
+    print(f"\n{verdict}", file=out)
+
+
+def report_dict(run, sweep) -> dict:
+    import dataclasses
+    train_examples = len(run.data.y_train)
+    trainers = {}
+    for name, result in run.results.items():
+        history = result.history
+        if history is None:
+            trainers[name] = {"failed": True, "error": result.error}
+            continue
+        median, low, high = throughput(history, train_examples)
+        trainers[name] = {
+            "failed": False,
+            "placement": history.placement,
+            "step_losses": [float(v) for v in history.step_losses],
+            "epochs": [dataclasses.asdict(record) for record in history.epochs],
+            "throughput_examples_per_s": median,
+            "throughput_spread_examples_per_s": [low, high],
+            "step_time_ms_p50": float(np.percentile(history.step_times_ms[1:] or [0.0], 50)),
+            "step_time_ms_p95": float(np.percentile(history.step_times_ms[1:] or [0.0], 95)),
+            "trace_seconds": history.trace_seconds,
+            "peak_memory_mb": result.peak_memory_mb,
+            "details": history.details,
+        }
+    config = dataclasses.asdict(run.config)
+    return {
+        "ok": bool(run.ok and all(e.parity_ok for e in sweep)),
+        "config": config,
+        "environment": {"tensorflow": tf.__version__, "data_source": run.data.source,
+                        "data_reason": run.data.reason, "devices": run.devices,
+                        "train_examples": train_examples, "test_examples": len(run.data.y_test)},
+        "trainers": trainers,
+        "parity": {name: dataclasses.asdict(parity) for name, parity in run.parity.items()},
+        **({"sweep": [dataclasses.asdict(entry) for entry in sweep]} if sweep else {}),
+    }
+
+
+def write_tensorboard(logdir: str, run) -> None:
+    """Scalars per trainer: the loss of every step and the per-epoch metrics."""
+    for name, result in run.results.items():
+        if result.history is None:
+            continue
+        writer = tf.summary.create_file_writer(os.path.join(logdir, name))
+        with writer.as_default():
+            for step, loss in enumerate(result.history.step_losses):
+                tf.summary.scalar("step_loss", loss, step=step)
+            for record in result.history.epochs:
+                for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+                    tf.summary.scalar(key, getattr(record, key), step=record.epoch)
+        writer.close()
+
+
+def write_outputs(args, run, sweep) -> None:
+    if args.json:
+        payload = json.dumps(report_dict(run, sweep), indent=2, allow_nan=True).encode()
+        write_atomically(args.json, payload)
+    if args.plots:
+        from shared import plots
+        plots.write_all(args.plots, run, sweep)
+    if args.logdir:
+        write_tensorboard(args.logdir, run)
