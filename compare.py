@@ -18,6 +18,13 @@ from shared.config import TRAINER_NAMES, Config
 from shared.errors import UsageError
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    def _get_help_string(self, action):
+        """Append the default unless the help already explains it."""
+        text = action.help or ""
+        return text if "default" in text else super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         """One line, exit code 2 (argparse would print the whole usage first)."""
@@ -59,7 +66,8 @@ def _trainer_list(text: str):
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     unknown = [n for n in names if n not in TRAINER_NAMES]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown trainer {','.join(unknown) or text!r}; "
+        shown = ",".join(unknown) if unknown else repr(text)
+        raise argparse.ArgumentTypeError(f"unknown trainer {shown}; "
                                          f"choose from {','.join(TRAINER_NAMES)}")
     return names
 
@@ -67,19 +75,21 @@ def _trainer_list(text: str):
 def build_parser() -> argparse.ArgumentParser:
     defaults = Config()
     parser = _Parser(description=__doc__.split("\n")[0],
-                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                     formatter_class=_HelpFormatter)
     add = parser.add_argument
-    add("--trainers", type=_trainer_list, default=defaults.trainers,
+    add("--trainers", type=_trainer_list, default=",".join(defaults.trainers),
         help="comma-separated trainers to run: " + ",".join(TRAINER_NAMES))
     add("--devices", type=_positive_int, default=defaults.devices, help="logical devices (per client)")
-    add("--device-type", choices=("CPU", "GPU"), type=str.upper, default=defaults.device_type)
-    add("--mesh", default=defaults.mesh, help="DTensor mesh batch=B[,model=M]; default batch=DEVICES")
-    add("--epochs", type=_non_negative_int, default=defaults.epochs)
+    add("--device-type", choices=("CPU", "GPU"), type=str.upper, default=defaults.device_type,
+        help="logical CPUs (one physical CPU split) or GPUs (one physical GPU split if needed)")
+    add("--mesh", default=defaults.mesh, help="DTensor mesh batch=B[,model=M] (default: batch=DEVICES)")
+    add("--epochs", type=_non_negative_int, default=defaults.epochs, help="passes over the training set")
     add("--batch-size", type=_positive_int, default=defaults.batch_size, help="global batch size")
-    add("--learning-rate", type=_positive_float, default=defaults.learning_rate)
+    add("--learning-rate", type=_positive_float, default=defaults.learning_rate, help="Adam or SGD step size")
     add("--seed", type=_non_negative_int, default=defaults.seed,
         help="initial values use stateless seed (SEED, SEED+1); also the --shuffle seed")
-    add("--optimizer", choices=("adam", "sgd"), default=defaults.optimizer)
+    add("--optimizer", choices=("adam", "sgd"), default=defaults.optimizer,
+        help="sgd exposes gradient-scale errors that Adam's normalisation hides")
     add("--adam", choices=("fixed", "tutorial"), default=defaults.adam,
         help="tutorial: the tutorial's Adam (read-after-assign, frozen step count)")
     add("--data", default=defaults.data, help="auto, tfds, embedded, or a directory of MNIST IDX files")
@@ -87,17 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="training examples (default: tfds/IDX 5000, embedded 4000)")
     add("--test-examples", type=_positive_int, default=None,
         help="test examples (default: tfds/IDX 5000, embedded 1000)")
-    add("--hidden", type=_int_list, default=defaults.hidden, help="hidden layer sizes, e.g. 700,500")
+    add("--hidden", type=_int_list, default=",".join(map(str, defaults.hidden)), help="hidden layer sizes")
     add("--shuffle", action="store_true", help="reshuffle the training set every epoch from --seed")
     add("--dtensor-input", choices=("pack", "dataset"), default=defaults.dtensor_input,
         help="DTensor input: split + dtensor.pack per batch, or dtensor.DTensorDataset")
     add("--tolerance", type=_positive_float, default=None,
-        help="parity tolerance on losses, gradients and weights (default: measured, see README)")
-    add("--json", metavar="PATH", help="write the JSON report here (atomically)")
-    add("--plots", metavar="DIR", help="write loss.png, accuracy.png, loss_diff.png, throughput.png here")
-    add("--logdir", metavar="DIR", help="write TensorBoard scalars per trainer here")
+        help="parity tolerance on losses, gradients and weights (default: measured, README)")
+    add("--json", metavar="PATH", help="write the JSON report here, atomically (default: none)")
+    add("--plots", metavar="DIR",
+        help="write loss.png, accuracy.png, loss_diff.png, throughput.png here (default: none)")
+    add("--logdir", metavar="DIR", help="write TensorBoard scalars per trainer here (default: none)")
     add("--sweep-devices", type=_int_list, default=None, metavar="N,N,...",
-        help="also measure throughput and parity at each device count, e.g. 1,2,4,8")
+        help="also measure throughput and parity at each device count, e.g. 1,2,4,8 (default: none)")
     add("--quiet", action="store_true", help="print only the tables")
     return parser
 

@@ -1,0 +1,58 @@
+"""compare.py as a user runs it: help, the reference run, and one-line errors with exit code 2."""
+import re
+
+import pytest
+
+from tests.cli import run_compare
+
+OPTIONS = ["--trainers", "--devices", "--device-type", "--mesh", "--epochs", "--batch-size",
+           "--learning-rate", "--seed", "--optimizer", "--adam", "--data", "--train-examples",
+           "--test-examples", "--tolerance", "--json", "--plots", "--logdir", "--sweep-devices",
+           "--quiet", "--hidden", "--shuffle", "--dtensor-input"]
+
+
+def test_help_lists_every_option_with_its_default():
+    result = run_compare("--help")
+    assert result.returncode == 0
+    for option in OPTIONS:
+        assert option in result.stdout
+    assert "(default: 3)" in result.stdout and "(default: auto)" in result.stdout
+
+
+def test_reference_prints_three_epochs_of_falling_loss():
+    result = run_compare("--trainers", "reference", "--data", "embedded")
+    assert result.returncode == 0, result.stderr[-2000:]
+    losses = [float(v) for v in re.findall(r"^reference\s+epoch \d/3\s+train_loss (\S+)", result.stdout, re.M)]
+    assert len(losses) == 3 and losses[0] > losses[1] > losses[2]
+    assert "data: embedded (--data embedded); 4000 train, 1000 test examples" in result.stdout
+    assert "TensorFlow 2." in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trainers", "reference,nope"], r"argument --trainers: unknown trainer nope"),
+    (["--epochs", "-1"], r"argument --epochs: -1 is negative"),
+    (["--batch-size", "0"], r"argument --batch-size: 0 is not a positive integer"),
+    (["--optimizer", "rmsprop"], r"argument --optimizer: invalid choice"),
+])
+def test_bad_flags_exit_2_with_one_line(args, message):
+    result = run_compare(*args)
+    assert result.returncode == 2
+    assert re.search(message, result.stderr)
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def last_line(stderr: str) -> str:
+    """TensorFlow's own start-up lines may precede ours on stderr; ours is the last."""
+    return stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "/no/such/dir"], r"--data /no/such/dir: no such directory"),
+    (["--data", "embedded", "--train-examples", "5000"], r"--train-examples 5000 is more than the 4000"),
+    (["--json", "/no/such/dir/report.json"], r"--json: directory /no/such/dir does not exist"),
+])
+def test_bad_input_exits_2_before_training(args, message):
+    result = run_compare("--trainers", "reference", *args)
+    assert result.returncode == 2
+    assert re.search(message, last_line(result.stderr)), result.stderr[-1000:]
+    assert "Traceback" not in result.stderr and "epoch 1/" not in result.stdout
