@@ -71,6 +71,12 @@ def _example_2d(device_count: int) -> str:
     return f"batch={device_count // 2},model=2" if device_count % 2 == 0 else f"batch={device_count}"
 
 
+def _one_of(values: Sequence[int]) -> str:
+    """[1, 2, 4] -> "1, 2 or 4"."""
+    names = [str(v) for v in values]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 def model_sharded_widths(sizes: Sequence[int]) -> List[int]:
     """The layer widths that the model axis splits: the outputs of the column-sharded (even) hidden layers.
 
@@ -98,8 +104,8 @@ def check_mesh(spec: MeshSpec, mesh_text: Optional[str], device_count: int,
                 working = [m for m in range(1, device_count + 1) if device_count % m == 0
                            and all(w % m == 0 for w in model_sharded_widths(sizes))]
                 raise UsageError(f"--mesh {shown}: the model axis of {spec.model} does not divide hidden "
-                                 f"width {width}, which it shards; use model="
-                                 f"{' or '.join(map(str, working))}, or --hidden widths divisible by {spec.model}")
+                                 f"width {width}, which it shards; use model={_one_of(working)}, "
+                                 f"or --hidden widths divisible by {spec.model}")
     if batch_size % spec.batch:
         lower, upper = batch_size // spec.batch * spec.batch, (batch_size // spec.batch + 1) * spec.batch
         options = f"{lower} or {upper}" if lower else f"{upper}"

@@ -24,10 +24,20 @@ Where it departs from the tutorial, and why:
     DTensor that read returns stale zeros; `--adam tutorial` keeps the tutorial's
     formulation so the parity check can be seen to catch it).
 
-Costs: per step, one train_step call and, for `pack`, one host-to-device copy per
-device; no host sync: step losses stay replicated DTensors until the epoch ends
-(EpochMeter reads them then, ~3 us each). Tracing: one trace per batch shape (the full
-batch, and the padded last batch if there is one).
+Input modes. `pack` is the default: measured on 8 logical CPUs (embedded data, batch
+128) it was as fast as DTensorDataset with a batch-only mesh and ~1.7x faster with
+batch=4,model=2, where DTensorDataset copies each batch shard per model device in
+tf.data. DTensorDataset also needs care: it sizes its sharding from all logical
+devices of the process, so it is refused on a mesh over fewer (it would repeat
+batches); running its iterator to the end poisons the DTensor executor, so exactly
+the full batches are taken; and tf.data autotuning is turned off for it (see
+`without_autotune`).
+
+Costs: per step, one train_step call and, for `pack`, one small host copy per device;
+no host sync: step losses stay replicated DTensors until the epoch ends (EpochMeter
+reads them then, ~3 us each: `float()` / `.numpy()` of a replicated DTensor reads one
+device's copy). Tracing: one trace per batch shape (the full batch, and the padded
+last batch if there is one).
 """
 import time
 from typing import Callable, Iterator, Sequence, Tuple
@@ -139,6 +149,18 @@ def packed_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.Me
         yield pack_batch(x_batch, y_batch, mesh), len(y_batch)
 
 
+def without_autotune() -> tf.data.Options:
+    """tf.data options for DTensorDataset's per-device pipelines: autotuning off.
+
+    There is nothing to tune (slices, batch, shard), and with it on, deleting an
+    iterator that was not run to its end blocked for 0 to 18 s (the tuning thread's
+    back-off), once per epoch.
+    """
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return options
+
+
 def dataset_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
     """The same batches as `packed_batches`: the full ones through DTensorDataset, the remainder packed.
 
@@ -147,19 +169,23 @@ def dataset_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.M
     yields exactly epoch_batches' sequence.
     """
     order = epoch_order(len(data.y_train), epoch, config.shuffle, config.seed)
-    slices = batch_slices(len(order), config.batch_size)
     full_count = len(order) // config.batch_size * config.batch_size
     if full_count:
         index = order[:full_count]
-        examples = tf.data.Dataset.from_tensor_slices(
+        examples = tf.data.Dataset.from_tensor_slices(  # full batches: every example weighs 1
             (data.x_train[index], data.y_train[index], np.ones(full_count, np.float32)))
+        examples = examples.with_options(without_autotune())
         batches = dtensor.DTensorDataset(
             examples, mesh=mesh, layouts=(batch_layout(mesh, 2), batch_layout(mesh, 1), batch_layout(mesh, 1)),
             global_batch_size=config.batch_size, batch_dim=BATCH_AXIS, prefetch=DATASET_PREFETCH)
-        for batch in batches:
-            yield batch, config.batch_size
+        # Take exactly the full batches: running the iterator to its end raises OutOfRange on
+        # the DTensor device, which poisons its executor and cancels every later op.
+        iterator = iter(batches)
+        for _ in range(full_count // config.batch_size):
+            yield next(iterator), config.batch_size
+        del iterator  # stops its per-device input pipelines before the remainder trains
     if full_count < len(order):
-        index = order[slices[-1]]
+        index = order[full_count:]
         yield pack_batch(data.x_train[index], data.y_train[index], mesh), len(index)
 
 
@@ -204,25 +230,43 @@ def evaluate(model, x, y, batch_size: int, mesh: dtensor.Mesh):
 
 # --- the loop -------------------------------------------------------------------------------
 
+def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: str) -> None:
+    """Raise UsageError for an unknown mode, or DTensorDataset on a mesh over part of the devices.
+
+    DTensorDataset takes the number of devices per batch shard from all logical
+    devices of the process, not from the mesh; on a smaller mesh it repeats every
+    per-shard batch (8 CPUs, mesh batch=2: each global batch is two copies of one half).
+    """
+    if dtensor_input not in INPUT_MODES:
+        raise UsageError(f"--dtensor-input {dtensor_input!r} is unknown; use pack or dataset")
+    process_device_count = dtensor.num_local_devices(device_type)
+    if dtensor_input == "dataset" and mesh_device_count != process_device_count:
+        raise UsageError(f"--dtensor-input dataset needs a mesh over all {process_device_count} logical "
+                         f"{device_type}s of this process, not {mesh_device_count} (DTensorDataset would "
+                         f"repeat batches); use --dtensor-input pack, or --devices {mesh_device_count} "
+                         f"in a new process")
+
+
+def check_config(config: Config, devices: Sequence[str]) -> MeshSpec:
+    """The mesh and input-mode checks, run before anything trains (compare.py runs them up front)."""
+    spec = mesh_spec(config.mesh, len(devices), layer_sizes(config.hidden), config.batch_size)
+    check_input_mode(config.dtensor_input, len(devices), devices[0].split(":")[0])
+    return spec
+
+
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train on a mesh over exactly `devices` and return the shared history record."""
-    if config.dtensor_input not in INPUT_MODES:
-        raise UsageError(f"--dtensor-input {config.dtensor_input!r} is unknown; use pack or dataset")
-    sizes = layer_sizes(config.hidden)
-    spec: MeshSpec = mesh_spec(config.mesh, len(devices), sizes, config.batch_size)
+    spec = check_config(config, devices)
     mesh = create_mesh(spec, devices)
-    device_type = devices[0].split(":")[0]
-    history = History(trainer="dtensor", placement=f"mesh {spec} over {len(devices)} x {device_type}")
+    history = History(trainer="dtensor", placement=f"mesh {spec} over {len(devices)} x {devices[0].split(':')[0]}")
 
-    model = build_model(initial_values(sizes, config.seed), mesh)
+    model = build_model(initial_values(layer_sizes(config.hidden), config.seed), mesh)
     optimizer = build_optimizer(config, model, mesh)
     layouts = " ".join(f"{name}{i}{describe_layout(var.layout)}"
                        for i, layer in enumerate(model.layers) for name, var in (("w", layer.w), ("b", layer.b)))
-    history.details = {"mesh": str(spec), "dtensor_input": config.dtensor_input, "layouts": layouts,
-                       "per_shard_batch": str(config.batch_size // spec.batch)}
+    history.details = {"mesh": str(spec), "dtensor_input": config.dtensor_input, "layouts": layouts}
     if not config.quiet:
-        log(f"{'dtensor':<10} {history.placement}; global batch {config.batch_size} = {spec.batch} x "
-            f"{config.batch_size // spec.batch}; input {config.dtensor_input}; layouts {layouts}")
+        log(f"{'dtensor':<10} {history.placement}; input {config.dtensor_input}; layouts {layouts}")
 
     first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, 0,
                                           config.shuffle, config.seed))
@@ -231,7 +275,8 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
 
     batches = packed_batches if config.dtensor_input == "pack" else dataset_batches
     for epoch in range(config.epochs):
-        meter = EpochMeter()
+        meter = EpochMeter(f"dtensor epoch {epoch + 1}/{config.epochs}",
+                           len(batch_slices(len(data.y_train), config.batch_size)))
         for step, ((x_batch, y_batch, weights), real_count) in enumerate(batches(data, config, epoch, mesh)):
             started = time.perf_counter()
             loss, correct = train_step(model, optimizer, x_batch, y_batch, weights)
@@ -242,9 +287,10 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         step_losses, train_loss, train_accuracy, seconds = meter.finish()
         test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test, config.batch_size, mesh)
         history.step_losses += step_losses
+        history.step_times_ms += meter.step_times_ms
         record = EpochRecord(epoch + 1, train_loss, train_accuracy, test_loss, test_accuracy, seconds)
         history.epochs.append(record)
         if not config.quiet:
             log(format_epoch_line("dtensor", record, config.epochs))
-    history.final_weights = [to_numpy(w) for w in model.weights]
+    history.final_weights = [to_numpy(w) for w in model.weights]  # one all-gather per sharded weight
     return history

@@ -4,6 +4,7 @@ Values are returned here, never only printed: compare.py builds its tables, plot
 and JSON report from these records.
 """
 import dataclasses
+import sys
 import time
 from typing import Dict, List
 
@@ -48,9 +49,12 @@ class EpochMeter:
     execution is synchronous), so these are real step times, not dispatch times.
     """
 
-    def __init__(self):
+    def __init__(self, label: str = "", total_steps: int = 0):
         self.losses, self.corrects, self.counts, self.step_times_ms = [], [], [], []
         self.start = self._last = time.perf_counter()
+        # A progress bar only on a terminal: logs and pipes get the epoch lines alone.
+        self.progress_label = label if label and total_steps and sys.stderr.isatty() else ""
+        self.total_steps = total_steps
 
     def add(self, mean_loss, correct, count: int):
         now = time.perf_counter()
@@ -59,6 +63,13 @@ class EpochMeter:
         self.losses.append(mean_loss)
         self.corrects.append(correct)
         self.counts.append(count)
+        if self.progress_label:
+            done = len(self.losses)
+            bar = "#" * (30 * done // self.total_steps)
+            sys.stderr.write(f"\r{self.progress_label} [{bar:<30}] {done}/{self.total_steps} steps")
+            if done == self.total_steps:
+                sys.stderr.write("\r" + " " * (len(self.progress_label) + 50) + "\r")
+            sys.stderr.flush()
 
     def finish(self):
         """(step_losses, mean loss, accuracy, seconds) for what was added."""

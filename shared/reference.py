@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.config import Config
-from shared.data import MnistData, epoch_batches
+from shared.data import MnistData, batch_slices, epoch_batches
 from shared.history import EpochMeter, EpochRecord, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
 from shared.model import build_mlp, initial_values, layer_sizes
@@ -67,7 +67,8 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         history.first_step_gradients = [g.numpy() for g in compute_gradients(model, first_x, first_y)]
 
         for epoch in range(config.epochs):
-            meter = EpochMeter()
+            meter = EpochMeter(f"reference epoch {epoch + 1}/{config.epochs}",
+                               len(batch_slices(len(data.y_train), config.batch_size)))
             for step, (x_batch, y_batch) in enumerate(epoch_batches(
                     data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed)):
                 started = time.perf_counter()

@@ -3,6 +3,7 @@
 Every file is written atomically (a temporary file in the same directory, then
 os.replace), so a failure never leaves a half-written report behind.
 """
+import dataclasses
 import json
 import os
 import sys
@@ -144,7 +145,6 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
 
 
 def report_dict(run, sweep) -> dict:
-    import dataclasses
     train_examples = len(run.data.y_train)
     trainers = {}
     for name, result in run.results.items():
@@ -179,6 +179,17 @@ def report_dict(run, sweep) -> dict:
     }
 
 
+def _finite(value):
+    """NaN and infinity are not JSON: they become null (a diverged loss, say)."""
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
 def write_tensorboard(logdir: str, run) -> None:
     """Scalars per trainer: the loss of every step and the per-epoch metrics."""
     for name, result in run.results.items():
@@ -196,7 +207,7 @@ def write_tensorboard(logdir: str, run) -> None:
 
 def write_outputs(args, run, sweep) -> None:
     if args.json:
-        payload = json.dumps(report_dict(run, sweep), indent=2, allow_nan=True).encode()
+        payload = json.dumps(_finite(report_dict(run, sweep)), indent=2, allow_nan=False).encode()
         write_atomically(args.json, payload)
     if args.plots:
         from shared import plots

@@ -1,0 +1,145 @@
+"""DTensor mesh, layouts and input packing, without training: bad meshes, layouts of weights and slots, padding.
+
+Fast (no training step runs); the parity runs are in test_dtensor.py.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.experimental import dtensor
+
+from dtensor_impl import trainer
+from dtensor_impl.mesh import MeshSpec, create_mesh, mesh_spec, parse_mesh
+from shared.config import Config
+from shared.errors import UsageError
+from shared.model import initial_values, layer_sizes
+
+U = dtensor.UNSHARDED
+SIZES = layer_sizes((700, 500))
+
+
+def make_mesh(devices, text):
+    spec = parse_mesh(text, len(devices))
+    return create_mesh(spec, devices[:spec.device_count])
+
+
+def test_default_mesh_is_pure_data_parallel_over_all_devices():
+    assert parse_mesh(None, 8) == MeshSpec(batch=8)
+    assert str(mesh_spec("batch=4,model=2", 8, SIZES, 64)) == "batch=4,model=2"
+
+
+@pytest.mark.parametrize("mesh, batch_size, message", [
+    ("batch=4,model=4", 64,
+     "--mesh batch=4,model=4 covers 16 devices but there are 8; the axis sizes must multiply to 8, "
+     "e.g. batch=8 or batch=2,model=4"),
+    ("batch=4", 64,
+     "--mesh batch=4 covers 4 devices but there are 8; the axis sizes must multiply to 8, "
+     "e.g. batch=8 or batch=4,model=2"),
+    ("batch=4,data=2", 64,
+     "--mesh batch=4,data=2: unknown axis 'data'; the axes are batch and model, e.g. batch=8 or batch=4,model=2"),
+    ("batch=1,model=8", 64,
+     "--mesh batch=1,model=8: the model axis of 8 does not divide hidden width 700, which it shards; "
+     "use model=1, 2 or 4, or --hidden widths divisible by 8"),
+    ("batch=8", 100,
+     "global batch 100 does not divide over the batch axis of 8 (--mesh batch=8); use --batch-size 96 or 104"),
+    (None, 4,
+     "global batch 4 does not divide over the batch axis of 8 (--mesh batch=8); use --batch-size 8"),
+    ("batch8", 64,
+     "--mesh 'batch8': 'batch8' is not AXIS=SIZE with a positive SIZE; use batch=B[,model=M], e.g. batch=8"),
+    ("model=8", 64, "--mesh model=8: no batch axis; use batch=1,model=8 for model parallelism only"),
+    ("batch=4,batch=2", 64, "--mesh batch=4,batch=2: axis batch is given twice; use batch=B[,model=M]"),
+])
+def test_bad_mesh_is_one_line_that_says_what_works(devices, embedded, mesh, batch_size, message):
+    with pytest.raises(UsageError) as error:
+        trainer.fit(Config(mesh=mesh, batch_size=batch_size, quiet=True), embedded, devices)
+    assert str(error.value) == message
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_input_mode_is_refused(devices, embedded):
+    with pytest.raises(UsageError, match=r"^--dtensor-input 'feed' is unknown; use pack or dataset$"):
+        trainer.fit(Config(dtensor_input="feed", quiet=True), embedded, devices)
+
+
+def test_dataset_input_on_part_of_the_devices_is_refused(devices, embedded):
+    """DTensorDataset sizes its sharding from all the process's devices; on fewer it repeats batches."""
+    with pytest.raises(UsageError) as error:
+        trainer.fit(Config(mesh="batch=2", batch_size=64, dtensor_input="dataset", quiet=True),
+                    embedded, devices[:2])
+    assert str(error.value) == (
+        "--dtensor-input dataset needs a mesh over all 8 logical CPUs of this process, not 2 "
+        "(DTensorDataset would repeat batches); use --dtensor-input pack, or --devices 2 in a new process")
+
+
+def build(devices, mesh_text, optimizer="adam", hidden=(700, 500)):
+    mesh = make_mesh(devices, mesh_text)
+    values = initial_values(layer_sizes(hidden), seed=22)
+    model = trainer.build_model(values, mesh)
+    return mesh, values, model, trainer.build_optimizer(Config(optimizer=optimizer, hidden=hidden), model, mesh)
+
+
+def specs(variable):
+    return list(variable.layout.sharding_specs)
+
+
+@pytest.mark.parametrize("mesh_text, expected", [
+    ("batch=8", [([U, U], [U])] * 3),
+    ("batch=4,model=2", [([U, "model"], ["model"]), (["model", U], [U]), ([U, U], [U])]),
+    ("batch=2,model=4", [([U, "model"], ["model"]), (["model", U], [U]), ([U, U], [U])]),
+])
+def test_weights_biases_and_adam_slots_have_the_specified_layouts(devices, mesh_text, expected):
+    mesh, _, model, adam = build(devices, mesh_text)
+    assert [(specs(layer.w), specs(layer.b)) for layer in model.layers] == expected
+    for weight, m, v in zip(model.weights, adam.m, adam.v):
+        assert weight.layout.mesh == mesh
+        assert isinstance(m, dtensor.DVariable) and isinstance(v, dtensor.DVariable)
+        assert m.layout == weight.layout and v.layout == weight.layout
+        assert m.shape == weight.shape
+    assert adam.step.layout == dtensor.Layout.replicated(mesh, 0)
+    assert adam.step.dtype == tf.int64
+
+
+def test_deeper_mlp_alternates_column_and_row_sharding_and_keeps_the_output_replicated(devices):
+    _, _, model, _ = build(devices, "batch=4,model=2", hidden=(64, 32, 16))
+    assert [(specs(layer.w), specs(layer.b)) for layer in model.layers] == [
+        ([U, "model"], ["model"]), (["model", U], [U]), ([U, "model"], ["model"]), ([U, U], [U])]
+
+
+def test_deeper_mlp_checks_every_width_the_model_axis_shards():
+    sizes = layer_sizes((64, 32, 18))
+    with pytest.raises(UsageError, match="does not divide hidden width 18, which it shards; use model=1 or 2,"):
+        mesh_spec("batch=2,model=4", 8, sizes, 64)
+    assert mesh_spec("batch=2,model=4", 8, layer_sizes((64, 30, 16)), 64).model == 4  # 30: row-sharded input of 64
+
+
+def test_initial_values_reach_every_layout_unchanged(devices):
+    """Copied whole and sliced, not re-drawn under the sharded layout."""
+    _, values, model, _ = build(devices, "batch=2,model=4")
+    for variable, value in zip(model.weights, values):
+        np.testing.assert_array_equal(trainer.to_numpy(variable), value)
+    first_column_shard = dtensor.unpack(model.layers[0].w.read_value())[1].numpy()  # device 1: batch 0, model 1
+    np.testing.assert_array_equal(first_column_shard, values[0][:, 700 // 4: 2 * 700 // 4])
+
+
+def test_partial_batch_is_padded_with_zero_weight_examples():
+    x = np.arange(45 * 3, dtype=np.float32).reshape(45, 3) + 1
+    y = np.arange(45) % 10
+    x_padded, y_padded, weights = trainer.pad_batch(x, y, batch_shards=8)
+    assert x_padded.shape == (48, 3) and y_padded.shape == (48,)
+    np.testing.assert_array_equal(x_padded[:45], x)
+    np.testing.assert_array_equal(y_padded[:45], y)
+    np.testing.assert_array_equal(weights, [1.0] * 45 + [0.0] * 3)
+    _, _, unpadded_weights = trainer.pad_batch(x[:40], y[:40], batch_shards=8)
+    assert unpadded_weights.shape == (40,) and unpadded_weights.min() == 1.0
+
+
+def test_pack_batch_gives_each_device_its_batch_shard(devices):
+    mesh = make_mesh(devices, "batch=4,model=2")
+    x = np.arange(45 * 2, dtype=np.float32).reshape(45, 2)
+    y = np.arange(45, dtype=np.int64)
+    x_batch, y_batch, weights = trainer.pack_batch(x, y, mesh)
+    assert x_batch.shape == (48, 2)
+    assert dtensor.fetch_layout(x_batch) == dtensor.Layout(["batch", U], mesh)
+    components = [c.numpy() for c in dtensor.unpack(y_batch)]
+    for device, component in enumerate(components):  # devices 2b and 2b+1 hold batch shard b
+        np.testing.assert_array_equal(component, np.pad(y, (0, 3))[12 * (device // 2): 12 * (device // 2 + 1)])
+    assert float(tf.reduce_sum(weights)) == 45.0
