@@ -1,0 +1,273 @@
+"""The MirroredStrategy trainer: the reference's training run, data-parallel under tf.distribute.
+
+It reads like TensorFlow's "Custom training with tf.distribute.Strategy" tutorial:
+    python compare.py --trainers reference,mirrored --data embedded
+
+- `tf.distribute.MirroredStrategy` over exactly the given logical devices, one replica each.
+  The model (shared sizes and initial values) and the optimizer's slots and step count are
+  made under `strategy.scope()`, so each is a MirroredVariable: one copy per replica.
+- Input: `strategy.distribute_datasets_from_function`, one dataset for the training run and
+  one for the test split. Each yields, for every global batch of `shared.data.epoch_batches`
+  in order, its N contiguous per-replica pieces in replica order; the distributed iterator
+  hands N consecutive elements to replicas 0..N-1, one step each. Pieces differ by at most
+  one example (44 over 8 replicas: 6,6,6,6,5,5,5,5); when the final partial batch has fewer
+  examples than replicas, the last replicas get empty pieces of shape [0, 784], which add
+  zero to the loss sum and to the gradients. No data is dropped and nothing is padded.
+- Loss: each replica takes `shared.losses.mean_loss` of its piece with the number of real
+  examples in the *global* batch (carried in every element), so the replicas' losses and
+  gradients sum to the global mean's, however unevenly the batch split.
+- Update: gradients are all-reduced (SUM) in replica context, then every replica applies the
+  shared optimizer to its own copies. The variables keep the default aggregation NONE, with
+  which an assign in replica context writes only that replica's copy (no merge_call); all
+  replicas receive the same all-reduced values, so their copies stay bit-identical, which
+  `details["replica_weight_spread"]` records after training.
+- Metrics: the per-replica loss shares and correct counts are summed with `strategy.reduce`.
+- Step losses stay tensors until the epoch ends (`EpochMeter`): one host sync per epoch.
+
+The history record is the reference's, with trainer "mirrored", placement "N replicas on CPU"
+and the cross-device ops in `details`. Costs, 8 replicas on 2 CPU cores, default data: a step
+takes ~19 ms (SGD) or ~30 ms (Adam) against the reference's ~6 ms: the distributed iterator
+~5 ms, then every replica computes its share and, after the all-reduce, the whole update on
+its own copy, so Adam's update runs 8 times. strategy.run traces a step function once per
+replica, so tracing grows with N too.
+
+`--adam tutorial`: MirroredVariables read back what was just assigned (with one replica and
+no partial batch the tutorial's Adam matches the reference exactly), but its Python-float
+step count advances at trace time, once per replica trace: replica i bias-corrects with
+t = i + 1 and the copies drift apart (`details["replica_weight_spread"]`). The reference's
+count is 1 in its first trace and 2 in its retrace for a partial final batch, so with a
+partial batch the two differ even on one replica.
+"""
+import itertools
+import time
+from typing import Callable, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from shared.config import Config
+from shared.data import MnistData, batch_slices, epoch_batches
+from shared.errors import UsageError
+from shared.history import EpochMeter, EpochRecord, History, format_epoch_line
+from shared.losses import correct_count, loss_sum, mean_loss
+from shared.model import build_mlp, initial_values, layer_sizes
+from shared.optim import make_optimizer
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+def check_config(config: Config, devices: Sequence[str]) -> None:
+    """Reject devices TensorFlow cannot provide and global batches smaller than the replica count.
+
+    compare.py runs this before anything trains; `fit` runs it again.
+    """
+    batch_size = config.batch_size
+    device_type = devices[0].split(":")[0]
+    configured = {device.name.replace("/device:", "") for device in tf.config.list_logical_devices()}
+    missing = [device for device in devices if device not in configured]
+    if missing:
+        available = len(tf.config.list_logical_devices(device_type))
+        raise UsageError(f"--devices {len(devices)}: {', '.join(missing)} not configured; TensorFlow "
+                         f"has {available} logical {device_type}s, use --devices {available} or fewer")
+    if batch_size < len(devices):
+        raise UsageError(f"--batch-size {batch_size} is smaller than the {len(devices)} replicas, so some "
+                         f"replicas would never see an example; use --batch-size {len(devices)} or more, "
+                         f"or --devices {batch_size} or fewer")
+
+
+def choose_cross_device_ops(devices: Sequence[str]) -> tf.distribute.CrossDeviceOps:
+    """NCCL across separate physical GPUs; otherwise reduce to one device and broadcast back.
+
+    NCCL needs one physical GPU per replica: on logical GPUs split from one physical GPU
+    it does not work (TensorFlow's own selection falls back to ReductionToOneDevice there),
+    and on CPUs it does not exist, so these reduce to one device.
+
+    Chosen here, not left to TensorFlow: given no `cross_device_ops`, TF 2.21's
+    MirroredStrategy all-reduces with CollectiveAllReduce (RING on CPUs), whose group keys
+    start at 1 for every strategy, so a 2-replica then an 8-replica strategy in one process
+    (a device sweep, the tests) abort with "joining a group with size8, but that group has
+    size 2". ReductionToOneDevice and NcclAllReduce keep no such process-wide state.
+    """
+    all_gpus = all(device.upper().startswith("GPU") for device in devices)
+    one_physical_gpu_each = (len(tf.config.list_logical_devices("GPU"))
+                             == len(tf.config.list_physical_devices("GPU")))
+    if all_gpus and one_physical_gpu_each and len(devices) > 1:
+        return tf.distribute.NcclAllReduce()
+    return tf.distribute.ReductionToOneDevice()
+
+
+def piece_sizes(global_count: int, num_replicas: int):
+    """Contiguous per-replica shares of a global batch, replica 0 first: 44 over 8 is 6,6,6,6,5,5,5,5."""
+    return [global_count // num_replicas + (replica < global_count % num_replicas)
+            for replica in range(num_replicas)]
+
+
+def replica_pieces(num_examples: int, batch_size: int, num_replicas: int, epochs: Sequence[int],
+                   shuffle: bool, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The global batches of `epoch_batches` for `epochs`, cut for the replicas: (order, pieces).
+
+    order lists example indices, global batch after global batch (epoch_batches applied to
+    the indices themselves); each row of pieces is (start in order, size, global count),
+    N rows per global batch, in replica order.
+    """
+    indices = np.arange(num_examples)
+    order, pieces, start = [], [], 0
+    for epoch in epochs:
+        for index_batch, _ in epoch_batches(indices, indices, batch_size, epoch, shuffle, seed):
+            order.append(index_batch)
+            for size in piece_sizes(len(index_batch), num_replicas):
+                pieces.append((start, size, len(index_batch)))
+                start += size
+    order = np.concatenate(order) if order else np.zeros(0, dtype=np.int64)  # no epochs: no batches
+    return order, np.array(pieces, dtype=np.int64).reshape(-1, 3)
+
+
+def distribute_batches(strategy, x: np.ndarray, y: np.ndarray, batch_size: int, epochs: Sequence[int],
+                       shuffle: bool = False, seed: int = 0):
+    """The global batches of `epochs` as one distributed dataset of per-replica (x, y, global count).
+
+    One dataset, so one iterator, for the whole run: creating a distributed iterator costs
+    ~0.3 s at 8 replicas, and creating one while another was alive and prefetching stalled
+    for up to 20 s here. Iterate it for exactly the known number of steps: asking for one
+    more waits for every replica's end of data (stalls of seconds here too).
+    """
+    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        num_replicas = input_context.num_replicas_in_sync
+        order, pieces = replica_pieces(len(y), batch_size, num_replicas, epochs, shuffle, seed)
+        images, labels, order = tf.constant(x), tf.constant(y), tf.constant(order)
+
+        def take_piece(piece):
+            index = order[piece[0]:piece[0] + piece[1]]
+            return tf.gather(images, index), tf.gather(labels, index), piece[2]
+        return tf.data.Dataset.from_tensor_slices(pieces).map(take_piece).prefetch(2 * num_replicas)
+    # Already per replica: the distributed iterator hands N consecutive elements to replicas 0..N-1.
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def replica_loss_and_gradients(model, x, y, global_count):
+    """(logits, this replica's loss share, all-reduced gradients of the global mean loss)."""
+    with tf.GradientTape() as tape:
+        logits = model(x)
+        loss = mean_loss(logits, y, global_count)
+    grads = tape.gradient(loss, model.weights)
+    # ReductionToOneDevice on CPU: sum on one device, copy back to each (see choose_cross_device_ops).
+    return logits, loss, tf.distribute.get_replica_context().all_reduce(SUM, grads)
+
+
+@tf.function
+def global_gradients(strategy, model, pieces):
+    """The gradients of the global mean loss at the current weights, as every replica sees them."""
+    def on_replica(x, y, global_count):
+        return replica_loss_and_gradients(model, x, y, global_count)[2]
+    return strategy.run(on_replica, args=pieces)
+
+
+@tf.function
+def train_step(strategy, model, optimizer, pieces):
+    """One optimizer step on a global batch; returns (mean loss, correct count) before the update.
+
+    Trace it first with `get_concrete_function(..., distributed_dataset.element_spec)`, as
+    `fit` does for every step function: called with tensors, tf.function would trace the
+    first pieces' exact shapes and retrace for the final partial batch, and since strategy.run
+    traces once per replica, each retrace costs N times the reference's.
+    """
+    def on_replica(x, y, global_count):
+        logits, loss, grads = replica_loss_and_gradients(model, x, y, global_count)
+        optimizer.apply_gradients(grads, model.weights)  # writes this replica's copies only
+        return loss, correct_count(logits, y)
+    losses, corrects = strategy.run(on_replica, args=pieces)
+    return strategy.reduce(SUM, losses, axis=None), strategy.reduce(SUM, corrects, axis=None)
+
+
+@tf.function
+def test_step(strategy, model, pieces):
+    def on_replica(x, y, global_count):
+        logits = model(x)
+        return loss_sum(logits, y), correct_count(logits, y)
+    loss_sums, corrects = strategy.run(on_replica, args=pieces)
+    return strategy.reduce(SUM, loss_sums, axis=None), strategy.reduce(SUM, corrects, axis=None)
+
+
+def evaluate(strategy, model, steps, num_batches: int, num_examples: int):
+    """(mean loss, accuracy) over a whole split: the next `num_batches` of `steps`; one host sync."""
+    total_loss, total_correct = 0.0, 0.0
+    for _ in range(num_batches):
+        batch_loss, batch_correct = test_step(strategy, model, next(steps))
+        total_loss, total_correct = total_loss + batch_loss, total_correct + batch_correct
+    return float(total_loss) / num_examples, float(total_correct) / num_examples
+
+
+def replica_weight_spread(strategy, model) -> float:
+    """Largest difference between any replica's copy of a weight and replica 0's (0 when in sync)."""
+    spread = 0.0
+    for weight in model.weights:
+        copies = [copy.numpy() for copy in strategy.experimental_local_results(weight)]
+        spread = max([spread] + [float(np.max(np.abs(copy - copies[0]))) for copy in copies[1:]])
+    return spread
+
+
+def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
+    """Train data-parallel with one replica per device and return the shared history record."""
+    check_config(config, devices)
+    cross_device_ops = choose_cross_device_ops(devices)
+    strategy = tf.distribute.MirroredStrategy(devices=[f"/device:{device}" for device in devices],
+                                              cross_device_ops=cross_device_ops)
+    num_replicas = strategy.num_replicas_in_sync  # one per device: check_config saw each exists
+    device_type = devices[0].split(":")[0]
+    history = History(trainer="mirrored",
+                      placement=f"{num_replicas} replica{'s' * (num_replicas > 1)} on {device_type}")
+    smallest_piece, largest_piece = config.batch_size // num_replicas, -(-config.batch_size // num_replicas)
+    history.details = {
+        "cross_device_ops": type(cross_device_ops).__name__,
+        "input": "distribute_datasets_from_function",
+        "per_replica_batch": (f"{smallest_piece}" if smallest_piece == largest_piece
+                              else f"{smallest_piece}-{largest_piece}"),
+    }
+    if not config.quiet:
+        log(f"{'mirrored':<10} {history.placement}; cross-device ops {history.details['cross_device_ops']}; "
+            f"per-replica batch {history.details['per_replica_batch']}; input {history.details['input']}")
+    values = initial_values(layer_sizes(config.hidden), config.seed)
+    with strategy.scope():
+        model = build_mlp(values)
+        optimizer = make_optimizer(
+            config.optimizer, config.adam, model.weights, config.learning_rate,
+            zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
+            make_step=lambda: tf.Variable(0, dtype=tf.int64))
+
+    epochs = range(config.epochs)
+    train_batches = distribute_batches(strategy, data.x_train, data.y_train, config.batch_size, epochs or [0],
+                                       config.shuffle, config.seed)
+    test_batches = distribute_batches(strategy, data.x_test, data.y_test, config.batch_size, epochs)
+    global_gradients.get_concrete_function(strategy, model, train_batches.element_spec)  # see train_step
+    test_step.get_concrete_function(strategy, model, test_batches.element_spec)
+    train_steps, test_steps = iter(train_batches), iter(test_batches)
+    first_pieces = next(train_steps)
+    first_grads = global_gradients(strategy, model, first_pieces)
+    history.first_step_gradients = [strategy.experimental_local_results(g)[0].numpy() for g in first_grads]
+    train_steps = itertools.chain([first_pieces], train_steps)
+
+    global_counts = [part.stop - part.start for part in batch_slices(len(data.y_train), config.batch_size)]
+    test_batch_count = len(batch_slices(len(data.y_test), config.batch_size))
+    for epoch in epochs:
+        meter = EpochMeter(f"mirrored epoch {epoch + 1}/{config.epochs}", len(global_counts))
+        for step, global_count in enumerate(global_counts):
+            pieces = next(train_steps)
+            started = time.perf_counter()
+            if epoch == 0 and step == 0:
+                train_step.get_concrete_function(strategy, model, optimizer, train_batches.element_spec)
+            loss, correct = train_step(strategy, model, optimizer, pieces)
+            if epoch == 0 and step == 0:
+                float(loss)  # host sync, once: the first call's time is the trace time
+                history.trace_seconds = time.perf_counter() - started
+            meter.add(loss, correct, global_count)
+        step_losses, train_loss, train_accuracy, seconds = meter.finish()
+        test_loss, test_accuracy = evaluate(strategy, model, test_steps, test_batch_count, len(data.y_test))
+        history.step_losses += step_losses
+        history.step_times_ms += meter.step_times_ms
+        record = EpochRecord(epoch + 1, train_loss, train_accuracy, test_loss, test_accuracy, seconds)
+        history.epochs.append(record)
+        if not config.quiet:
+            log(format_epoch_line("mirrored", record, config.epochs))
+    history.details["replica_weight_spread"] = f"{replica_weight_spread(strategy, model):.3g}"
+    history.final_weights = [w.numpy() for w in model.weights]
+    return history
