@@ -1,0 +1,123 @@
+"""compare.py end to end at small size on embedded data: exit codes, tables, JSON, plots.
+
+One full run (all three trainers, 2 devices, 1 epoch of 256 examples) is shared by
+the table, JSON and plot tests; each other case is its own process.
+"""
+import json
+import os
+import re
+import struct
+
+import pytest
+
+from tests.cli import run_compare
+
+SMALL = ["--data", "embedded", "--train-examples", "256", "--test-examples", "128", "--epochs", "1",
+         "--devices", "2", "--batch-size", "64"]
+PNG_SIZE = (900, 600)  # FIGURE_SIZE (9, 6) at 100 dpi
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    result = run_compare(*SMALL, "--json", str(out / "report.json"), "--plots", str(out / "plots"),
+                         "--logdir", str(out / "logs"))
+    return result, out
+
+
+def test_full_run_exits_0_with_parity(full_run):
+    result, _ = full_run
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.rstrip().endswith("PARITY OK")
+
+
+def test_tables_have_a_row_per_trainer_and_the_promised_columns(full_run):
+    result, _ = full_run
+    lines = result.stdout.splitlines()
+    parity_header = next(l for l in lines if l.startswith("| trainer") and "max |loss diff|" in l)
+    for column in ("at step", "max |grad diff|", "max |weight diff|", "tolerance", "verdict"):
+        assert column in parity_header
+    results_header = next(l for l in lines if l.startswith("| trainer") and "examples/s" in l)
+    for column in ("devices / mesh", "train loss", "train acc", "test loss", "test acc",
+                   "step p50 ms", "step p95 ms", "trace s", "peak MB"):
+        assert column in results_header
+    rows = [l for l in lines if re.match(r"\| (reference|dtensor|mirrored) ", l)]
+    assert sorted(r.split("|")[1].strip() for r in rows) == \
+        ["dtensor", "dtensor", "mirrored", "mirrored", "reference"]  # parity rows + result rows
+    assert sum(" ok " in r for r in rows) == 2
+    # The epoch lines share one format across trainers.
+    for name in ("reference", "dtensor", "mirrored"):
+        assert re.search(rf"^{name}\s+epoch 1/1  train_loss \d\.\d{{4}}  train_acc \d\.\d{{4}}  "
+                         rf"test_loss \d\.\d{{4}}  test_acc \d\.\d{{4}}  time \d+\.\d\ds$", result.stdout, re.M)
+
+
+def test_json_report_keys_and_types(full_run):
+    _, out = full_run
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] is True
+    assert report["config"]["devices"] == 2 and report["config"]["epochs"] == 1
+    assert report["environment"]["tensorflow"].startswith("2.")
+    assert report["environment"]["data_source"] == "embedded"
+    assert report["environment"]["devices"] == ["CPU:0", "CPU:1"]
+    for name in ("reference", "dtensor", "mirrored"):
+        trainer = report["trainers"][name]
+        assert len(trainer["step_losses"]) == 4 and all(isinstance(v, float) for v in trainer["step_losses"])
+        (epoch,) = trainer["epochs"]
+        for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "train_seconds"):
+            assert isinstance(epoch[key], float)
+        assert trainer["throughput_examples_per_s"] > 0
+    for name in ("dtensor", "mirrored"):
+        parity = report["parity"][name]
+        for key in ("max_abs_loss_diff", "max_abs_grad_diff", "max_abs_weight_diff", "tolerance"):
+            assert isinstance(parity[key], float) and parity[key] >= 0
+        assert parity["ok"] is True and parity["max_abs_loss_diff"] <= parity["tolerance"]
+
+
+def png_size(path):
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
+    return struct.unpack(">II", header[16:24])
+
+
+def test_plots_are_valid_pngs_of_the_expected_size(full_run):
+    _, out = full_run
+    for name in ("loss.png", "accuracy.png", "loss_diff.png", "throughput.png"):
+        assert png_size(out / "plots" / name) == PNG_SIZE
+    assert not [p for p in os.listdir(out / "plots") if p.startswith(".tmp-")]
+
+
+def test_tensorboard_scalars_per_trainer(full_run):
+    _, out = full_run
+    for name in ("reference", "dtensor", "mirrored"):
+        assert any(f.startswith("events.out.tfevents") for f in os.listdir(out / "logs" / name))
+
+
+def test_tutorial_adam_fails_parity_with_exit_1(tmp_path):
+    report_path = tmp_path / "report.json"
+    result = run_compare(*SMALL, "--devices", "8", "--batch-size", "128", "--trainers", "dtensor",
+                         "--adam", "tutorial", "--json", str(report_path))
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "MISMATCH" in result.stdout and result.stdout.rstrip().endswith("PARITY FAILED")
+    report = json.loads(report_path.read_text())  # complete even when parity fails
+    assert report["ok"] is False and report["parity"]["dtensor"]["ok"] is False
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trainers", "dtensor,nope"], r"unknown trainer nope"),
+    (["--mesh", "batch=4"], r"--mesh batch=4 covers 4 devices but there are 2"),
+    (["--epochs", "-2"], r"--epochs: -2 is negative"),
+    (["--data", "{tmp}/empty"], r"train-images-idx3-ubyte\[\.gz\] not found"),
+    (["--json", "{tmp}/missing/report.json"], r"--json: directory .*missing does not exist"),
+])
+def test_bad_options_exit_2_and_leave_no_report(tmp_path, args, message):
+    (tmp_path / "empty").mkdir()
+    existing = tmp_path / "report.json"
+    existing.write_text('{"previous": true}')
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    json_args = [] if "--json" in args else ["--json", str(existing)]
+    result = run_compare(*SMALL, *args, *json_args, "--plots", str(tmp_path / "plots"))
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert re.search(message, result.stderr.strip().splitlines()[-1])
+    assert "Traceback" not in result.stderr and "epoch 1/" not in result.stdout
+    assert existing.read_text() == '{"previous": true}'
+    assert not (tmp_path / "plots").exists() or not os.listdir(tmp_path / "plots")
