@@ -28,7 +28,7 @@ class Config:
     shuffle: bool = False  # the tutorial does not shuffle; True reshuffles every epoch from `seed`
     dtensor_input: str = "pack"  # "pack" (tutorial: split + dtensor.pack) or "dataset" (DTensorDataset)
     record_step_losses: bool = True  # per-step losses cost one host sync per epoch, not per step
-    tolerance: Optional[float] = None  # None: the measured default in shared.parity
+    tolerance: Optional[float] = None  # loss and gradient bound; weights get 10x. None: shared.parity's
     quiet: bool = False
 
     def replace(self, **changes) -> "Config":

@@ -7,7 +7,12 @@ at the initial weights, and the final weights. Each must be within the tolerance
 DEFAULT_TOLERANCE comes from measurement (README, "Parity tolerance"): it sits
 above the float noise seen between the reference and every mesh and device count
 (summation order across devices changes the last bits) and at least 100 times
-below the smallest divergence that `--adam tutorial` produces.
+below the smallest loss divergence that `--adam tutorial` produces. It bounds the
+loss and gradient differences. Final weights get WEIGHT_TOLERANCE_FACTOR times more:
+float noise that flips one ReLU unit on one example changes that unit's Adam update
+by up to a learning-rate step (1e-3 by default) per element and step, and 3 epochs
+of the default run showed 1.8e-4 from that alone, while the tutorial's Adam moves
+the weights by 2e-2 or more.
 """
 import dataclasses
 from typing import Optional
@@ -16,7 +21,8 @@ import numpy as np
 
 from shared.history import History
 
-DEFAULT_TOLERANCE = 1e-4  # provisional until measured; see the module docstring
+DEFAULT_TOLERANCE = 1e-4
+WEIGHT_TOLERANCE_FACTOR = 10
 
 
 @dataclasses.dataclass
@@ -25,7 +31,8 @@ class Parity:
     loss_diff_step: int  # 0-based training step of the largest loss difference
     max_abs_grad_diff: float
     max_abs_weight_diff: float
-    tolerance: float
+    tolerance: float  # for the loss and gradient differences
+    weight_tolerance: float  # for the final weights: WEIGHT_TOLERANCE_FACTOR x tolerance
     ok: bool
     reason: str = ""  # why not ok, in one line
 
@@ -52,7 +59,10 @@ def check_parity(candidate: History, reference: History, tolerance: Optional[flo
         reasons.append("final weight shapes differ from the reference's")
     max_grad = _max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients)
     max_weight = _max_abs_diff(candidate.final_weights, reference.final_weights)
-    for name, value in (("loss", max_loss), ("gradient", max_grad), ("weight", max_weight)):
-        if not value <= tolerance:  # NaN fails too
-            reasons.append(f"{name} differs by {value:.3g} > {tolerance:.3g}")
-    return Parity(max_loss, worst_step, max_grad, max_weight, tolerance, not reasons, "; ".join(reasons))
+    weight_tolerance = WEIGHT_TOLERANCE_FACTOR * tolerance
+    for name, value, bound in (("loss", max_loss, tolerance), ("gradient", max_grad, tolerance),
+                               ("weight", max_weight, weight_tolerance)):
+        if not value <= bound:  # NaN fails too
+            reasons.append(f"{name} differs by {value:.3g} > {bound:.3g}")
+    return Parity(max_loss, worst_step, max_grad, max_weight, tolerance, weight_tolerance,
+                  not reasons, "; ".join(reasons))

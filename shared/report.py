@@ -17,7 +17,7 @@ from tabulate import tabulate
 from shared.errors import UsageError
 
 PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "max |grad diff|", "max |weight diff|",
-                  "tolerance", "verdict"]
+                  "tolerance (loss, grad / weight)", "verdict"]
 RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
                   "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "peak MB"]
 SWEEP_HEADERS = ["devices", "trainer", "examples/s", "ratio to reference", "parity"]
@@ -102,7 +102,7 @@ def parity_rows(run) -> List[list]:
             continue
         rows.append([name, f"{parity.max_abs_loss_diff:.2e}", parity.loss_diff_step,
                      f"{parity.max_abs_grad_diff:.2e}", f"{parity.max_abs_weight_diff:.2e}",
-                     f"{parity.tolerance:.0e}", "ok" if parity.ok else f"MISMATCH: {parity.reason}"])
+                     f"{parity.tolerance:.0e} / {parity.weight_tolerance:.0e}", "ok" if parity.ok else f"MISMATCH: {parity.reason}"])
     return rows
 
 
