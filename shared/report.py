@@ -68,12 +68,18 @@ def header(config, devices: Sequence[str], data) -> str:
     return "\n".join([
         f"TensorFlow {tf.__version__}; {len(devices)} logical {config.device_type} devices "
         f"({devices[0]} .. {devices[-1]}); DTensor mesh {config.mesh or f'batch={config.devices}'}",
-        f"global batch {config.batch_size}, per replica {config.batch_size / batch_axis:g} (DTensor) / "
-        f"{config.batch_size / config.devices:g} (MirroredStrategy); {config.epochs} epochs; "
+        f"global batch {config.batch_size}, per replica {config.batch_size // batch_axis} (DTensor) / "
+        f"{_split_sizes(config.batch_size, config.devices)} (MirroredStrategy); {config.epochs} epochs; "
         f"{config.optimizer} lr {config.learning_rate:g}" + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
         + f"; seed {config.seed}",
         data.describe(),
     ])
+
+
+def _split_sizes(batch: int, parts: int) -> str:
+    """Per-replica example counts when `batch` is split as evenly as possible: "16" or "7-8"."""
+    low, high = batch // parts, -(-batch // parts)
+    return f"{low}" if low == high else f"{low}-{high}"
 
 
 def throughput(history, train_examples: int) -> Tuple[float, float, float]:
