@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--logdir", metavar="DIR", help="write TensorBoard scalars per trainer here (default: none)")
     add("--sweep-devices", type=_int_list, default=None, metavar="N,N,...",
         help="also measure throughput and parity at each device count, e.g. 1,2,4,8 (default: none)")
-    add("--quiet", action="store_true", help="print only the tables")
+    add("--quiet", action="store_true", help="no per-epoch lines: the run's facts and the tables only")
     return parser
 
 

@@ -121,3 +121,18 @@ def test_bad_options_exit_2_and_leave_no_report(tmp_path, args, message):
     assert "Traceback" not in result.stderr and "epoch 1/" not in result.stdout
     assert existing.read_text() == '{"previous": true}'
     assert not (tmp_path / "plots").exists() or not os.listdir(tmp_path / "plots")
+
+
+def test_sweep_reports_throughput_and_parity_per_device_count(tmp_path):
+    report_path = tmp_path / "report.json"
+    result = run_compare(*SMALL, "--sweep-devices", "1,2", "--json", str(report_path), "--quiet")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Throughput against device count" in result.stdout
+    assert "epoch 1/" not in result.stdout  # --quiet: tables only
+    sweep = json.loads(report_path.read_text())["sweep"]
+    assert sorted((e["devices"], e["trainer"]) for e in sweep) == \
+        [(1, "dtensor"), (1, "mirrored"), (1, "reference"), (2, "dtensor"), (2, "mirrored")]
+    for entry in sweep:
+        assert entry["parity_ok"] is True and entry["throughput_examples_per_s"] > 0
+        assert isinstance(entry["ratio_to_reference"], float)
+    assert next(e for e in sweep if e["trainer"] == "reference")["ratio_to_reference"] == 1.0
