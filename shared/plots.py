@@ -16,6 +16,7 @@ from shared.report import throughput, write_atomically  # noqa: E402
 
 FIGURE_SIZE = (9, 6)  # the tutorial's rcParams['figure.figsize']
 DPI = 100  # 900 x 600 pixels
+EXACT_FLOOR = 1e-10  # where a zero loss difference is drawn on the log axis
 
 
 def _save(figure, directory: str, name: str) -> None:
@@ -27,18 +28,22 @@ def _save(figure, directory: str, name: str) -> None:
 
 def _epoch_metric_plot(run, directory: str, metric: str, label: str) -> None:
     figure, axes = plt.subplots(figsize=FIGURE_SIZE)
-    for name, result in run.results.items():
+    # Trainers that agree draw on top of each other: the first is widest, so all stay visible.
+    for rank, (name, result) in enumerate(run.results.items()):
         if result.history is None or not result.history.epochs:
             continue
         epochs = [r.epoch for r in result.history.epochs]
+        width, marker_size = 6 - 2 * rank, 12 - 4 * rank
         line, = axes.plot(epochs, [getattr(r, f"train_{metric}") for r in result.history.epochs],
-                          marker="o", label=f"{name} train")
+                          marker="o", markersize=marker_size, linewidth=width, label=f"{name} train")
         axes.plot(epochs, [getattr(r, f"test_{metric}") for r in result.history.epochs],
-                  marker="s", linestyle="--", color=line.get_color(), label=f"{name} test")
+                  marker="s", markersize=marker_size, linewidth=width, linestyle="--",
+                  color=line.get_color(), label=f"{name} test")
     axes.set_xlabel("epoch")
+    axes.xaxis.get_major_locator().set_params(integer=True)
     axes.set_ylabel(label)
-    axes.set_title(f"{label.capitalize()} per epoch (train: mean over the epoch's steps; test: after the epoch)")
-    axes.legend()
+    axes.set_title(f"{label.capitalize()} per epoch (train: over the epoch's steps; test: after it)")
+    axes.legend(title="lines overlap where trainers agree")
     axes.grid(alpha=0.3)
     _save(figure, directory, f"{metric}.png")
 
@@ -51,14 +56,18 @@ def _loss_diff_plot(run, directory: str) -> None:
         losses = np.asarray(run.results[name].history.step_losses)
         steps = min(len(losses), len(reference.step_losses))
         diff = np.abs(losses[:steps] - np.asarray(reference.step_losses[:steps]))
-        # Exact agreement would vanish on a log axis; show it at the axis floor.
-        axes.plot(np.arange(steps), np.maximum(diff, 1e-12), label=name)
+        # Exact agreement would vanish on a log axis; it is drawn on the floor line instead.
+        exact = diff == 0
+        points = axes.plot(np.flatnonzero(~exact), diff[~exact], marker="o", markersize=4,
+                           linestyle="none", label=name)[0]
+        axes.plot(np.flatnonzero(exact), np.full(exact.sum(), EXACT_FLOOR), marker="x", markersize=4,
+                  linestyle="none", color=points.get_color(), label=f"{name}: exactly equal")
         tolerance = parity.tolerance
     if tolerance is not None:
         axes.axhline(tolerance, color="red", linestyle=":", label=f"tolerance {tolerance:.0e}")
     axes.set_yscale("log")
     axes.set_xlabel("training step")
-    axes.set_ylabel("|loss - reference loss| (log scale; 1e-12 = exact)")
+    axes.set_ylabel(f"|loss - reference loss| (log scale; {EXACT_FLOOR:.0e} = exactly equal)")
     axes.set_title("Per-step training loss difference from the single-device reference")
     axes.legend()
     axes.grid(alpha=0.3, which="both")
