@@ -1,0 +1,264 @@
+"""Checkpoints and export: any trainer resumes any other's run, a killed writer leaves the previous
+checkpoint, mismatches are one line, and every trainer's SavedModel serves its predictions.
+
+Data: the first 300 training and 100 test embedded examples, global batch 64: 5 steps per
+epoch, the last of 44 examples (padded on DTensor batch=8). The DTensor (batch=8) and
+MirroredStrategy (8 replicas) trainers each train 2 epochs and checkpoint; every pair
+then trains the 3rd epoch from the other's checkpoint and is compared with one
+uninterrupted 3-epoch reference run.
+"""
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from dtensor_impl import trainer as dtensor_trainer
+from mirrored_impl import trainer as mirrored_trainer
+from shared import checkpoint, export, reference
+from shared.config import Config
+from shared.errors import UsageError
+from shared.parity import DEFAULT_TOLERANCE, WEIGHT_TOLERANCE_FACTOR
+from tests.cli import run_compare
+
+TRAIN_EXAMPLES, TEST_EXAMPLES = 300, 100
+STEPS_PER_EPOCH = 5  # 4 x 64 + 44
+BASE = Config(epochs=3, batch_size=64, quiet=True)
+TRAINERS = {"reference": reference, "dtensor": dtensor_trainer, "mirrored": mirrored_trainer}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# (written by, mesh, resumed by, mesh): the issue's pairs.
+PAIRS = [("dtensor", "batch=8", "mirrored", None), ("mirrored", None, "dtensor", "batch=4,model=2"),
+         ("dtensor", "batch=8", "reference", None), ("mirrored", None, "reference", None)]
+
+
+@pytest.fixture(scope="module")
+def small(embedded):
+    return dataclasses.replace(embedded, x_train=embedded.x_train[:TRAIN_EXAMPLES],
+                               y_train=embedded.y_train[:TRAIN_EXAMPLES],
+                               x_test=embedded.x_test[:TEST_EXAMPLES], y_test=embedded.y_test[:TEST_EXAMPLES])
+
+
+def train(trainer, config, data, devices):
+    return TRAINERS[trainer].fit(config, data, devices[:1] if trainer == "reference" else devices)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(small, devices):
+    return reference.fit(BASE, small, devices[:1])
+
+
+@pytest.fixture(scope="module")
+def written(small, devices, tmp_path_factory):
+    """{trainer: (its 2-epoch history, DIR/<trainer> holding epoch-0001 and epoch-0002)}."""
+    directory = tmp_path_factory.mktemp("checkpoints")
+    config = BASE.replace(epochs=2, checkpoint_dir=str(directory), mesh="batch=8")
+    return {name: (train(name, config, small, devices), directory / name) for name in ("dtensor", "mirrored")}
+
+
+@pytest.fixture(scope="module")
+def resumed(small, devices, written, tmp_path_factory):
+    """resumed(writer, resumer, mesh) -> the resumer's history of epoch 3, restored from the writer's epoch 2.
+
+    Each resumed run also exports its model (test_exports_... check those SavedModels)."""
+    histories = {}
+    export_root = tmp_path_factory.mktemp("exports")
+
+    def resumed(writer, resumer, mesh):
+        if (writer, resumer, mesh) not in histories:
+            config = BASE.replace(restore=str(written[writer][1]), mesh=mesh,
+                                  export=str(export_root / f"{writer}-to-{resumer}"))
+            histories[writer, resumer, mesh] = train(resumer, config, small, devices)
+        return histories[writer, resumer, mesh]
+    return resumed
+
+
+def max_abs_diff(arrays, expected_arrays) -> float:
+    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+               for a, b in zip(arrays, expected_arrays, strict=True))
+
+
+def test_a_checkpoint_holds_the_writers_final_state(written):
+    for name, (history, directory) in written.items():
+        prefix = checkpoint.resolve(str(directory))
+        assert prefix == str(directory / "epoch-0002" / "ckpt")  # the newest of epoch-0001, epoch-0002
+        progress = checkpoint.read_progress(prefix)
+        assert (int(progress["epoch"]), int(progress["batch"]), int(progress["step"])) == (2, 0, 2 * STEPS_PER_EPOCH)
+        assert tuple(progress["layer_sizes"]) == (784, 700, 500, 10) and progress["optimizer"] == b"adam"
+        for stored, final in zip(checkpoint.weights_of(prefix), history.final_weights, strict=True):
+            np.testing.assert_array_equal(stored, final)
+
+
+@pytest.mark.parametrize("writer, writer_mesh, resumer, mesh", PAIRS)
+def test_resumed_run_matches_the_uninterrupted_one(resumed, uninterrupted, writer, writer_mesh, resumer, mesh):
+    history = resumed(writer, resumer, mesh)
+    assert [record.epoch for record in history.epochs] == [3]
+    assert len(history.step_losses) == STEPS_PER_EPOCH
+    loss_diff = float(np.max(np.abs(np.array(history.step_losses) - uninterrupted.step_losses[-STEPS_PER_EPOCH:])))
+    weight_diff = max_abs_diff(history.final_weights, uninterrupted.final_weights)
+    print(f"\n{writer} ({writer_mesh or '8 replicas'}) -> {resumer} ({mesh or ''}): "
+          f"max |loss diff| {loss_diff:.3g}, max |weight diff| {weight_diff:.3g}")
+    assert loss_diff <= DEFAULT_TOLERANCE
+    assert weight_diff <= WEIGHT_TOLERANCE_FACTOR * DEFAULT_TOLERANCE
+    assert abs(history.epochs[0].test_loss - uninterrupted.epochs[2].test_loss) <= DEFAULT_TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def sgd_checkpoint(small, devices, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("sgd")
+    reference.fit(BASE.replace(epochs=1, optimizer="sgd", checkpoint_dir=str(directory)), small, devices[:1])
+    return directory / "reference" / "epoch-0001"
+
+
+def test_mismatched_architecture_is_one_line(written, small, devices):
+    path = written["dtensor"][1]
+    config = BASE.replace(restore=str(path), hidden=(64, 32))
+    expected = (f"checkpoint {path}/epoch-0002 was written for hidden 700,500 but --hidden 64,32 was given; "
+                f"use --hidden 700,500")
+    with pytest.raises(UsageError) as raised:
+        checkpoint.check_config(config)
+    assert str(raised.value) == expected
+    with pytest.raises(UsageError, match="^" + expected + "$"):  # the trainers check too, before training
+        dtensor_trainer.fit(config.replace(mesh="batch=4,model=2"), small, devices)
+
+
+def test_mismatched_optimizer_is_one_line(written, sgd_checkpoint, small, devices):
+    with pytest.raises(UsageError) as raised:
+        checkpoint.check_config(BASE.replace(restore=str(sgd_checkpoint)))
+    assert str(raised.value) == (f"checkpoint {sgd_checkpoint} holds sgd state but --optimizer adam was given "
+                                 f"(adam vs sgd); use --optimizer sgd")
+    adam_checkpoint = written["mirrored"][1] / "epoch-0001"
+    with pytest.raises(UsageError, match=r"^checkpoint .*/mirrored/epoch-0001 holds adam state but --optimizer sgd "
+                                         r"was given \(sgd vs adam\); use --optimizer adam$"):
+        mirrored_trainer.fit(BASE.replace(restore=str(adam_checkpoint), optimizer="sgd"), small, devices)
+
+
+def test_nothing_left_to_train_and_missing_checkpoints_are_one_line(written, tmp_path):
+    path = written["dtensor"][1]
+    with pytest.raises(UsageError, match=r"^checkpoint .*/dtensor/epoch-0002 is at epoch 2 and --epochs 2 leaves "
+                                         r"nothing to train \(--epochs is the total\); use --epochs 3 or more$"):
+        checkpoint.check_config(BASE.replace(restore=str(path), epochs=2))
+    with pytest.raises(UsageError, match=r"holds checkpoints of dtensor, mirrored; name one, e\.g\. --restore "
+                                         r".*/dtensor$"):
+        checkpoint.check_config(BASE.replace(restore=str(path.parent)))
+    with pytest.raises(UsageError, match=r"^--restore .*: no checkpoint there; give a DIR/<trainer>"):
+        checkpoint.check_config(BASE.replace(restore=str(tmp_path)))
+
+
+# --- a writer killed mid-write ---------------------------------------------------------------
+
+# Writes epoch-0001, epoch-0002, ... of a 70 MB state (hidden 2048,2048 with Adam slots) with
+# every weight set to the epoch number, printing each epoch after it is published.
+WRITER = """
+import sys
+import numpy as np
+import tensorflow as tf
+from shared.checkpoint import TrainingState
+from shared.config import Config
+from shared.model import build_mlp, initial_values, layer_sizes
+from shared.optim import make_optimizer
+config = Config(hidden=(2048, 2048))
+model = build_mlp([np.zeros(v.shape, np.float32) for v in initial_values(layer_sizes(config.hidden), 0)])
+optimizer = make_optimizer("adam", "fixed", model.weights, 1e-3, lambda v: tf.Variable(tf.zeros_like(v)),
+                           lambda: tf.Variable(0, dtype=tf.int64))
+state = TrainingState("reference", config, model, optimizer, 300)
+for epoch in range(1, 100):
+    for weight in model.weights:
+        weight.assign(tf.fill(weight.shape, float(epoch)))
+    state.save(sys.argv[1], epoch)
+    print(epoch, flush=True)
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
+    directory = tmp_path / "killed"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(directory)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "1", "the writer did not publish epoch-0001"
+        partial = directory / ".epoch-0002.partial"
+        deadline = time.monotonic() + 60
+        while not (partial.exists() and any(partial.iterdir())) and time.monotonic() < deadline:
+            time.sleep(0.001)  # kill as soon as TensorFlow has started writing epoch 2's files
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+    finally:
+        writer.kill()
+    assert writer.returncode == -signal.SIGKILL
+    assert partial.exists() and not (directory / "epoch-0002").exists(), "the kill did not land mid-write"
+
+    prefix = checkpoint.resolve(str(directory))
+    assert prefix == str(directory / "epoch-0001" / "ckpt")
+    import tensorflow as tf
+    from shared.model import build_mlp, initial_values, layer_sizes
+    from shared.optim import make_optimizer
+    config = Config(hidden=(2048, 2048), epochs=3, restore=str(directory), quiet=True)
+    model = build_mlp([np.zeros(v.shape, np.float32) for v in initial_values(layer_sizes(config.hidden), 0)])
+    optimizer = make_optimizer("adam", "fixed", model.weights, 1e-3, lambda v: tf.Variable(tf.zeros_like(v)),
+                               lambda: tf.Variable(0, dtype=tf.int64))
+    state = checkpoint.TrainingState("reference", config, model, optimizer, 300)
+    assert state.restore() == 1
+    assert all(np.all(weight.numpy() == 1.0) for weight in model.weights)
+
+    state.save(str(directory), 2)  # the next writer clears the leftover and publishes
+    assert not partial.exists() and checkpoint.latest(str(directory)) == str(directory / "epoch-0002")
+
+
+# --- SavedModel export -----------------------------------------------------------------------
+
+EXPORTED = [("dtensor", "reference", None), ("mirrored", "dtensor", "batch=4,model=2"),
+            ("dtensor", "mirrored", None)]  # (writer, exporting trainer, its mesh): one per trainer
+
+
+def test_exports_serve_the_trainers_predictions_in_a_fresh_process(resumed):
+    directories = {}
+    for writer, trainer, mesh in EXPORTED:
+        details = resumed(writer, trainer, mesh).details
+        assert float(details["export_max_abs_logit_diff"]) <= export.LOGIT_TOLERANCE
+        directories[trainer] = details["export"]
+    # A fresh process: no logical devices configured, no mesh, no strategy; loads, predicts, compares.
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, "-m", "shared.export", *directories.values()], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    for trainer, directory in directories.items():
+        line = next(line for line in lines if line.startswith(directory + ":"))
+        print(f"\n{trainer}: {line}")
+        assert line.endswith("against the trainer's own (ok)")
+
+    import tensorflow as tf
+    serving = tf.saved_model.load(directories["dtensor"]).signatures["serving_default"]
+    assert serving.structured_input_signature == (
+        (), {"images": tf.TensorSpec([None, 784], tf.float32, name="images")})
+    assert {name: spec.shape.as_list() for name, spec in serving.structured_outputs.items()} == \
+        {"logits": [None, 10], "probabilities": [None, 10]}
+
+
+# --- the command line ------------------------------------------------------------------------
+
+def test_compare_restores_checkpoints_and_exports(written, tmp_path):
+    """compare.py resumes DTensor's epoch-2 checkpoint on a 2-device mesh and 2 replicas."""
+    result = run_compare("--data", "embedded", "--train-examples", str(TRAIN_EXAMPLES), "--test-examples",
+                         str(TEST_EXAMPLES), "--batch-size", "64", "--epochs", "3", "--devices", "2",
+                         "--trainers", "dtensor,mirrored", "--restore", str(written["dtensor"][1]),
+                         "--checkpoint-dir", str(tmp_path / "checkpoints"), "--export", str(tmp_path / "exported"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.rstrip().endswith("PARITY OK")
+    for name in ("reference", "dtensor", "mirrored"):
+        assert f"{name:<10} restored {written['dtensor'][1]}/epoch-0002: epoch 2, step 10; training epochs 3..3" \
+            in result.stdout
+        assert f"{name:<10} epoch 3/3" in result.stdout and f"{name:<10} epoch 2/3" not in result.stdout
+        assert os.listdir(tmp_path / "checkpoints" / name) == ["epoch-0003"]
+        assert os.path.exists(tmp_path / "exported" / name / "saved_model.pb")
+
+    mismatch = run_compare("--data", "embedded", "--epochs", "3", "--hidden", "64,32",
+                           "--restore", str(written["dtensor"][1]))
+    assert mismatch.returncode == 2
+    assert mismatch.stderr.strip().splitlines()[-1] == (
+        f"compare.py: error: checkpoint {written['dtensor'][1]}/epoch-0002 was written for hidden 700,500 "
+        f"but --hidden 64,32 was given; use --hidden 700,500")
