@@ -1,0 +1,410 @@
+"""Several processes, one training run: multi-client DTensor and MultiWorkerMirroredStrategy.
+
+    python compare.py --clients 2 --devices 2 --data embedded
+        # 2 local processes x 2 logical CPUs each: DTensor on a batch=4 mesh over both,
+        # MultiWorkerMirroredStrategy with 2 workers; the reference here; the usual tables
+
+`compare.py --clients C` has two roles:
+  launcher  no cluster variables in the environment (below). Checks flags and data, runs the
+            reference itself, then for each distributed trainer starts C client processes on
+            free ports (compare.py again, with the variables set), relays client 0's lines,
+            reads every client's History from a file, checks parity and prints the tables.
+  client    the variables set, by the launcher or by a cluster on real hosts. Trains one
+            trainer as one client. Under the launcher it writes its result to the file named
+            by --result-file; run by hand (README, "Beyond one machine") client 0 also runs the
+            reference and prints the tables.
+
+  dtensor   DTENSOR_CLIENT_ID, DTENSOR_NUM_CLIENTS, DTENSOR_JOB_NAME, DTENSOR_JOBS=host:port,...
+            (read by dtensor.initialize_accelerator_system)
+  mirrored  TF_CONFIG={"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": i}}
+            (read by tf.distribute.MultiWorkerMirroredStrategy)
+
+Training runs on TensorFlow's distributed runtime (gRPC servers, its coordination service
+and collectives); the launcher only starts processes and reads their results. Each client
+feeds only its own share of every global batch of `shared.data.epoch_batches`, so parity
+is checked against the single-process reference exactly as with one process. On CPU,
+MultiWorkerMirroredStrategy makes one replica per worker whatever --devices says.
+
+Faults, under the launcher: a client that exits non-zero, dies, or has not started within
+STARTUP_TIMEOUT_S ends its whole group (SIGKILL to each client's process group) and the
+trainer is reported FAILED in one line that names the client: exit code 1. Clients run in
+their own process groups and die with the launcher (PR_SET_PDEATHSIG); Ctrl-C or SIGTERM
+to the launcher kills them before it exits. Ports are found free by binding port 0; if one
+is taken before its client binds it, the group is restarted once on new ports; a second
+failure is reported ("could not listen on 127.0.0.1:P (port in use?)"). Without the launcher (a real cluster), a dead peer
+is caught by TensorFlow's coordination-service heartbeat and, for MultiWorkerMirroredStrategy,
+by collectives that time out after mirrored_impl.trainer.COLLECTIVE_TIMEOUT_S.
+
+Costs: each client is a fresh Python + TensorFlow process (~5 s to start on 2 cores), and
+the trainers run one after the other (one distributed runtime per process).
+"""
+import atexit
+import ctypes
+import dataclasses
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence
+
+from shared.config import Config
+from shared.errors import UsageError
+
+COMPARE_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compare.py")
+HOST = "127.0.0.1"
+JOB_NAME = "worker"
+STARTUP_TIMEOUT_S = 60  # spawn to "started" (TensorFlow imported); a client slower than this counts as dead
+FINISH_GRACE_S = 30  # once one client has finished, the others must finish within this
+POLL_S = 0.1  # the watchdog's period: how soon a dead client is noticed
+DTENSOR_VARIABLES = ("DTENSOR_CLIENT_ID", "DTENSOR_NUM_CLIENTS", "DTENSOR_JOB_NAME", "DTENSOR_JOBS")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientRole:
+    trainer: str  # "dtensor" or "mirrored"
+    client_id: int
+    num_clients: int
+    source: str  # the variable that said so, for messages
+
+
+# --- the environment a client reads ---------------------------------------------------------
+
+def role_from_environment(config: Config, environ=os.environ) -> Optional[ClientRole]:
+    """This process's place in a cluster, from DTENSOR_* or TF_CONFIG; None when neither is set."""
+    dtensor_set = [name for name in DTENSOR_VARIABLES if name in environ]
+    if dtensor_set and "TF_CONFIG" in environ:
+        raise UsageError("both DTENSOR_* and TF_CONFIG are set; a client process runs one distributed "
+                         "trainer: set DTENSOR_* for dtensor or TF_CONFIG for mirrored")
+    if dtensor_set:
+        missing = [name for name in DTENSOR_VARIABLES if name not in environ]
+        if missing:
+            raise UsageError(f"{', '.join(dtensor_set)} set but not {', '.join(missing)}; a DTensor client "
+                             f"needs all of {', '.join(DTENSOR_VARIABLES)}")
+        role = ClientRole("dtensor", int(environ["DTENSOR_CLIENT_ID"]), int(environ["DTENSOR_NUM_CLIENTS"]),
+                          "DTENSOR_CLIENT_ID")
+    elif "TF_CONFIG" in environ:
+        try:
+            tf_config = json.loads(environ["TF_CONFIG"])
+            workers, index = tf_config["cluster"]["worker"], int(tf_config["task"]["index"])
+        except (ValueError, KeyError, TypeError):
+            raise UsageError('TF_CONFIG is not {"cluster": {"worker": [...]}, "task": {"type": "worker", '
+                             '"index": I}}; fix it or unset it') from None
+        role = ClientRole("mirrored", index, len(workers), "TF_CONFIG")
+    else:
+        return None
+    if role.num_clients != config.clients:
+        raise UsageError(f"--clients {config.clients} but {role.source} describes {role.num_clients} "
+                         f"clients; use --clients {role.num_clients}")
+    if not 0 <= role.client_id < role.num_clients:
+        raise UsageError(f"{role.source}: client {role.client_id} is not in 0..{role.num_clients - 1}")
+    return role
+
+
+def client_environment(trainer: str, client_id: int, ports: Sequence[int]) -> Dict[str, str]:
+    """The variables that make a process client `client_id` of len(ports) on this host."""
+    addresses = [f"{HOST}:{port}" for port in ports]
+    if trainer == "dtensor":
+        return {"DTENSOR_CLIENT_ID": str(client_id), "DTENSOR_NUM_CLIENTS": str(len(ports)),
+                "DTENSOR_JOB_NAME": JOB_NAME, "DTENSOR_JOBS": ",".join(addresses)}
+    return {"TF_CONFIG": json.dumps({"cluster": {"worker": addresses},
+                                     "task": {"type": "worker", "index": client_id}})}
+
+
+def free_ports(count: int) -> List[int]:
+    """`count` distinct TCP ports that nothing listens on now (the OS picks them; all held until chosen)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("", 0))  # every interface: TensorFlow's gRPC server binds them all
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def run(config: Config, args) -> int:
+    """compare.py --clients C: a client when the environment names one, else the launcher."""
+    role = role_from_environment(config)
+    if getattr(args, "sweep_devices", None):
+        raise UsageError("--sweep-devices runs in one process; drop it, or drop --clients")
+    if role is None:
+        if args.result_file:
+            raise UsageError("--result-file is for the clients that --clients starts; drop it")
+        return run_launcher(config, args)
+    return run_client(config, args, role)
+
+
+# --- a client -------------------------------------------------------------------------------
+
+def run_client(config: Config, args, role: ClientRole) -> int:
+    """Train `role.trainer` as one client; under the launcher, write the result file."""
+    from shared import comparison, report
+    from shared.data import load_data
+    from shared.devices import configure_devices
+
+    others = [name for name in config.trainers if name not in ("reference", role.trainer)]
+    if others:
+        raise UsageError(f"this process is {role.trainer} client {role.client_id} ({role.source} is set) "
+                         f"and runs one distributed trainer; use --trainers {role.trainer} here and run "
+                         f"{','.join(others)} as its own job")
+    if not args.result_file:
+        report.check_outputs(args)
+    devices = configure_devices(config.devices, config.device_type)
+    if args.result_file:
+        report.write_atomically(args.result_file + ".started", b"")
+    try:
+        join_cluster(role.trainer, config.device_type)  # blocks until every client has joined
+    except Exception as error:  # noqa: BLE001 - TensorFlow says only "Could not start gRPC server"
+        if "could not start grpc server" not in str(error).lower():
+            raise
+        address = own_address(role)
+        raise UsageError(f"{role.trainer} client {role.client_id}: could not listen on {address} (port in use?); "
+                         f"free it or give this client another port in "
+                         f"{'DTENSOR_JOBS' if role.trainer == 'dtensor' else 'TF_CONFIG'}") from None
+    data = load_data(config.data, config.train_examples, config.test_examples)
+    if not args.result_file and role.client_id == 0:
+        print(report.header(config, devices, data))
+    result = comparison.train_one(role.trainer, config, data, devices, log=print)
+    if args.result_file:
+        report.write_atomically(args.result_file, pickle.dumps(result))
+        return 1 if result.failed else 0
+    if role.client_id != 0:
+        print(f"{role.trainer} client {role.client_id} of {role.num_clients}: "
+              f"{'FAILED: ' + result.error if result.failed else 'finished'}; client 0 prints the comparison")
+        return 1 if result.failed else 0
+    run_result = compare_with_reference(config, devices, data, result)
+    report.print_tables(run_result, [])
+    report.write_outputs(args, run_result, [])
+    return 0 if run_result.ok else 1
+
+
+def own_address(role: ClientRole, environ=os.environ) -> str:
+    """This client's host:port in DTENSOR_JOBS or TF_CONFIG."""
+    if role.trainer == "dtensor":
+        return environ["DTENSOR_JOBS"].split(",")[role.client_id]
+    return json.loads(environ["TF_CONFIG"])["cluster"]["worker"][role.client_id]
+
+
+def join_cluster(trainer: str, device_type: str) -> None:
+    """Start this client's part of TensorFlow's distributed runtime, before anything else starts it."""
+    if trainer == "dtensor":
+        from tensorflow.experimental import dtensor
+        # Reads DTENSOR_*; in multi-client mode its shutdown_accelerator_system() raises, so it is
+        # never called: the process exits instead.
+        dtensor.initialize_accelerator_system(device_type)
+    else:
+        from mirrored_impl.trainer import multi_worker_strategy
+        multi_worker_strategy()
+
+
+def compare_with_reference(config: Config, devices, data, result):
+    """The reference in this process, and parity of `result` against it."""
+    from shared import comparison
+    from shared.parity import check_parity
+    results = {"reference": comparison.train_one("reference", config, data, devices, log=print),
+               result.name: result}
+    reference = results["reference"].history
+    parity = {}
+    if result.history is not None and reference is not None:
+        parity[result.name] = check_parity(result.history, reference, config.tolerance)
+    return comparison.RunResult(config, list(devices), data, results, parity)
+
+
+# --- the launcher ---------------------------------------------------------------------------
+
+def run_launcher(config: Config, args) -> int:
+    """Check, run the reference here, each distributed trainer in C processes, then report."""
+    from shared import comparison, report
+    report.check_outputs(args)
+    devices, data = comparison.prepare(config)
+    devices = devices[:config.devices]
+    print(report.header(config, devices, data))
+    print(f"clients: {config.clients} processes x {config.devices} logical {config.device_type}s on {HOST}; "
+          f"each feeds its share of every global batch; the reference runs in this process")
+    atexit.register(_stop_live_groups)
+    signal.signal(signal.SIGTERM, _on_sigterm)  # compare.py runs this in its main thread
+    workdir = tempfile.mkdtemp(prefix="compare-clients-")
+    try:
+        results = {"reference": comparison.train_one("reference", config, data, devices, log=print)}
+        for trainer in [name for name in config.trainers if name != "reference"]:
+            results[trainer] = launch(trainer, config, args.argv, data.source, workdir)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (see _on_sigterm)
+        print(f"compare.py: {interrupt.args[0] if interrupt.args else 'interrupted'}; "
+              f"every client process was stopped", file=sys.stderr)
+        return 130
+    finally:
+        for name in os.listdir(workdir):
+            os.unlink(os.path.join(workdir, name))
+        os.rmdir(workdir)
+    run_result = compare_all(config, devices, data, results)
+    report.print_tables(run_result, [])
+    report.write_outputs(args, run_result, [])
+    return 0 if run_result.ok else 1
+
+
+def compare_all(config: Config, devices, data, results):
+    from shared import comparison
+    from shared.parity import check_parity
+    reference = results["reference"].history
+    parity = {name: check_parity(result.history, reference, config.tolerance)
+              for name, result in results.items()
+              if name != "reference" and result.history is not None and reference is not None}
+    return comparison.RunResult(config, list(devices), data, results, parity)
+
+
+def launch(trainer: str, config: Config, argv: Sequence[str], data_source: str, workdir: str):
+    """Run `trainer` in config.clients processes; client 0's result, or a failed one with one line."""
+    from shared.comparison import TrainerResult
+    for attempt in (1, 2):
+        group = ClientGroup(trainer, config.clients, workdir, attempt)
+        try:
+            group.start(argv, data_source)
+            error = group.watch()
+        finally:
+            group.stop()
+        if not error:
+            return group.result()
+        if attempt == 1 and "port in use" in error:
+            print(f"{trainer}: a port was taken before its client bound it; once more on new ports")
+            continue
+        return TrainerResult(trainer, error=error)
+
+
+class ClientGroup:
+    """C client processes of one trainer, each in its own process group, and their files."""
+
+    def __init__(self, trainer: str, count: int, workdir: str, attempt: int):
+        self.trainer, self.count = trainer, count
+        stem = os.path.join(workdir, f"{trainer}-{attempt}")
+        self.result_files = [f"{stem}-client{client}.pkl" for client in range(count)]
+        self.stdout_files = [f"{stem}-client{client}.out" for client in range(count)]
+        self.stderr_files = [f"{stem}-client{client}.err" for client in range(count)]
+        self.processes: List[subprocess.Popen] = []
+        self.relayed = 0  # bytes of client 0's stdout printed so far
+
+    def start(self, argv: Sequence[str], data_source: str) -> None:
+        ports = free_ports(self.count)
+        _live_groups.add(self)
+        for client in range(self.count):
+            env = {name: value for name, value in os.environ.items()
+                   if name not in DTENSOR_VARIABLES and name != "TF_CONFIG"}
+            env.update(client_environment(self.trainer, client, ports), PYTHONUNBUFFERED="1")
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            # The flags as given; later ones win: this trainer only, the data source already resolved.
+            command = [sys.executable, COMPARE_PY, *argv, "--trainers", self.trainer, "--data", data_source,
+                       "--result-file", self.result_files[client]]
+            with open(self.stdout_files[client], "wb") as out, open(self.stderr_files[client], "wb") as err:
+                self.processes.append(subprocess.Popen(
+                    command, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                    cwd=os.path.dirname(COMPARE_PY), start_new_session=True, preexec_fn=_die_with_parent))
+        print(f"{self.trainer}: {self.count} clients on {HOST}:{','.join(map(str, ports))}, "
+              f"pids {','.join(str(p.pid) for p in self.processes)}", flush=True)
+
+    def watch(self) -> str:
+        """Wait until every client has finished (""), or one line saying which one did not."""
+        started = time.monotonic()
+        first_finished = None
+        while True:
+            self.relay()
+            codes = [process.poll() for process in self.processes]
+            failed = [client for client, code in enumerate(codes) if code not in (None, 0)]
+            if failed:  # a client killed by a signal is the cause; the others' errors follow from it
+                client = min(failed, key=lambda c: (codes[c] >= 0, c))
+                return (f"{self.trainer} client {client} (pid {self.processes[client].pid}) "
+                        f"{self.describe_exit(client)}; stopped the other clients")
+            if all(code == 0 for code in codes):
+                self.relay()
+                missing = [str(c) for c, path in enumerate(self.result_files) if not os.path.exists(path)]
+                return f"{self.trainer} client {','.join(missing)} exited without a result" if missing else ""
+            now = time.monotonic()
+            not_started = [str(c) for c, code in enumerate(codes)
+                           if code is None and not os.path.exists(self.result_files[c] + ".started")]
+            if not_started and now - started > STARTUP_TIMEOUT_S:
+                return (f"{self.trainer} client {','.join(not_started)} did not start within "
+                        f"{STARTUP_TIMEOUT_S} s; stopped every client")
+            if first_finished is None and 0 in codes:
+                first_finished = now
+            if first_finished is not None and now - first_finished > FINISH_GRACE_S:
+                running = [str(c) for c, code in enumerate(codes) if code is None]
+                return (f"{self.trainer} client {','.join(running)} still running {FINISH_GRACE_S} s after "
+                        f"another finished; stopped it")
+            time.sleep(POLL_S)
+
+    def describe_exit(self, client: int) -> str:
+        code = self.processes[client].returncode
+        if code < 0:
+            return f"was killed by {signal.Signals(-code).name}"
+        if os.path.exists(self.result_files[client]):  # the trainer raised: its own one-line reason
+            with open(self.result_files[client], "rb") as f:
+                return f"failed: {pickle.load(f).error}"
+        with open(self.stderr_files[client], "rb") as err:
+            lines = [line.strip() for line in err.read().decode(errors="replace").splitlines() if line.strip()]
+        last = lines[-1] if lines else "no error output"
+        return f"exited with code {code}: {last[:300]}"
+
+    def relay(self) -> None:
+        """Print client 0's new complete lines (its epoch lines), as they come."""
+        with open(self.stdout_files[0], "rb") as out:
+            out.seek(self.relayed)
+            text = out.read()
+        complete = text[:text.rfind(b"\n") + 1]
+        if complete:
+            sys.stdout.write(complete.decode(errors="replace"))
+            sys.stdout.flush()
+            self.relayed += len(complete)
+
+    def stop(self) -> None:
+        """SIGKILL every client still running (its whole process group) and reap it."""
+        for process in self.processes:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for process in self.processes:
+            process.wait()
+        _live_groups.discard(self)
+
+    def result(self):
+        """Client 0's TrainerResult, with how far the other clients' final weights are from it."""
+        import numpy as np
+        results = []
+        for path in self.result_files:
+            with open(path, "rb") as f:
+                results.append(pickle.load(f))  # written by our own client processes
+        first = results[0]
+        spread = max((float(np.max(np.abs(a - b))) for other in results[1:]
+                      for a, b in zip(other.history.final_weights, first.history.final_weights)), default=0.0)
+        first.history.details["client_weight_spread"] = f"{spread:.3g}"
+        first.history.details["clients"] = str(self.count)
+        return first
+
+
+# --- ending every client, whatever ends the launcher -----------------------------------------
+
+_live_groups = set()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the launcher dies, even by SIGKILL (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the process groups, atexit and the SIGTERM handler still apply
+
+
+def _stop_live_groups() -> None:
+    for group in list(_live_groups):
+        group.stop()
+
+
+def _on_sigterm(signum, frame):
+    raise KeyboardInterrupt("terminated (SIGTERM)")  # unwinds through ClientGroup.stop like Ctrl-C

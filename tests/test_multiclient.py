@@ -1,0 +1,127 @@
+"""compare.py --clients: two local processes with two logical CPUs each, end to end.
+
+Parity of multi-client DTensor (a batch=4 mesh over both processes) and of
+MultiWorkerMirroredStrategy (2 workers) against the single-process reference, on the
+same small run as test_compare.py; a client killed mid-run ends the run with exit 1
+within the launcher's bound and leaves no process behind. Each client is a fresh
+TensorFlow process (~5 s to start), so these are the slow tests: ~20 s and ~15 s here.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from shared.config import Config
+from shared.errors import UsageError
+from shared.multiclient import STARTUP_TIMEOUT_S, client_environment, free_ports, role_from_environment
+from tests.cli import ROOT, run_compare
+
+TWO_CLIENTS = ["--data", "embedded", "--train-examples", "256", "--test-examples", "64", "--epochs", "1",
+               "--batch-size", "64", "--clients", "2", "--devices", "2"]
+KILL_BOUND_S = 60  # the issue's bound from a client's death to the launcher's exit
+
+
+def test_two_clients_match_the_reference_for_dtensor_and_multi_worker_mirrored(tmp_path):
+    report_path = tmp_path / "report.json"
+    result = run_compare(*TWO_CLIENTS, "--trainers", "dtensor,mirrored", "--json", str(report_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.rstrip().endswith("PARITY OK")
+    for name in ("dtensor", "mirrored"):
+        assert re.search(rf"^{name}: 2 clients on 127\.0\.0\.1:\d+,\d+, pids \d+,\d+$", result.stdout, re.M)
+        assert re.search(rf"^{name}\s+epoch 1/1  train_loss \d\.\d{{4}}", result.stdout, re.M)  # client 0's line
+    report = json.loads(report_path.read_text())
+    assert report["ok"] is True and report["config"]["clients"] == 2
+    trainers = report["trainers"]
+    assert trainers["dtensor"]["placement"] == "mesh batch=4 over 2 clients x 2 CPU"
+    assert trainers["mirrored"]["placement"] == "2 replicas on CPU (2 workers)"
+    for name in ("dtensor", "mirrored"):
+        assert len(trainers[name]["step_losses"]) == 4  # 256 examples / batch 64, as the reference
+        assert float(trainers[name]["details"]["client_weight_spread"]) == 0.0  # both clients hold one model
+        parity = report["parity"][name]
+        assert parity["ok"] is True and parity["max_abs_loss_diff"] <= parity["tolerance"]
+        print(f"{name}: loss {parity['max_abs_loss_diff']:.2e} grad {parity['max_abs_grad_diff']:.2e} "
+              f"weight {parity['max_abs_weight_diff']:.2e}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie still answers kill(pid, 0)
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_client_killed_mid_run_stops_the_run_within_the_bound_and_leaves_no_process():
+    command = [sys.executable, os.path.join(ROOT, "compare.py"), *TWO_CLIENTS, "--trainers", "dtensor",
+               "--epochs", "200"]  # far longer than the test waits: the kill lands mid-run
+    launcher = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    lines, pids = [], []
+    try:
+        for line in launcher.stdout:  # until client 0 has trained an epoch with client 1
+            lines.append(line)
+            match = re.match(r"dtensor: 2 clients on \S+, pids (\d+),(\d+)$", line)
+            if match:
+                pids = [int(pid) for pid in match.groups()]
+            if pids and line.startswith("dtensor    epoch 1/200"):
+                break
+        assert pids, "".join(lines)
+        os.kill(pids[1], signal.SIGKILL)
+        killed_at = time.monotonic()
+        output, _ = launcher.communicate(timeout=KILL_BOUND_S + 30)
+        seconds_to_exit = time.monotonic() - killed_at
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    print(f"launcher exited {seconds_to_exit:.1f} s after the kill")
+    assert launcher.returncode == 1, output[-3000:]
+    assert seconds_to_exit < KILL_BOUND_S
+    assert f"dtensor client 1 (pid {pids[1]}) was killed by SIGKILL; stopped the other clients" in output
+    assert "epoch 200/200" not in output and output.rstrip().endswith("PARITY FAILED")
+    assert not [pid for pid in pids if _alive(pid)]
+
+
+def test_a_port_in_use_is_reported_in_one_line():
+    with socket.socket() as taken:  # listening, without SO_REUSEPORT: gRPC cannot share it
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                   **client_environment("dtensor", 0, [port, free_ports(1)[0]]))
+        result = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), *TWO_CLIENTS,
+                                 "--trainers", "dtensor"], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"compare.py: error: dtensor client 0: could not listen on 127.0.0.1:{port} (port in use?); "
+        f"free it or give this client another port in DTENSOR_JOBS")
+
+
+@pytest.mark.parametrize("environ, message", [
+    ({"DTENSOR_CLIENT_ID": "0"}, r"DTENSOR_CLIENT_ID set but not DTENSOR_NUM_CLIENTS, DTENSOR_JOB_NAME, "
+                                 r"DTENSOR_JOBS"),
+    ({**client_environment("dtensor", 0, [1, 2, 3])}, r"--clients 2 but DTENSOR_CLIENT_ID describes 3 clients; "
+                                                       r"use --clients 3"),
+    ({"TF_CONFIG": "{}"}, r"TF_CONFIG is not"),
+    ({**client_environment("mirrored", 0, [1, 2]), "DTENSOR_JOBS": "x:1"}, r"both DTENSOR_\* and TF_CONFIG"),
+])
+def test_a_wrong_cluster_environment_is_one_line_error(environ, message):
+    with pytest.raises(UsageError, match=message):
+        role_from_environment(Config(clients=2), environ)
+
+
+def test_the_launcher_environment_names_each_client():
+    assert role_from_environment(Config(clients=2), client_environment("dtensor", 1, [5000, 5001])).client_id == 1
+    role = role_from_environment(Config(clients=2), client_environment("mirrored", 1, [5000, 5001]))
+    assert (role.trainer, role.client_id, role.num_clients) == ("mirrored", 1, 2)
+    assert role_from_environment(Config(clients=2), {}) is None
+    assert STARTUP_TIMEOUT_S <= KILL_BOUND_S
