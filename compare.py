@@ -2,6 +2,7 @@
 
     python compare.py                       # the tutorial's settings: 8 logical CPUs, 3 epochs
     python compare.py --trainers reference --data embedded
+    python compare.py --clients 2 --devices 2   # 2 processes x 2 logical CPUs (shared/multiclient.py)
     python compare.py --help
 
 Every trainer starts from the same initial values and sees the same global
@@ -80,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--trainers", type=_trainer_list, default=",".join(defaults.trainers),
         help="comma-separated trainers to run: " + ",".join(TRAINER_NAMES))
     add("--devices", type=_positive_int, default=defaults.devices, help="logical devices (per client)")
+    add("--clients", type=_positive_int, default=defaults.clients,
+        help="processes, each with --devices logical devices: DTensor multi-client and "
+             "MultiWorkerMirroredStrategy; started here on loopback ports unless the environment names "
+             "this process's cluster (DTENSOR_CLIENT_ID.. or TF_CONFIG; README, Beyond one machine)")
+    add("--result-file", help=argparse.SUPPRESS)  # set by the --clients launcher for its client processes
     add("--device-type", choices=("CPU", "GPU"), type=str.upper, default=defaults.device_type,
         help="logical CPUs (one physical CPU split) or GPUs (one physical GPU split if needed)")
     add("--mesh", default=defaults.mesh, help="DTensor mesh batch=B[,model=M] (default: batch=DEVICES)")
@@ -110,22 +116,32 @@ def build_parser() -> argparse.ArgumentParser:
     add("--logdir", metavar="DIR", help="write TensorBoard scalars per trainer here (default: none)")
     add("--sweep-devices", type=_int_list, default=None, metavar="N,N,...",
         help="also measure throughput and parity at each device count, e.g. 1,2,4,8 (default: none)")
+    add("--checkpoint-dir", metavar="DIR",
+        help="after every epoch write each trainer's full state to DIR/<trainer>/epoch-N (default: none)")
+    add("--restore", metavar="PATH",
+        help="start the trainers from a checkpoint any trainer wrote: DIR/<trainer>/epoch-N, or DIR/<trainer> "
+             "for its newest; --epochs stays the total (default: none)")
+    add("--export", metavar="DIR",
+        help="write each trainer's model as a SavedModel to DIR/<trainer>, servable without mesh or "
+             "strategy (default: none)")
     add("--quiet", action="store_true", help="no per-epoch lines: the run's facts and the tables only")
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
     return Config(
-        trainers=args.trainers, devices=args.devices, device_type=args.device_type, mesh=args.mesh,
+        trainers=args.trainers, devices=args.devices, clients=args.clients, device_type=args.device_type,
+        mesh=args.mesh,
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
         seed=args.seed, optimizer=args.optimizer, adam=args.adam, data=args.data,
         train_examples=args.train_examples, test_examples=args.test_examples, hidden=args.hidden,
         shuffle=args.shuffle, dtensor_input=args.dtensor_input, tolerance=args.tolerance,
-        quiet=args.quiet)
+        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, restore=args.restore, export=args.export)
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the --clients launcher passes them on
     config = config_from_args(args)
     from shared import comparison  # imports TensorFlow: after argument errors are reported
     try:

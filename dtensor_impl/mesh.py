@@ -126,6 +126,17 @@ def create_mesh(spec: MeshSpec, devices: Sequence[str]) -> dtensor.Mesh:
     return dtensor.create_mesh(axes, devices=list(devices))
 
 
+def create_client_mesh(spec: MeshSpec, device_type: str) -> dtensor.Mesh:
+    """Multi-client (--clients > 1): the same batch-major mesh over every client's local devices.
+
+    Client c's devices are the c-th block of the batch axis, so it feeds the c-th block
+    of every global batch. Needs `dtensor.initialize_accelerator_system` run first, with
+    DTENSOR_CLIENT_ID, DTENSOR_NUM_CLIENTS, DTENSOR_JOB_NAME and DTENSOR_JOBS set.
+    """
+    axes = [(BATCH_AXIS, spec.batch)] + ([(MODEL_AXIS, spec.model)] if spec.model is not None else [])
+    return dtensor.create_distributed_mesh(axes, device_type=device_type)
+
+
 def layer_layouts(mesh: dtensor.Mesh, num_layers: int) -> List[Tuple[dtensor.Layout, dtensor.Layout]]:
     """(weight layout, bias layout) per dense layer, as the module docstring describes."""
     unsharded = dtensor.UNSHARDED

@@ -12,6 +12,10 @@ sharded on the mesh's batch axis, either by splitting it on the host and calling
 `dtensor.pack` (the tutorial; `--dtensor-input pack`) or through
 `dtensor.DTensorDataset` (`--dtensor-input dataset`).
 
+With `--clients C` (shared/multiclient.py) the mesh spans the devices of C processes
+(`dtensor.create_distributed_mesh`) and `pack_batch` packs only this client's shards of
+each global batch; the rest is unchanged.
+
 Where it departs from the tutorial, and why:
   * initial values come from `shared.model.initial_values` and are copied onto the
     mesh, then sliced to the weight's layout: a stateless random op run under a
@@ -46,11 +50,13 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_mesh, describe_layout,
-                               layer_layouts, mesh_spec)
+from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_client_mesh, create_mesh,
+                               describe_layout, layer_layouts, mesh_spec)
+from shared.checkpoint import TrainingState
 from shared.config import Config
 from shared.data import MnistData, batch_slices, epoch_batches, epoch_order
 from shared.errors import UsageError
+from shared.export import export_trainer
 from shared.history import EpochMeter, EpochRecord, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
 from shared.model import MLP, initial_values, layer_sizes
@@ -228,6 +234,12 @@ def evaluate(model, x, y, batch_size: int, mesh: dtensor.Mesh):
     return total_loss / len(y), total_correct / len(y)
 
 
+def predict_logits(model, x: np.ndarray, mesh: dtensor.Mesh) -> np.ndarray:
+    """Logits for host images, computed on the mesh: what --export checks its SavedModel against."""
+    images, _, _ = pack_batch(x, np.zeros(len(x), np.int64), mesh)
+    return to_numpy(model(images))[:len(x)]
+
+
 # --- the loop -------------------------------------------------------------------------------
 
 def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: str) -> None:
@@ -249,7 +261,11 @@ def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: st
 
 def check_config(config: Config, devices: Sequence[str]) -> MeshSpec:
     """The mesh and input-mode checks, run before anything trains (compare.py runs them up front)."""
-    spec = mesh_spec(config.mesh, len(devices), layer_sizes(config.hidden), config.batch_size)
+    # --clients: `devices` are this client's; the mesh spans every client's (shared/multiclient.py).
+    spec = mesh_spec(config.mesh, len(devices) * config.clients, layer_sizes(config.hidden), config.batch_size)
+    if config.clients > 1 and config.dtensor_input != "pack":
+        raise UsageError(f"--dtensor-input {config.dtensor_input} is not supported with --clients "
+                         f"{config.clients}; use --dtensor-input pack (each client packs its own shards)")
     check_input_mode(config.dtensor_input, len(devices), devices[0].split(":")[0])
     return spec
 
@@ -257,30 +273,38 @@ def check_config(config: Config, devices: Sequence[str]) -> MeshSpec:
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train on a mesh over exactly `devices` and return the shared history record."""
     spec = check_config(config, devices)
-    mesh = create_mesh(spec, devices)
-    history = History(trainer="dtensor", placement=f"mesh {spec} over {len(devices)} x {devices[0].split(':')[0]}")
+    device_type = devices[0].split(":")[0]
+    if config.clients > 1:  # multi-client: pack_batch then packs only this client's shards
+        mesh = create_client_mesh(spec, device_type)
+        placement = f"mesh {spec} over {config.clients} clients x {len(devices)} {device_type}"
+    else:
+        mesh = create_mesh(spec, devices)
+        placement = f"mesh {spec} over {len(devices)} x {device_type}"
+    history = History(trainer="dtensor", placement=placement)
 
     model = build_model(initial_values(layer_sizes(config.hidden), config.seed), mesh)
     optimizer = build_optimizer(config, model, mesh)
+    state = TrainingState("dtensor", config, model, optimizer, len(data.y_train), log)
+    start_epoch = state.restore()  # --restore: epochs already trained; 0 without; relayouts any checkpoint
     layouts = " ".join(f"{name}{i}{describe_layout(var.layout)}"
                        for i, layer in enumerate(model.layers) for name, var in (("w", layer.w), ("b", layer.b)))
     history.details = {"mesh": str(spec), "dtensor_input": config.dtensor_input, "layouts": layouts}
     if not config.quiet:
         log(f"{'dtensor':<10} {history.placement}; input {config.dtensor_input}; layouts {layouts}")
 
-    first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, 0,
+    first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch,
                                           config.shuffle, config.seed))
     history.first_step_gradients = [to_numpy(g) for g in
                                     compute_gradients(model, *pack_batch(first_x, first_y, mesh))]
 
     batches = packed_batches if config.dtensor_input == "pack" else dataset_batches
-    for epoch in range(config.epochs):
+    for epoch in range(start_epoch, config.epochs):
         meter = EpochMeter(f"dtensor epoch {epoch + 1}/{config.epochs}",
                            len(batch_slices(len(data.y_train), config.batch_size)))
         for step, ((x_batch, y_batch, weights), real_count) in enumerate(batches(data, config, epoch, mesh)):
             started = time.perf_counter()
             loss, correct = train_step(model, optimizer, x_batch, y_batch, weights)
-            if epoch == 0 and step == 0:
+            if epoch == start_epoch and step == 0:
                 float(loss)  # host sync, once: the first call's time is the trace time
                 history.trace_seconds = time.perf_counter() - started
             meter.add(loss, correct, real_count)
@@ -292,5 +316,8 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         history.epochs.append(record)
         if not config.quiet:
             log(format_epoch_line("dtensor", record, config.epochs))
+        state.save_epoch(epoch + 1)  # --checkpoint-dir
     history.final_weights = [to_numpy(w) for w in model.weights]  # one all-gather per sharded weight
+    export_trainer(config, "dtensor", history.final_weights, lambda x: predict_logits(model, x, mesh),  # --export
+                   data.x_test, history.details)
     return history

@@ -23,13 +23,22 @@ It reads like TensorFlow's "Custom training with tf.distribute.Strategy" tutoria
   `details["replica_weight_spread"]` records after training.
 - Metrics: the per-replica loss shares and correct counts are summed with `strategy.reduce`.
 - Step losses stay tensors until the epoch ends (`EpochMeter`): one host sync per epoch.
+- Speed: after the first step, an epoch is one `train_steps` call, whose loop in the graph
+  takes each step's pieces from the distributed iterator (`next(iterator)` inside the
+  tf.function), and each replica's optimizer update is compiled by XLA
+  (`shared.optim.apply_gradients_fused`). The forward and backward pass stay uncompiled:
+  XLA compiles per piece shape and per replica, which cost minutes of tracing at 8 replicas.
+
+With `--clients C` (shared/multiclient.py) the strategy is `MultiWorkerMirroredStrategy` over the
+workers that TF_CONFIG names (one replica per worker on CPU), each worker's input pipeline
+yields only its own replicas' pieces, and everything else above is unchanged.
 
 The history record is the reference's, with trainer "mirrored", placement "N replicas on CPU"
 and the cross-device ops in `details`. Costs, 8 replicas on 2 CPU cores, default data: a step
-takes ~19 ms (SGD) or ~30 ms (Adam) against the reference's ~6 ms: the distributed iterator
-~5 ms, then every replica computes its share and, after the all-reduce, the whole update on
-its own copy, so Adam's update runs 8 times. strategy.run traces a step function once per
-replica, so tracing grows with N too.
+takes ~35 ms with Adam against the reference's ~9 ms (README, "Throughput"): every replica
+computes its share and, after the all-reduce, the whole update on its own copy, so Adam's
+update runs 8 times over 8 copies of weights and slots. strategy.run traces a step function
+once per replica, so tracing grows with N too.
 
 `--adam tutorial`: MirroredVariables read back what was just assigned (with one replica and
 no partial batch the tutorial's Adam matches the reference exactly), but its Python-float
@@ -38,22 +47,25 @@ t = i + 1 and the copies drift apart (`details["replica_weight_spread"]`). The r
 count is 1 in its first trace and 2 in its retrace for a partial final batch, so with a
 partial batch the two differ even on one replica.
 """
-import itertools
+import functools
 import time
 from typing import Callable, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from shared.checkpoint import TrainingState
 from shared.config import Config
 from shared.data import MnistData, batch_slices, epoch_batches
 from shared.errors import UsageError
+from shared.export import export_trainer
 from shared.history import EpochMeter, EpochRecord, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
 from shared.model import build_mlp, initial_values, layer_sizes
-from shared.optim import make_optimizer
+from shared.optim import apply_gradients_fused, make_optimizer
 
 SUM = tf.distribute.ReduceOp.SUM
+COLLECTIVE_TIMEOUT_S = 60  # --clients: longest wait for a peer in one collective (first step: tracing skew)
 
 
 def check_config(config: Config, devices: Sequence[str]) -> None:
@@ -62,6 +74,11 @@ def check_config(config: Config, devices: Sequence[str]) -> None:
     compare.py runs this before anything trains; `fit` runs it again.
     """
     batch_size = config.batch_size
+    if config.clients > 1:  # MultiWorkerMirroredStrategy: one replica per worker on CPU (see fit)
+        if batch_size < config.clients:
+            raise UsageError(f"--batch-size {batch_size} is smaller than the {config.clients} workers; "
+                             f"use --batch-size {config.clients} or more")
+        return
     device_type = devices[0].split(":")[0]
     configured = {device.name.replace("/device:", "") for device in tf.config.list_logical_devices()}
     missing = [device for device in devices if device not in configured]
@@ -94,6 +111,24 @@ def choose_cross_device_ops(devices: Sequence[str]) -> tf.distribute.CrossDevice
     if all_gpus and one_physical_gpu_each and len(devices) > 1:
         return tf.distribute.NcclAllReduce()
     return tf.distribute.ReductionToOneDevice()
+
+
+@functools.lru_cache(maxsize=1)
+def multi_worker_strategy():
+    """--clients: MultiWorkerMirroredStrategy over the workers that TF_CONFIG names, one per process.
+
+    The first call joins the cluster (shared/multiclient.py makes it early, before loading
+    data, which may start TensorFlow's runtime); `fit` gets the same strategy.
+
+    On CPU it makes one replica per worker, whatever the logical CPU count. It must be
+    created before anything initialises TensorFlow's runtime in this process. A peer that
+    dies is caught by the coordination service's heartbeat; COLLECTIVE_TIMEOUT_S bounds
+    a collective that waits for a peer that is alive but stuck.
+    """
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+        timeout_seconds=COLLECTIVE_TIMEOUT_S)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
 def piece_sizes(global_count: int, num_replicas: int):
@@ -134,6 +169,11 @@ def distribute_batches(strategy, x: np.ndarray, y: np.ndarray, batch_size: int, 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         num_replicas = input_context.num_replicas_in_sync
         order, pieces = replica_pieces(len(y), batch_size, num_replicas, epochs, shuffle, seed)
+        # Multi-worker: this worker's pipeline feeds only its own replicas' pieces (worker w holds
+        # replicas w*L .. w*L+L-1). One worker: all of them.
+        local_replicas = num_replicas // input_context.num_input_pipelines
+        first_local = input_context.input_pipeline_id * local_replicas
+        pieces = pieces.reshape(-1, num_replicas, 3)[:, first_local:first_local + local_replicas].reshape(-1, 3)
         images, labels, order = tf.constant(x), tf.constant(y), tf.constant(order)
 
         def take_piece(piece):
@@ -173,10 +213,25 @@ def train_step(strategy, model, optimizer, pieces):
     """
     def on_replica(x, y, global_count):
         logits, loss, grads = replica_loss_and_gradients(model, x, y, global_count)
-        optimizer.apply_gradients(grads, model.weights)  # writes this replica's copies only
+        apply_gradients_fused(optimizer, grads, model.weights)  # XLA; writes this replica's copies only
         return loss, correct_count(logits, y)
     losses, corrects = strategy.run(on_replica, args=pieces)
     return strategy.reduce(SUM, losses, axis=None), strategy.reduce(SUM, corrects, axis=None)
+
+
+@tf.function
+def train_steps(strategy, model, optimizer, iterator, steps):
+    """`train_step` on the next `steps` global batches of a distributed iterator, in one call.
+
+    The loop runs in the graph (the tf.distribute guide's pattern for several steps per
+    tf.function call); returns [steps] tensors of the per-step losses and correct counts.
+    """
+    losses = tf.TensorArray(tf.float32, size=steps)
+    corrects = tf.TensorArray(tf.float32, size=steps)
+    for i in tf.range(steps):
+        loss, correct = train_step(strategy, model, optimizer, next(iterator))
+        losses, corrects = losses.write(i, loss), corrects.write(i, correct)
+    return losses.stack(), corrects.stack()
 
 
 @tf.function
@@ -197,6 +252,22 @@ def evaluate(strategy, model, steps, num_batches: int, num_examples: int):
     return float(total_loss) / num_examples, float(total_correct) / num_examples
 
 
+@tf.function
+def forward(strategy, model, pieces):
+    return strategy.run(model, args=(pieces,))
+
+
+def predict_logits(strategy, model, x: np.ndarray) -> np.ndarray:
+    """Logits for host images, each replica computing its contiguous piece: what --export checks against."""
+    bounds = np.cumsum([0] + piece_sizes(len(x), strategy.num_replicas_in_sync))
+
+    def piece(context: tf.distribute.experimental.ValueContext):
+        replica = context.replica_id_in_sync_group
+        return tf.constant(x[bounds[replica]:bounds[replica + 1]])
+    logits = forward(strategy, model, strategy.experimental_distribute_values_from_function(piece))
+    return np.concatenate([part.numpy() for part in strategy.experimental_local_results(logits)])
+
+
 def replica_weight_spread(strategy, model) -> float:
     """Largest difference between any replica's copy of a weight and replica 0's (0 when in sync)."""
     spread = 0.0
@@ -208,17 +279,24 @@ def replica_weight_spread(strategy, model) -> float:
 
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train data-parallel with one replica per device and return the shared history record."""
-    check_config(config, devices)
-    cross_device_ops = choose_cross_device_ops(devices)
-    strategy = tf.distribute.MirroredStrategy(devices=[f"/device:{device}" for device in devices],
-                                              cross_device_ops=cross_device_ops)
-    num_replicas = strategy.num_replicas_in_sync  # one per device: check_config saw each exists
+    if config.clients > 1:
+        strategy = multi_worker_strategy()  # first: before anything starts TensorFlow's runtime
+        check_config(config, devices)
+        cross_device_ops_name = "CollectiveAllReduce (RING, multi-worker)"
+    else:
+        check_config(config, devices)
+        cross_device_ops = choose_cross_device_ops(devices)
+        strategy = tf.distribute.MirroredStrategy(devices=[f"/device:{device}" for device in devices],
+                                                  cross_device_ops=cross_device_ops)
+        cross_device_ops_name = type(cross_device_ops).__name__
+    num_replicas = strategy.num_replicas_in_sync  # one per device (per worker with --clients)
     device_type = devices[0].split(":")[0]
     history = History(trainer="mirrored",
-                      placement=f"{num_replicas} replica{'s' * (num_replicas > 1)} on {device_type}")
+                      placement=f"{num_replicas} replica{'s' * (num_replicas > 1)} on {device_type}"
+                      + (f" ({config.clients} workers)" if config.clients > 1 else ""))
     smallest_piece, largest_piece = config.batch_size // num_replicas, -(-config.batch_size // num_replicas)
     history.details = {
-        "cross_device_ops": type(cross_device_ops).__name__,
+        "cross_device_ops": cross_device_ops_name,
         "input": "distribute_datasets_from_function",
         "per_replica_batch": (f"{smallest_piece}" if smallest_piece == largest_piece
                               else f"{smallest_piece}-{largest_piece}"),
@@ -233,33 +311,36 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
             config.optimizer, config.adam, model.weights, config.learning_rate,
             zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
             make_step=lambda: tf.Variable(0, dtype=tf.int64))
+    state = TrainingState("mirrored", config, model, optimizer, len(data.y_train), log)
+    start_epoch = state.restore()  # --restore: epochs already trained; 0 without; sets every replica's copy
 
-    epochs = range(config.epochs)
+    epochs = range(start_epoch, config.epochs)
     train_batches = distribute_batches(strategy, data.x_train, data.y_train, config.batch_size, epochs or [0],
                                        config.shuffle, config.seed)
     test_batches = distribute_batches(strategy, data.x_test, data.y_test, config.batch_size, epochs)
     global_gradients.get_concrete_function(strategy, model, train_batches.element_spec)  # see train_step
     test_step.get_concrete_function(strategy, model, test_batches.element_spec)
-    train_steps, test_steps = iter(train_batches), iter(test_batches)
-    first_pieces = next(train_steps)
+    train_iterator, test_steps = iter(train_batches), iter(test_batches)
+    first_pieces = next(train_iterator)
     first_grads = global_gradients(strategy, model, first_pieces)
     history.first_step_gradients = [strategy.experimental_local_results(g)[0].numpy() for g in first_grads]
-    train_steps = itertools.chain([first_pieces], train_steps)
 
     global_counts = [part.stop - part.start for part in batch_slices(len(data.y_train), config.batch_size)]
     test_batch_count = len(batch_slices(len(data.y_test), config.batch_size))
     for epoch in epochs:
         meter = EpochMeter(f"mirrored epoch {epoch + 1}/{config.epochs}", len(global_counts))
-        for step, global_count in enumerate(global_counts):
-            pieces = next(train_steps)
+        counts = global_counts
+        if epoch == start_epoch:  # the first step alone, on the pieces already taken: its time is the trace time
             started = time.perf_counter()
-            if epoch == 0 and step == 0:
-                train_step.get_concrete_function(strategy, model, optimizer, train_batches.element_spec)
-            loss, correct = train_step(strategy, model, optimizer, pieces)
-            if epoch == 0 and step == 0:
-                float(loss)  # host sync, once: the first call's time is the trace time
-                history.trace_seconds = time.perf_counter() - started
-            meter.add(loss, correct, global_count)
+            train_step.get_concrete_function(strategy, model, optimizer, train_batches.element_spec)
+            loss, correct = train_step(strategy, model, optimizer, first_pieces)
+            float(loss)  # host sync, once
+            history.trace_seconds = time.perf_counter() - started
+            meter.add(loss, correct, counts[0])
+            counts = counts[1:]
+        if counts:  # the rest of the epoch in one call
+            losses, corrects = train_steps(strategy, model, optimizer, train_iterator, tf.constant(len(counts)))
+            meter.add_steps(losses, corrects, counts)
         step_losses, train_loss, train_accuracy, seconds = meter.finish()
         test_loss, test_accuracy = evaluate(strategy, model, test_steps, test_batch_count, len(data.y_test))
         history.step_losses += step_losses
@@ -268,6 +349,9 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         history.epochs.append(record)
         if not config.quiet:
             log(format_epoch_line("mirrored", record, config.epochs))
+        state.save_epoch(epoch + 1)  # --checkpoint-dir
     history.details["replica_weight_spread"] = f"{replica_weight_spread(strategy, model):.3g}"
     history.final_weights = [w.numpy() for w in model.weights]
+    export_trainer(config, "mirrored", history.final_weights,  # --export
+                   lambda x: predict_logits(strategy, model, x), data.x_test, history.details)
     return history

@@ -11,6 +11,8 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import tensorflow as tf
 
+from shared import checkpoint
+from shared.benchmark import matmul_peak_gflops
 from shared.config import Config
 from shared.data import MnistData, load_data
 from shared.devices import configure_devices
@@ -44,6 +46,7 @@ class RunResult:
     data: MnistData
     results: Dict[str, TrainerResult]
     parity: Dict[str, Parity]
+    matmul_peak_gflops: float = 0.0  # measured after training, in the same process (shared/benchmark.py)
 
     @property
     def ok(self) -> bool:
@@ -63,6 +66,7 @@ def check_config(config: Config, devices: Sequence[str]) -> None:
         check = getattr(trainer_module(name), "check_config", None)
         if check is not None:
             check(config, devices)
+    checkpoint.check_config(config)  # --restore, --checkpoint-dir, --export
 
 
 def peak_memory_mb(config: Config, devices: Sequence[str]) -> float:
@@ -118,11 +122,15 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], Mn
 def run(config: Config, args) -> int:
     """compare.py's whole job; returns the exit code (0 parity holds, 1 it does not)."""
     from shared import report
+    if config.clients > 1:  # several processes: shared/multiclient.py starts them or is one of them
+        from shared import multiclient
+        return multiclient.run(config, args)
     report.check_outputs(args)
     all_devices, data = prepare(config, args.sweep_devices or ())
     devices = all_devices[:config.devices]
     print(report.header(config, devices, data))
     main_run = train_all(config, data, devices)
+    main_run.matmul_peak_gflops = matmul_peak_gflops(devices[0])
     sweep = []
     if args.sweep_devices:
         sweep = run_sweep(config, data, all_devices, args.sweep_devices, main_run)
@@ -149,7 +157,8 @@ def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], count
     reference_throughput = throughput(reference.history, len(data.y_train))[0] if not reference.failed else 0.0
     entries = []
     for count in counts:
-        sweep_config = config.replace(devices=count, mesh=None, quiet=True)
+        sweep_config = config.replace(devices=count, mesh=None, quiet=True,
+                                      checkpoint_dir=None, export=None)  # those are the main run's
         if count == config.devices and config.mesh is None:
             run_at_count = main_run
         else:

@@ -13,6 +13,7 @@ TRAINER_NAMES = ("reference", "dtensor", "mirrored")
 class Config:
     trainers: Tuple[str, ...] = TRAINER_NAMES
     devices: int = 8  # logical devices per process; 8 virtual CPUs as in the tutorial
+    clients: int = 1  # processes (hosts) in one run: >1 is multi-client DTensor / MultiWorkerMirroredStrategy
     device_type: str = "CPU"
     mesh: Optional[str] = None  # "batch=B[,model=M]"; None means batch=devices (pure data parallel)
     epochs: int = 3
@@ -30,6 +31,10 @@ class Config:
     record_step_losses: bool = True  # per-step losses cost one host sync per epoch, not per step
     tolerance: Optional[float] = None  # loss and gradient bound; weights get 10x. None: shared.parity's
     quiet: bool = False
+    # Checkpoints and export (shared/checkpoint.py, shared/export.py); None: off.
+    checkpoint_dir: Optional[str] = None  # DIR/<trainer>/epoch-NNNN after every epoch, each complete or absent
+    restore: Optional[str] = None  # a checkpoint any trainer wrote (or DIR/<trainer>: its newest); epochs continue
+    export: Optional[str] = None  # DIR/<trainer>: a SavedModel of plain variables, loadable without mesh or strategy
 
     def replace(self, **changes) -> "Config":
         return dataclasses.replace(self, **changes)

@@ -241,3 +241,22 @@ def epoch_batches(x: np.ndarray, y: np.ndarray, batch_size: int, epoch: int = 0,
     for part in batch_slices(len(y), batch_size):
         index = order[part]
         yield x[index], y[index]
+
+
+def step_chunks(batches, first_alone: bool = False) -> Iterator[Tuple[np.ndarray, ...]]:
+    """`batches` (epoch_batches' tuples, in order) grouped into runs of equal shape, each stacked.
+
+    Yields tuples of arrays with a leading steps axis, e.g. (x [steps, B, 784], y [steps, B]):
+    4,000 examples in batches of 128 give one chunk of 31 full batches and one of the last 32.
+    A trainer runs a chunk in one tf.function call (a loop in the graph, one optimizer step
+    per leading index), so the batches and their order are exactly epoch_batches'.
+    first_alone: the first batch is a chunk of its own (its call's time is the trace time).
+    """
+    run = []
+    for index, batch in enumerate(batches):
+        if run and (batch[0].shape != run[0][0].shape or (first_alone and index == 1)):
+            yield tuple(np.stack(parts) for parts in zip(*run))
+            run = []
+        run.append(batch)
+    if run:
+        yield tuple(np.stack(parts) for parts in zip(*run))

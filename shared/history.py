@@ -6,7 +6,7 @@ and JSON report from these records.
 import dataclasses
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import numpy as np
 
@@ -57,14 +57,21 @@ class EpochMeter:
         self.total_steps = total_steps
 
     def add(self, mean_loss, correct, count: int):
+        self.add_steps([mean_loss], [correct], [count])
+
+    def add_steps(self, mean_losses, corrects, counts: Sequence[int]):
+        """Several steps from one call: [steps] tensors of losses and correct counts.
+
+        Each step gets the call's wall time divided by its number of steps.
+        """
         now = time.perf_counter()
-        self.step_times_ms.append((now - self._last) * 1e3)
+        self.step_times_ms += [(now - self._last) * 1e3 / len(counts)] * len(counts)
         self._last = now
-        self.losses.append(mean_loss)
-        self.corrects.append(correct)
-        self.counts.append(count)
+        self.losses.append(mean_losses)
+        self.corrects.append(corrects)
+        self.counts += list(counts)
         if self.progress_label:
-            done = len(self.losses)
+            done = len(self.counts)
             bar = "#" * (30 * done // self.total_steps)
             sys.stderr.write(f"\r{self.progress_label} [{bar:<30}] {done}/{self.total_steps} steps")
             if done == self.total_steps:
@@ -73,8 +80,15 @@ class EpochMeter:
 
     def finish(self):
         """(step_losses, mean loss, accuracy, seconds) for what was added."""
-        losses = np.array([float(loss) for loss in self.losses], dtype=np.float64)  # host sync point
+        losses = np.concatenate([_host(loss) for loss in self.losses] or [[]]).astype(np.float64)  # host sync
         counts = np.array(self.counts, dtype=np.float64)
-        correct = float(sum(float(c) for c in self.corrects))
+        correct = float(sum(_host(c).sum() for c in self.corrects))
         seconds = time.perf_counter() - self.start
         return losses.tolist(), float((losses * counts).sum() / counts.sum()), float(correct / counts.sum()), seconds
+
+
+def _host(values) -> np.ndarray:
+    """A list of scalars or a [steps] tensor (a replicated DTensor reads one device's copy) as a 1-D array."""
+    if isinstance(values, list):
+        return np.array([float(value) for value in values], dtype=np.float64)
+    return np.reshape(np.asarray(values.numpy() if hasattr(values, "numpy") else values, np.float64), -1)

@@ -95,6 +95,19 @@ class Adam(tf.Module):
         self.tutorial_t += 1.0  # Python float: runs at trace time only
 
 
+@tf.function(jit_compile=True)
+def apply_gradients_fused(optimizer, grads, variables):
+    """`optimizer.apply_gradients`, compiled by XLA into one pass per variable.
+
+    Unfused, Adam runs ~15 elementwise ops per variable, each reading and writing a
+    whole weight-sized buffer: ~3 ms a step on one CPU device, and on 8 replicas sharing
+    two cores their 8 copies of weights and slots outgrow the L3 cache. The same maths,
+    so the same values up to float rounding. The reference and MirroredStrategy trainers
+    use it; DTensor does not compile with XLA on CPU (jit_compile is ignored there).
+    """
+    optimizer.apply_gradients(grads, variables)
+
+
 def make_optimizer(name: str, adam_formulation: str, variables, learning_rate: float,
                    zeros_like: Callable, make_step: Callable):
     if name == "sgd":

@@ -3,6 +3,11 @@
 It is the ground truth that the distributed trainers are checked against: the same
 model, initial values, optimizer and global batches, with nothing distributed.
     python compare.py --trainers reference --data embedded
+
+Speed, applied alike to the distributed trainers where their API allows: an epoch is
+`train_steps` calls over chunks of stacked batches (`shared.data.step_chunks`: the first
+step alone, then runs of equal-size batches), each a loop in the graph with one host sync
+per epoch, and the optimizer update is compiled by XLA (`shared.optim.apply_gradients_fused`).
 """
 import time
 from typing import Callable, Sequence
@@ -10,12 +15,14 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from shared.checkpoint import TrainingState
 from shared.config import Config
-from shared.data import MnistData, batch_slices, epoch_batches
+from shared.data import MnistData, batch_slices, epoch_batches, step_chunks
+from shared.export import export_trainer
 from shared.history import EpochMeter, EpochRecord, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
 from shared.model import build_mlp, initial_values, layer_sizes
-from shared.optim import make_optimizer
+from shared.optim import apply_gradients_fused, make_optimizer
 
 
 @tf.function
@@ -32,8 +39,24 @@ def train_step(model, optimizer, x, y):
         logits = model(x)
         loss = mean_loss(logits, y, tf.shape(y)[0])
     grads = tape.gradient(loss, model.weights)
-    optimizer.apply_gradients(grads, model.weights)
+    apply_gradients_fused(optimizer, grads, model.weights)  # the update compiled by XLA
     return loss, correct_count(logits, y)
+
+
+@tf.function
+def train_steps(model, optimizer, x_steps, y_steps):
+    """`train_step` on x_steps[i], y_steps[i] for every i, in one call: a loop in the graph.
+
+    Returns [steps] tensors of the per-step losses and correct counts, the same values as
+    one call per step, without a Python round trip per step.
+    """
+    steps = tf.shape(y_steps)[0]
+    losses = tf.TensorArray(tf.float32, size=steps)
+    corrects = tf.TensorArray(tf.float32, size=steps)
+    for i in tf.range(steps):
+        loss, correct = train_step(model, optimizer, x_steps[i], y_steps[i])
+        losses, corrects = losses.write(i, loss), corrects.write(i, correct)
+    return losses.stack(), corrects.stack()
 
 
 @tf.function
@@ -62,21 +85,26 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
             config.optimizer, config.adam, model.weights, config.learning_rate,
             zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
             make_step=lambda: tf.Variable(0, dtype=tf.int64))
-        first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, 0,
+        state = TrainingState("reference", config, model, optimizer, len(data.y_train), log)
+        start_epoch = state.restore()  # --restore: epochs already trained; 0 without
+        first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch,
                                               config.shuffle, config.seed))
         history.first_step_gradients = [g.numpy() for g in compute_gradients(model, first_x, first_y)]
 
-        for epoch in range(config.epochs):
+        for epoch in range(start_epoch, config.epochs):
             meter = EpochMeter(f"reference epoch {epoch + 1}/{config.epochs}",
                                len(batch_slices(len(data.y_train), config.batch_size)))
-            for step, (x_batch, y_batch) in enumerate(epoch_batches(
-                    data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed)):
+            batches = epoch_batches(data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed)
+            for chunk, (x_steps, y_steps) in enumerate(step_chunks(batches, first_alone=epoch == start_epoch)):
                 started = time.perf_counter()
-                loss, correct = train_step(model, optimizer, x_batch, y_batch)
-                if epoch == 0 and step == 0:
-                    float(loss)  # host sync, once: the first call's time is the trace time
+                if epoch == start_epoch and chunk == 0:  # one trace for every chunk length and batch size
+                    train_steps.get_concrete_function(model, optimizer, tf.TensorSpec([None, None, *x_steps.shape[2:]]),
+                                                      tf.TensorSpec([None, None], tf.int64))
+                losses, corrects = train_steps(model, optimizer, x_steps, y_steps)
+                if epoch == start_epoch and chunk == 0:
+                    losses.numpy()  # host sync, once: the first call (one step) is the trace time
                     history.trace_seconds = time.perf_counter() - started
-                meter.add(loss, correct, len(y_batch))
+                meter.add_steps(losses, corrects, [y_steps.shape[1]] * len(y_steps))
             step_losses, train_loss, train_accuracy, seconds = meter.finish()
             test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test, config.batch_size)
             history.step_losses += step_losses
@@ -85,5 +113,8 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
             history.epochs.append(record)
             if not config.quiet:
                 log(format_epoch_line("reference", record, config.epochs))
+            state.save_epoch(epoch + 1)  # --checkpoint-dir
         history.final_weights = [w.numpy() for w in model.weights]
+        export_trainer(config, "reference", history.final_weights, lambda x: model(x).numpy(),  # --export
+                       data.x_test, history.details)
     return history

@@ -14,7 +14,9 @@ import numpy as np
 import tensorflow as tf
 from tabulate import tabulate
 
+from shared.benchmark import PEAK_MATMUL_SIZE, flops_per_example
 from shared.errors import UsageError
+from shared.model import layer_sizes
 
 PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "max |grad diff|", "max |weight diff|",
                   "tolerance (loss, grad / weight)", "verdict"]
@@ -62,14 +64,16 @@ def check_outputs(args) -> None:
 
 
 def header(config, devices: Sequence[str], data) -> str:
-    batch_axis = config.devices
+    batch_axis = config.devices * config.clients  # --clients: the mesh spans every client's devices
+    mirrored_replicas = config.clients if config.clients > 1 else config.devices  # one per worker on CPU
     if config.mesh:
         batch_axis = int(dict(part.split("=") for part in config.mesh.split(",")).get("batch", 1))
     return "\n".join([
         f"TensorFlow {tf.__version__}; {len(devices)} logical {config.device_type} devices "
-        f"({devices[0]} .. {devices[-1]}); DTensor mesh {config.mesh or f'batch={config.devices}'}",
+        f"({devices[0]} .. {devices[-1]})" + (f" per client x {config.clients} clients" if config.clients > 1 else "")
+        + f"; DTensor mesh {config.mesh or f'batch={batch_axis}'}",
         f"global batch {config.batch_size}, per replica {config.batch_size // batch_axis} (DTensor) / "
-        f"{_split_sizes(config.batch_size, config.devices)} (MirroredStrategy); {config.epochs} epochs; "
+        f"{_split_sizes(config.batch_size, mirrored_replicas)} (MirroredStrategy); {config.epochs} epochs; "
         f"{config.optimizer} lr {config.learning_rate:g}" + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
         + f"; seed {config.seed}",
         data.describe(),
@@ -134,6 +138,16 @@ def result_rows(run) -> List[list]:
     return rows
 
 
+def compute_facts(run) -> dict:
+    """FLOPs per example, the measured matmul peak, and each trainer's achieved GFLOP/s (shared/benchmark.py)."""
+    flops = flops_per_example(layer_sizes(run.config.hidden))
+    train_examples = len(run.data.y_train)
+    achieved = {name: throughput(result.history, train_examples)[0] * flops / 1e9
+                for name, result in run.results.items() if result.history is not None}
+    return {"flops_per_example": flops, "matmul_peak_gflops": getattr(run, "matmul_peak_gflops", 0.0),
+            "achieved_gflops": achieved}
+
+
 def print_tables(run, sweep, out=sys.stdout) -> None:
     if run.parity or any(r.failed for n, r in run.results.items() if n != "reference"):
         print("\nParity against the single-device reference (absolute differences)", file=out)
@@ -141,6 +155,13 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
     print("\nResults (throughput excludes the first epoch, which traces; peak MB on CPU is the "
           "process's peak RSS so far)", file=out)
     print(tabulate(result_rows(run), RESULT_HEADERS, tablefmt="github"), file=out)
+    compute = compute_facts(run)
+    if compute["matmul_peak_gflops"]:
+        achieved = ", ".join(f"{name} {gflops:.0f} ({gflops / compute['matmul_peak_gflops']:.0%})"
+                             for name, gflops in compute["achieved_gflops"].items())
+        print(f"\nGFLOP/s at {compute['flops_per_example'] / 1e6:.2f} MFLOP per example (3 x 2 x weights): "
+              f"{achieved} of this run's float32 matmul peak {compute['matmul_peak_gflops']:.0f} GFLOP/s "
+              f"({PEAK_MATMUL_SIZE}x{PEAK_MATMUL_SIZE}, one device)", file=out)
     if sweep:
         print("\nThroughput against device count", file=out)
         print(tabulate([[e.devices, e.trainer, f"{e.throughput_examples_per_s:,.0f}",
@@ -181,6 +202,7 @@ def report_dict(run, sweep) -> dict:
                         "train_examples": train_examples, "test_examples": len(run.data.y_test)},
         "trainers": trainers,
         "parity": {name: dataclasses.asdict(parity) for name, parity in run.parity.items()},
+        "compute": compute_facts(run),
         **({"sweep": [dataclasses.asdict(entry) for entry in sweep]} if sweep else {}),
     }
 

@@ -1,6 +1,7 @@
 """The reference trainer learns, and its history record is complete and consistent."""
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from shared.config import Config
 from shared.devices import configure_devices
@@ -52,3 +53,26 @@ def test_device_requests_after_initialisation(devices):
         configure_devices(9)
     with pytest.raises(UsageError, match=r"--devices 0 is not possible"):
         configure_devices(0)
+
+
+def test_several_steps_per_call_equal_one_step_per_call(embedded):
+    """train_steps' loop in the graph gives bit-identical losses and weights to train_step called per batch."""
+    from shared.data import epoch_batches, step_chunks
+    from shared.model import build_mlp, initial_values, layer_sizes
+    from shared.optim import make_optimizer
+    from shared.reference import train_step, train_steps
+
+    def model_and_optimizer():
+        model = build_mlp(initial_values(layer_sizes((700, 500)), 22))
+        return model, make_optimizer("adam", "fixed", model.weights, 1e-3, lambda v: tf.Variable(tf.zeros_like(v)),
+                                     lambda: tf.Variable(0, dtype=tf.int64))
+    batches = list(epoch_batches(embedded.x_train[:300], embedded.y_train[:300], 64))  # 4 x 64 and 44
+    per_call_model, per_call_optimizer = model_and_optimizer()
+    per_call = [float(train_step(per_call_model, per_call_optimizer, x, y)[0]) for x, y in batches]
+    looped_model, looped_optimizer = model_and_optimizer()
+    chunks = list(step_chunks(batches, first_alone=True))
+    assert [len(y) for _, y in chunks] == [1, 3, 1]  # the first alone, the other full ones, the partial one
+    looped = [float(loss) for x, y in chunks for loss in train_steps(looped_model, looped_optimizer, x, y)[0]]
+    assert looped == per_call
+    for a, b in zip(looped_model.weights, per_call_model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
