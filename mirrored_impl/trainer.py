@@ -59,7 +59,7 @@ from shared.config import Config
 from shared.data import MnistData, batch_slices, epoch_batches
 from shared.errors import UsageError
 from shared.export import export_trainer
-from shared.history import EpochMeter, EpochRecord, History, format_epoch_line
+from shared.history import EpochMeter, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
 from shared.model import build_mlp, initial_values, layer_sizes
 from shared.optim import apply_gradients_fused, make_optimizer
@@ -341,12 +341,9 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         if counts:  # the rest of the epoch in one call
             losses, corrects = train_steps(strategy, model, optimizer, train_iterator, tf.constant(len(counts)))
             meter.add_steps(losses, corrects, counts)
-        step_losses, train_loss, train_accuracy, seconds = meter.finish()
+        finished = meter.finish()  # before evaluating: the epoch's time is training only
         test_loss, test_accuracy = evaluate(strategy, model, test_steps, test_batch_count, len(data.y_test))
-        history.step_losses += step_losses
-        history.step_times_ms += meter.step_times_ms
-        record = EpochRecord(epoch + 1, train_loss, train_accuracy, test_loss, test_accuracy, seconds)
-        history.epochs.append(record)
+        record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy)
         if not config.quiet:
             log(format_epoch_line("mirrored", record, config.epochs))
         state.save_epoch(epoch + 1)  # --checkpoint-dir

@@ -33,6 +33,16 @@ class History:
     final_weights: List[np.ndarray] = dataclasses.field(default_factory=list)  # [w0, b0, w1, b1, ...]
     details: Dict[str, str] = dataclasses.field(default_factory=dict)  # e.g. cross-device ops in use
 
+    def add_epoch(self, epoch: int, meter: "EpochMeter", finished, test_loss: float,
+                  test_accuracy: float) -> EpochRecord:
+        """Record epoch `epoch` (1-based) from `finished` = meter.finish() and the test metrics."""
+        step_losses, train_loss, train_accuracy, seconds = finished
+        self.step_losses += step_losses
+        self.step_times_ms += meter.step_times_ms
+        record = EpochRecord(epoch, train_loss, train_accuracy, test_loss, test_accuracy, seconds)
+        self.epochs.append(record)
+        return record
+
 
 def format_epoch_line(trainer: str, record: EpochRecord, epochs: int) -> str:
     """One fixed-format line, the same keys for every trainer."""
