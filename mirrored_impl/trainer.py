@@ -61,8 +61,8 @@ from shared.errors import UsageError
 from shared.export import export_trainer
 from shared.history import EpochMeter, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
-from shared.model import build_mlp, initial_values, layer_sizes
-from shared.optim import apply_gradients_fused, make_optimizer
+from shared.model import build_model_and_optimizer
+from shared.optim import apply_gradients_fused
 
 SUM = tf.distribute.ReduceOp.SUM
 COLLECTIVE_TIMEOUT_S = 60  # --clients: longest wait for a peer in one collective (first step: tracing skew)
@@ -304,13 +304,8 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     if not config.quiet:
         log(f"{'mirrored':<10} {history.placement}; cross-device ops {history.details['cross_device_ops']}; "
             f"per-replica batch {history.details['per_replica_batch']}; input {history.details['input']}")
-    values = initial_values(layer_sizes(config.hidden), config.seed)
     with strategy.scope():
-        model = build_mlp(values)
-        optimizer = make_optimizer(
-            config.optimizer, config.adam, model.weights, config.learning_rate,
-            zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
-            make_step=lambda: tf.Variable(0, dtype=tf.int64))
+        model, optimizer = build_model_and_optimizer(config)
     state = TrainingState("mirrored", config, model, optimizer, len(data.y_train), log)
     start_epoch = state.restore()  # --restore: epochs already trained; 0 without; sets every replica's copy
 

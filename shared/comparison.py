@@ -7,7 +7,7 @@ import dataclasses
 import importlib
 import resource
 import traceback
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 

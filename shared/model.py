@@ -76,3 +76,18 @@ def build_mlp(values: Sequence[np.ndarray], make_variable=tf.Variable) -> MLP:
     return MLP([DenseLayer(values[2 * i], values[2 * i + 1],
                            tf.nn.relu if i < count - 1 else tf.identity, make_variable)
                 for i in range(count)])
+
+
+def build_model_and_optimizer(config):
+    """The MLP from the shared initial values and its optimizer, all as plain tf.Variables.
+
+    Under `strategy.scope()` they become MirroredVariables; under `tf.device` they live there.
+    (DTensor builds its own: its variables are DVariables with layouts.)
+    """
+    from shared.optim import make_optimizer
+    model = build_mlp(initial_values(layer_sizes(config.hidden), config.seed))
+    optimizer = make_optimizer(
+        config.optimizer, config.adam, model.weights, config.learning_rate,
+        zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
+        make_step=lambda: tf.Variable(0, dtype=tf.int64))
+    return model, optimizer

@@ -12,7 +12,6 @@ per epoch, and the optimizer update is compiled by XLA (`shared.optim.apply_grad
 import time
 from typing import Callable, Sequence
 
-import numpy as np
 import tensorflow as tf
 
 from shared.checkpoint import TrainingState
@@ -21,8 +20,8 @@ from shared.data import MnistData, batch_slices, epoch_batches, step_chunks
 from shared.export import export_trainer
 from shared.history import EpochMeter, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
-from shared.model import build_mlp, initial_values, layer_sizes
-from shared.optim import apply_gradients_fused, make_optimizer
+from shared.model import build_model_and_optimizer
+from shared.optim import apply_gradients_fused
 
 
 @tf.function
@@ -78,13 +77,8 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     """Train on devices[0] and return the shared history record."""
     device = devices[0]
     history = History(trainer="reference", placement=f"1 x {device.split(':')[0]} ({device})")
-    values = initial_values(layer_sizes(config.hidden), config.seed)
     with tf.device(device):
-        model = build_mlp(values)
-        optimizer = make_optimizer(
-            config.optimizer, config.adam, model.weights, config.learning_rate,
-            zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
-            make_step=lambda: tf.Variable(0, dtype=tf.int64))
+        model, optimizer = build_model_and_optimizer(config)
         state = TrainingState("reference", config, model, optimizer, len(data.y_train), log)
         start_epoch = state.restore()  # --restore: epochs already trained; 0 without
         first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch,
