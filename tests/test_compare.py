@@ -136,3 +136,26 @@ def test_sweep_reports_throughput_and_parity_per_device_count(tmp_path):
         assert entry["parity_ok"] is True and entry["throughput_examples_per_s"] > 0
         assert isinstance(entry["ratio_to_reference"], float)
     assert next(e for e in sweep if e["trainer"] == "reference")["ratio_to_reference"] == 1.0
+
+
+def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devices, embedded, monkeypatch):
+    """The failure path of compare.py in-process: the trainer's error becomes one table cell."""
+    import io
+    from mirrored_impl import trainer as mirrored_trainer
+    from shared import comparison, report
+    from shared.config import Config
+
+    def broken_fit(*args, **kwargs):
+        raise RuntimeError("replica 3 lost its device\nsecond line that must not show")
+
+    monkeypatch.setattr(mirrored_trainer, "fit", broken_fit)
+    small = embedded.__class__(embedded.x_train[:128], embedded.y_train[:128], embedded.x_test[:64],
+                               embedded.y_test[:64], "embedded", "test slice")
+    config = Config(trainers=("dtensor", "mirrored"), devices=2, epochs=1, batch_size=64, quiet=True)
+    run = comparison.train_all(config, small, devices[:2])
+    assert not run.ok and run.parity["dtensor"].ok and "mirrored" not in run.parity
+    assert run.results["mirrored"].error.startswith("RuntimeError: replica 3 lost its device (test_compare.py:")
+    out = io.StringIO()
+    report.print_tables(run, [], out=out)
+    assert "FAILED: RuntimeError: replica 3 lost its device" in out.getvalue()
+    assert "second line" not in out.getvalue() and out.getvalue().rstrip().endswith("PARITY FAILED")
