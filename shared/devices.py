@@ -52,7 +52,3 @@ def _set_logical_devices(count: int, device_type: str) -> None:
                          f"logical {device_type}s; configure the largest count first, once per "
                          f"process, or run in a new process") from None
     _configured[device_type] = count
-
-
-def logical_device_count(device_type: str = "CPU") -> int:
-    return len(tf.config.list_logical_devices(device_type.upper()))
