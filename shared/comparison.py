@@ -100,12 +100,16 @@ def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print
     names = ["reference"] + [n for n in config.trainers if n != "reference"]
     results = {"reference": reference or train_one("reference", config, data, devices, log)}
     results.update({name: train_one(name, config, data, devices, log) for name in names[1:]})
+    return compare_results(config, devices, data, results)
+
+
+def compare_results(config: Config, devices: Sequence[str], data: MnistData,
+                    results: Dict[str, TrainerResult]) -> RunResult:
+    """Parity of every trainer that finished against the reference in `results`."""
     reference = results["reference"].history
-    parity = {}
-    for name in names[1:]:
-        history = results[name].history
-        if history is not None and reference is not None:
-            parity[name] = check_parity(history, reference, config.tolerance)
+    parity = {name: check_parity(result.history, reference, config.tolerance)
+              for name, result in results.items()
+              if name != "reference" and result.history is not None and reference is not None}
     return RunResult(config, list(devices), data, results, parity)
 
 

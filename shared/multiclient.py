@@ -208,14 +208,9 @@ def join_cluster(trainer: str, device_type: str) -> None:
 def compare_with_reference(config: Config, devices, data, result):
     """The reference in this process, and parity of `result` against it."""
     from shared import comparison
-    from shared.parity import check_parity
     results = {"reference": comparison.train_one("reference", config, data, devices, log=print),
                result.name: result}
-    reference = results["reference"].history
-    parity = {}
-    if result.history is not None and reference is not None:
-        parity[result.name] = check_parity(result.history, reference, config.tolerance)
-    return comparison.RunResult(config, list(devices), data, results, parity)
+    return comparison.compare_results(config, devices, data, results)
 
 
 # --- the launcher ---------------------------------------------------------------------------
@@ -244,20 +239,10 @@ def run_launcher(config: Config, args) -> int:
         for name in os.listdir(workdir):
             os.unlink(os.path.join(workdir, name))
         os.rmdir(workdir)
-    run_result = compare_all(config, devices, data, results)
+    run_result = comparison.compare_results(config, devices, data, results)
     report.print_tables(run_result, [])
     report.write_outputs(args, run_result, [])
     return 0 if run_result.ok else 1
-
-
-def compare_all(config: Config, devices, data, results):
-    from shared import comparison
-    from shared.parity import check_parity
-    reference = results["reference"].history
-    parity = {name: check_parity(result.history, reference, config.tolerance)
-              for name, result in results.items()
-              if name != "reference" and result.history is not None and reference is not None}
-    return comparison.RunResult(config, list(devices), data, results, parity)
 
 
 def launch(trainer: str, config: Config, argv: Sequence[str], data_source: str, workdir: str):
