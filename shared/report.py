@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tabulate import tabulate
 
+from dtensor_impl.mesh import parse_mesh
 from shared.benchmark import PEAK_MATMUL_SIZE, flops_per_example
 from shared.errors import UsageError
 from shared.model import layer_sizes
@@ -64,10 +65,9 @@ def check_outputs(args) -> None:
 
 
 def header(config, devices: Sequence[str], data) -> str:
-    batch_axis = config.devices * config.clients  # --clients: the mesh spans every client's devices
-    mirrored_replicas = config.clients if config.clients > 1 else config.devices  # one per worker on CPU
-    if config.mesh:
-        batch_axis = int(dict(part.split("=") for part in config.mesh.split(",")).get("batch", 1))
+    # --clients: the mesh spans every client's devices; MultiWorkerMirroredStrategy has one replica per worker.
+    batch_axis = parse_mesh(config.mesh, config.devices * config.clients).batch
+    mirrored_replicas = config.clients if config.clients > 1 else config.devices
     return "\n".join([
         f"TensorFlow {tf.__version__}; {len(devices)} logical {config.device_type} devices "
         f"({devices[0]} .. {devices[-1]})" + (f" per client x {config.clients} clients" if config.clients > 1 else "")
@@ -101,6 +101,12 @@ def throughput(history, train_examples: int) -> Tuple[float, float, float]:
     return float(np.median(rates)), float(min(rates)), float(max(rates))
 
 
+def step_time_percentiles_ms(history) -> Tuple[float, float]:
+    """p50 and p95 of the step times, the first step (which traces) left out."""
+    p50, p95 = np.percentile(history.step_times_ms[1:] or [0.0], [50, 95])
+    return float(p50), float(p95)
+
+
 def parity_rows(run) -> List[list]:
     rows = []
     for name, result in run.results.items():
@@ -126,13 +132,13 @@ def result_rows(run) -> List[list]:
             continue
         last = history.epochs[-1] if history.epochs else None
         median, low, high = throughput(history, train_examples)
-        steps = np.array(history.step_times_ms[1:] or [0.0])  # the first step traces
+        p50, p95 = step_time_percentiles_ms(history)
         rows.append([
             name, history.placement,
             *(f"{v:.4f}" for v in ((last.train_loss, last.train_accuracy, last.test_loss, last.test_accuracy)
                                    if last else (float("nan"),) * 4)),
             f"{median:,.0f} ({low:,.0f}-{high:,.0f})",
-            f"{np.percentile(steps, 50):.2f}", f"{np.percentile(steps, 95):.2f}",
+            f"{p50:.2f}", f"{p95:.2f}",
             f"{history.trace_seconds:.2f}", f"{result.peak_memory_mb:,.0f}",
         ])
     return rows
@@ -144,7 +150,7 @@ def compute_facts(run) -> dict:
     train_examples = len(run.data.y_train)
     achieved = {name: throughput(result.history, train_examples)[0] * flops / 1e9
                 for name, result in run.results.items() if result.history is not None}
-    return {"flops_per_example": flops, "matmul_peak_gflops": getattr(run, "matmul_peak_gflops", 0.0),
+    return {"flops_per_example": flops, "matmul_peak_gflops": run.matmul_peak_gflops,
             "achieved_gflops": achieved}
 
 
@@ -180,6 +186,7 @@ def report_dict(run, sweep) -> dict:
             trainers[name] = {"failed": True, "error": result.error}
             continue
         median, low, high = throughput(history, train_examples)
+        p50, p95 = step_time_percentiles_ms(history)
         trainers[name] = {
             "failed": False,
             "placement": history.placement,
@@ -187,8 +194,8 @@ def report_dict(run, sweep) -> dict:
             "epochs": [dataclasses.asdict(record) for record in history.epochs],
             "throughput_examples_per_s": median,
             "throughput_spread_examples_per_s": [low, high],
-            "step_time_ms_p50": float(np.percentile(history.step_times_ms[1:] or [0.0], 50)),
-            "step_time_ms_p95": float(np.percentile(history.step_times_ms[1:] or [0.0], 95)),
+            "step_time_ms_p50": p50,
+            "step_time_ms_p95": p95,
             "trace_seconds": history.trace_seconds,
             "peak_memory_mb": result.peak_memory_mb,
             "details": history.details,
