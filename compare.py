@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--shuffle", action="store_true", help="reshuffle the training set every epoch from --seed")
     add("--dtensor-input", choices=("pack", "dataset"), default=defaults.dtensor_input,
         help="DTensor input: split + dtensor.pack per batch, or dtensor.DTensorDataset")
+    add("--mirrored-update", choices=("auto", "primary", "replicas"), default=defaults.mirrored_update,
+        help="MirroredStrategy's optimizer step: once on the first device with the weights copied to the "
+             "replicas, or on every replica after an all-reduce (auto: primary in one process, replicas "
+             "with --clients)")
     add("--tolerance", type=_positive_float, default=None,
         help="parity bound on loss and first-step gradient differences; final weights get 10x "
              "(default: 1e-4, measured: see README)")
@@ -135,7 +139,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
         seed=args.seed, optimizer=args.optimizer, adam=args.adam, data=args.data,
         train_examples=args.train_examples, test_examples=args.test_examples, hidden=args.hidden,
-        shuffle=args.shuffle, dtensor_input=args.dtensor_input, tolerance=args.tolerance,
+        shuffle=args.shuffle, dtensor_input=args.dtensor_input, mirrored_update=args.mirrored_update,
+        tolerance=args.tolerance,
         quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, restore=args.restore, export=args.export)
 
 

@@ -43,6 +43,7 @@ reads them then, ~3 us each: `float()` / `.numpy()` of a replicated DTensor read
 device's copy). Tracing: one trace per batch shape (the full batch, and the padded
 last batch if there is one).
 """
+import os
 import time
 from typing import Callable, Iterator, Sequence, Tuple
 
@@ -64,6 +65,21 @@ from shared.optim import make_optimizer
 
 INPUT_MODES = ("pack", "dataset")
 DATASET_PREFETCH = 2  # global batches DTensorDataset prepares ahead of the step
+COMBINE_ALL_REDUCES = "DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION"
+
+
+def all_reduce_each_gradient_on_cpu(device_type: str) -> None:
+    """On CPUs, turn off DTensor's combining of the gradient all-reduces (unless the user set it).
+
+    By default DTensor copies all gradients into one buffer, all-reduces it and slices
+    them out again; on logical CPUs those copies cost more than the separate all-reduces
+    they save: with it off, a training epoch ran ~14% faster at 2 and at 8 devices
+    (embedded data, batch 128) with bit-identical losses. TensorFlow reads the variable
+    when it compiles a DTensor function, so this holds for every function compiled after.
+    GPUs keep the default: there one all-reduce launch instead of six is the saving.
+    """
+    if device_type == "CPU":
+        os.environ.setdefault(COMBINE_ALL_REDUCES, "0")
 
 
 # --- the model -----------------------------------------------------------------------------
@@ -274,6 +290,7 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     """Train on a mesh over exactly `devices` and return the shared history record."""
     spec = check_config(config, devices)
     device_type = devices[0].split(":")[0]
+    all_reduce_each_gradient_on_cpu(device_type)
     if config.clients > 1:  # multi-client: pack_batch then packs only this client's shards
         mesh = create_client_mesh(spec, device_type)
         placement = f"mesh {spec} over {config.clients} clients x {len(devices)} {device_type}"

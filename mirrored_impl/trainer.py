@@ -4,8 +4,9 @@ It reads like TensorFlow's "Custom training with tf.distribute.Strategy" tutoria
     python compare.py --trainers reference,mirrored --data embedded
 
 - `tf.distribute.MirroredStrategy` over exactly the given logical devices, one replica each.
-  The model (shared sizes and initial values) and the optimizer's slots and step count are
-  made under `strategy.scope()`, so each is a MirroredVariable: one copy per replica.
+  The model (shared sizes and initial values) is made under `strategy.scope()`, so each weight
+  is a MirroredVariable: one copy per replica (with `--mirrored-update replicas` the
+  optimizer's slots and step count too).
 - Input: `strategy.distribute_datasets_from_function`, one dataset for the training run and
   one for the test split. Each yields, for every global batch of `shared.data.epoch_batches`
   in order, its N contiguous per-replica pieces in replica order; the distributed iterator
@@ -16,36 +17,43 @@ It reads like TensorFlow's "Custom training with tf.distribute.Strategy" tutoria
 - Loss: each replica takes `shared.losses.mean_loss` of its piece with the number of real
   examples in the *global* batch (carried in every element), so the replicas' losses and
   gradients sum to the global mean's, however unevenly the batch split.
-- Update: gradients are all-reduced (SUM) in replica context, then every replica applies the
-  shared optimizer to its own copies. The variables keep the default aggregation NONE, with
-  which an assign in replica context writes only that replica's copy (no merge_call); all
-  replicas receive the same all-reduced values, so their copies stay bit-identical, which
-  `details["replica_weight_spread"]` records after training.
+- Update (`--mirrored-update`): `primary`, the default in one process, sums the replicas'
+  gradients on the first device only (`strategy.extended.batch_reduce_to`), where the shared
+  optimizer updates a plain copy of the model once, compiled by XLA exactly as the reference
+  does, and then assigns its weights to the MirroredVariables in cross-replica context, which
+  writes every replica's copy. `replicas`, the tf.distribute tutorial's pattern and the only
+  one across workers (`--clients`, where it is the default), all-reduces the gradients in
+  replica context and every replica applies the optimizer to its own copies of weights and
+  slots; those keep the default aggregation NONE, with which an assign in replica context
+  writes only that replica's copy (no merge_call). Either way all replicas hold the same
+  values, which `details["replica_weight_spread"]` records after training.
 - Metrics: the per-replica loss shares and correct counts are summed with `strategy.reduce`.
 - Step losses stay tensors until the epoch ends (`EpochMeter`): one host sync per epoch.
 - Speed: after the first step, an epoch is one `train_steps` call, whose loop in the graph
   takes each step's pieces from the distributed iterator (`next(iterator)` inside the
-  tf.function), and each replica's optimizer update is compiled by XLA
-  (`shared.optim.apply_gradients_fused`). The forward and backward pass stay uncompiled:
-  XLA compiles per piece shape and per replica, which cost minutes of tracing at 8 replicas.
+  tf.function), and the optimizer update is compiled by XLA (`shared.optim.apply_gradients_fused`).
+  The forward and backward pass stay uncompiled: XLA compiles per piece shape and per replica,
+  which cost minutes of tracing at 8 replicas.
 
 With `--clients C` (shared/multiclient.py) the strategy is `MultiWorkerMirroredStrategy` over the
 workers that TF_CONFIG names (one replica per worker on CPU), each worker's input pipeline
 yields only its own replicas' pieces, and everything else above is unchanged.
 
 The history record is the reference's, with trainer "mirrored", placement "N replicas on CPU"
-and the cross-device ops in `details`. Costs, 8 replicas on 2 CPU cores, default data: a step
-takes ~35 ms with Adam against the reference's ~9 ms (README, "Throughput"): every replica
-computes its share and, after the all-reduce, the whole update on its own copy, so Adam's
-update runs 8 times over 8 copies of weights and slots. strategy.run traces a step function
-once per replica, so tracing grows with N too.
+and the cross-device ops and update mode in `details`. Costs, 8 replicas on 2 CPU cores, default
+data: `replicas` ran at ~0.26x of the reference's throughput, `primary` at ~0.42x (README,
+"Throughput"): with `replicas` the Adam update runs 8 times over 8 copies of weights and slots,
+which outgrow the L3 cache; with `primary` it runs once, and what remains is each replica's
+forward and backward pass on 16-example pieces. strategy.run traces a step function once per
+replica, so tracing grows with N too.
 
 `--adam tutorial`: MirroredVariables read back what was just assigned (with one replica and
 no partial batch the tutorial's Adam matches the reference exactly), but its Python-float
-step count advances at trace time, once per replica trace: replica i bias-corrects with
-t = i + 1 and the copies drift apart (`details["replica_weight_spread"]`). The reference's
-count is 1 in its first trace and 2 in its retrace for a partial final batch, so with a
-partial batch the two differ even on one replica.
+step count advances at trace time. With `replicas` it advances once per replica trace:
+replica i bias-corrects with t = i + 1 and the copies drift apart
+(`details["replica_weight_spread"]`). With `primary` the update is traced once, like the
+reference's. The reference's count is 1 in its first trace and 2 in its retrace for a
+partial final batch, so with a partial batch the two can differ even on one replica.
 """
 import functools
 import time
@@ -61,11 +69,30 @@ from shared.errors import UsageError
 from shared.export import export_trainer
 from shared.history import EpochMeter, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
-from shared.model import build_model_and_optimizer
+from shared.model import build_mlp, build_model_and_optimizer
 from shared.optim import apply_gradients_fused
 
 SUM = tf.distribute.ReduceOp.SUM
 COLLECTIVE_TIMEOUT_S = 60  # --clients: longest wait for a peer in one collective (first step: tracing skew)
+
+
+UPDATE_MODES = ("primary", "replicas")  # --mirrored-update, besides auto; see train_step
+
+
+def update_mode(config: Config) -> str:
+    """--mirrored-update: "primary" or "replicas"; auto is primary in one process, replicas with --clients.
+
+    Multi-worker has no device that every worker's gradients could be summed on cheaply,
+    so each worker updates its own copy there.
+    """
+    if config.mirrored_update == "auto":
+        return "replicas" if config.clients > 1 else "primary"
+    if config.mirrored_update not in UPDATE_MODES:
+        raise UsageError(f"--mirrored-update {config.mirrored_update!r} is unknown; use auto, primary or replicas")
+    if config.mirrored_update == "primary" and config.clients > 1:
+        raise UsageError(f"--mirrored-update primary needs one process, not --clients {config.clients}; "
+                         f"use --mirrored-update replicas (or auto)")
+    return config.mirrored_update
 
 
 def check_config(config: Config, devices: Sequence[str]) -> None:
@@ -73,6 +100,7 @@ def check_config(config: Config, devices: Sequence[str]) -> None:
 
     compare.py runs this before anything trains; `fit` runs it again.
     """
+    update_mode(config)
     batch_size = config.batch_size
     if config.clients > 1:  # MultiWorkerMirroredStrategy: one replica per worker on CPU (see fit)
         if batch_size < config.clients:
@@ -185,26 +213,37 @@ def distribute_batches(strategy, x: np.ndarray, y: np.ndarray, batch_size: int, 
 
 
 def replica_loss_and_gradients(model, x, y, global_count):
-    """(logits, this replica's loss share, all-reduced gradients of the global mean loss)."""
+    """(logits, this replica's loss share, its gradients of the global mean loss, not yet summed)."""
     with tf.GradientTape() as tape:
         logits = model(x)
         loss = mean_loss(logits, y, global_count)
-    grads = tape.gradient(loss, model.weights)
-    # ReductionToOneDevice on CPU: sum on one device, copy back to each (see choose_cross_device_ops).
-    return logits, loss, tf.distribute.get_replica_context().all_reduce(SUM, grads)
+    return logits, loss, tape.gradient(loss, model.weights)
+
+
+def all_reduced(grads):
+    """In replica context: every replica gets the sum of all replicas' gradients.
+
+    ReductionToOneDevice on CPU: sum on one device, copy back to each (see choose_cross_device_ops).
+    """
+    return tf.distribute.get_replica_context().all_reduce(SUM, grads)
 
 
 @tf.function
 def global_gradients(strategy, model, pieces):
     """The gradients of the global mean loss at the current weights, as every replica sees them."""
     def on_replica(x, y, global_count):
-        return replica_loss_and_gradients(model, x, y, global_count)[2]
+        return all_reduced(replica_loss_and_gradients(model, x, y, global_count)[2])
     return strategy.run(on_replica, args=pieces)
 
 
 @tf.function
-def train_step(strategy, model, optimizer, pieces):
+def train_step(strategy, model, optimizer, pieces, primary_model=None):
     """One optimizer step on a global batch; returns (mean loss, correct count) before the update.
+
+    primary_model None ("replicas", the tf.distribute tutorial's pattern): the gradients are
+    all-reduced and every replica applies the optimizer to its own copies. Otherwise
+    ("primary"): the gradients are summed on the first device only, the optimizer updates
+    `primary_model` there once, and its weights are copied to every replica's copy.
 
     Trace it first with `get_concrete_function(..., distributed_dataset.element_spec)`, as
     `fit` does for every step function: called with tensors, tf.function would trace the
@@ -213,14 +252,24 @@ def train_step(strategy, model, optimizer, pieces):
     """
     def on_replica(x, y, global_count):
         logits, loss, grads = replica_loss_and_gradients(model, x, y, global_count)
-        apply_gradients_fused(optimizer, grads, model.weights)  # XLA; writes this replica's copies only
-        return loss, correct_count(logits, y)
-    losses, corrects = strategy.run(on_replica, args=pieces)
+        if primary_model is None:
+            apply_gradients_fused(optimizer, all_reduced(grads), model.weights)  # XLA; this replica's copies
+            grads = []
+        return loss, correct_count(logits, y), grads
+    losses, corrects, grads = strategy.run(on_replica, args=pieces)
+    if primary_model is not None:
+        primary = strategy.extended.worker_devices[0]
+        summed = strategy.extended.batch_reduce_to(SUM, [(grad, primary) for grad in grads])
+        with tf.device(primary):  # the reference's update, on the reference's kind of variables
+            apply_gradients_fused(optimizer, [strategy.experimental_local_results(grad)[0] for grad in summed],
+                                  primary_model.weights)
+        for copies, weight in zip(model.weights, primary_model.weights):
+            copies.assign(weight)  # cross-replica context: writes every replica's copy
     return strategy.reduce(SUM, losses, axis=None), strategy.reduce(SUM, corrects, axis=None)
 
 
 @tf.function
-def train_steps(strategy, model, optimizer, iterator, steps):
+def train_steps(strategy, model, optimizer, iterator, steps, primary_model=None):
     """`train_step` on the next `steps` global batches of a distributed iterator, in one call.
 
     The loop runs in the graph (the tf.distribute guide's pattern for several steps per
@@ -229,7 +278,7 @@ def train_steps(strategy, model, optimizer, iterator, steps):
     losses = tf.TensorArray(tf.float32, size=steps)
     corrects = tf.TensorArray(tf.float32, size=steps)
     for i in tf.range(steps):
-        loss, correct = train_step(strategy, model, optimizer, next(iterator))
+        loss, correct = train_step(strategy, model, optimizer, next(iterator), primary_model)
         losses, corrects = losses.write(i, loss), corrects.write(i, correct)
     return losses.stack(), corrects.stack()
 
@@ -295,19 +344,32 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
                       placement=f"{num_replicas} replica{'s' * (num_replicas > 1)} on {device_type}"
                       + (f" ({config.clients} workers)" if config.clients > 1 else ""))
     smallest_piece, largest_piece = config.batch_size // num_replicas, -(-config.batch_size // num_replicas)
+    update = update_mode(config)
     history.details = {
         "cross_device_ops": cross_device_ops_name,
+        "update": update,
         "input": "distribute_datasets_from_function",
         "per_replica_batch": (f"{smallest_piece}" if smallest_piece == largest_piece
                               else f"{smallest_piece}-{largest_piece}"),
     }
     if not config.quiet:
         log(f"{'mirrored':<10} {history.placement}; cross-device ops {history.details['cross_device_ops']}; "
-            f"per-replica batch {history.details['per_replica_batch']}; input {history.details['input']}")
-    with strategy.scope():
-        model, optimizer = build_model_and_optimizer(config)
-    state = TrainingState("mirrored", config, model, optimizer, len(data.y_train), log)
-    start_epoch = state.restore()  # --restore: epochs already trained; 0 without; sets every replica's copy
+            f"update {history.details['update']}; per-replica batch {history.details['per_replica_batch']}; "
+            f"input {history.details['input']}")
+    primary_model = None
+    if update == "primary":  # the optimizer and the weights it updates: plain variables on the first device
+        with tf.device(strategy.extended.worker_devices[0]):
+            primary_model, optimizer = build_model_and_optimizer(config)
+        with strategy.scope():
+            model = build_mlp([weight.numpy() for weight in primary_model.weights])  # the replicas' copies
+    else:
+        with strategy.scope():
+            model, optimizer = build_model_and_optimizer(config)  # MirroredVariables: one copy per replica
+    state = TrainingState("mirrored", config, primary_model or model, optimizer, len(data.y_train), log)
+    start_epoch = state.restore()  # --restore: epochs already trained; 0 without
+    if primary_model is not None:
+        for copies, weight in zip(model.weights, primary_model.weights):
+            copies.assign(weight)  # every replica's copy from the restored (or initial) weights
 
     epochs = range(start_epoch, config.epochs)
     train_batches = distribute_batches(strategy, data.x_train, data.y_train, config.batch_size, epochs or [0],
@@ -327,14 +389,15 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         counts = global_counts
         if epoch == start_epoch:  # the first step alone, on the pieces already taken: its time is the trace time
             started = time.perf_counter()
-            train_step.get_concrete_function(strategy, model, optimizer, train_batches.element_spec)
-            loss, correct = train_step(strategy, model, optimizer, first_pieces)
+            train_step.get_concrete_function(strategy, model, optimizer, train_batches.element_spec, primary_model)
+            loss, correct = train_step(strategy, model, optimizer, first_pieces, primary_model)
             float(loss)  # host sync, once
             history.trace_seconds = time.perf_counter() - started
             meter.add(loss, correct, counts[0])
             counts = counts[1:]
         if counts:  # the rest of the epoch in one call
-            losses, corrects = train_steps(strategy, model, optimizer, train_iterator, tf.constant(len(counts)))
+            losses, corrects = train_steps(strategy, model, optimizer, train_iterator, tf.constant(len(counts)),
+                                           primary_model)
             meter.add_steps(losses, corrects, counts)
         finished = meter.finish()  # before evaluating: the epoch's time is training only
         test_loss, test_accuracy = evaluate(strategy, model, test_steps, test_batch_count, len(data.y_test))

@@ -148,17 +148,21 @@ class SweepEntry:
     devices: int
     trainer: str
     throughput_examples_per_s: float
-    ratio_to_reference: float
+    ratio_to_reference: float  # to reference_examples_per_s
     parity_ok: bool
     error: str = ""
+    reference_examples_per_s: float = 0.0  # the reference trained just before, in the same run as this entry
 
 
 def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], counts: Sequence[int],
               main_run: RunResult) -> List[SweepEntry]:
-    """Every chosen distributed trainer at each device count (pure data parallel, mesh batch=N)."""
+    """Every chosen distributed trainer at each device count (pure data parallel, mesh batch=N).
+
+    Each count trains its own reference just before its trainers, and each ratio is to that
+    reference: on a shared machine, throughput drifts by tens of percent within a minute,
+    so a ratio to a reference measured minutes earlier would measure the drift.
+    """
     from shared.report import throughput
-    reference = main_run.results["reference"]
-    reference_throughput = throughput(reference.history, len(data.y_train))[0] if not reference.failed else 0.0
     entries = []
     for count in counts:
         sweep_config = config.replace(devices=count, mesh=None, quiet=True,
@@ -166,7 +170,9 @@ def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], count
         if count == config.devices and config.mesh is None:
             run_at_count = main_run
         else:
-            run_at_count = train_all(sweep_config, data, all_devices[:count], reference=reference)
+            run_at_count = train_all(sweep_config, data, all_devices[:count])
+        reference = run_at_count.results["reference"]
+        reference_throughput = throughput(reference.history, len(data.y_train))[0] if not reference.failed else 0.0
         for name, result in run_at_count.results.items():
             if name == "reference" and count != counts[0]:
                 continue  # one device, whatever the count: listed once
@@ -174,5 +180,6 @@ def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], count
             parity = run_at_count.parity.get(name)
             entries.append(SweepEntry(1 if name == "reference" else count, name, value,
                                       value / reference_throughput if reference_throughput else 0.0,
-                                      (parity.ok if parity else not result.failed), result.error))
+                                      (parity.ok if parity else not result.failed), result.error,
+                                      reference_throughput))
     return entries

@@ -28,6 +28,7 @@ class Config:
     hidden: Tuple[int, ...] = (700, 500)
     shuffle: bool = False  # the tutorial does not shuffle; True reshuffles every epoch from `seed`
     dtensor_input: str = "pack"  # "pack" (tutorial: split + dtensor.pack) or "dataset" (DTensorDataset)
+    mirrored_update: str = "auto"  # "primary", "replicas", or auto: primary in one process, replicas with --clients
     tolerance: Optional[float] = None  # loss and gradient bound; weights get 10x. None: shared.parity's
     quiet: bool = False
     # Checkpoints and export (shared/checkpoint.py, shared/export.py); None: off.

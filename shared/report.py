@@ -23,7 +23,7 @@ PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "max |grad diff|", "m
                   "tolerance (loss, grad / weight)", "verdict"]
 RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
                   "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "peak MB"]
-SWEEP_HEADERS = ["devices", "trainer", "examples/s", "ratio to reference", "parity"]
+SWEEP_HEADERS = ["devices", "trainer", "examples/s", "reference examples/s", "ratio to reference", "parity"]
 
 
 def write_atomically(path: str, payload: bytes) -> None:
@@ -171,8 +171,10 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
     if sweep:
         print("\nThroughput against device count", file=out)
         print(tabulate([[e.devices, e.trainer, f"{e.throughput_examples_per_s:,.0f}",
-                         f"{e.ratio_to_reference:.2f}x", "ok" if e.parity_ok else f"FAILED {e.error}".strip()]
+                         f"{e.reference_examples_per_s:,.0f}", f"{e.ratio_to_reference:.2f}x",
+                         "ok" if e.parity_ok else f"FAILED {e.error}".strip()]
                         for e in sweep], SWEEP_HEADERS, tablefmt="github"), file=out)
+        print("(each ratio is to the reference trained just before, in the same run at that count)", file=out)
     verdict = "PARITY OK" if run.ok and all(e.parity_ok for e in sweep) else "PARITY FAILED"
     print(f"\n{verdict}", file=out)
 

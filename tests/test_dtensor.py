@@ -6,6 +6,7 @@ through the zero-weight padding on every mesh whose batch axis is larger than 1.
 Histories are cached per module, so each configuration trains once.
 """
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ TRAIN_EXAMPLES, TEST_EXAMPLES = 301, 101
 BASE = Config(epochs=2, batch_size=64, quiet=True)
 STEPS = 2 * 5  # 4 batches of 64 and one of 45 per epoch
 MESHES = ["batch=1", "batch=2", "batch=8", "batch=4,model=2", "batch=2,model=4"]
-MULTI_DEVICE_MESHES = MESHES[1:]  # a 1-device mesh runs ops as on one device and has no stale reads
+MULTI_DEVICE_MESHES = MESHES[1:]
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +87,21 @@ def test_history_record_describes_the_run(run):
 
 @pytest.mark.parametrize("mesh", MULTI_DEVICE_MESHES)
 def test_tutorial_adam_diverges_far_beyond_the_tolerance(run, mesh):
-    """The tutorial's read-after-assign reads stale slots on DTensor; the parity check must catch it."""
+    """The tutorial's Python-float step count advances once per trace, and this run traces
+    differently from the reference's (the padded final batch), so bias correction differs
+    from step 5 on; the parity check must catch it. (Its stale slot reads need DTensor's
+    all-reduce combining, which this trainer turns off on CPU: tests/test_compare.py.)"""
     history = run("dtensor", mesh=mesh, adam="tutorial")
     parity = check_parity(history, run("reference", adam="tutorial"), DEFAULT_TOLERANCE)
     assert not parity.ok
     assert parity.max_abs_grad_diff <= DEFAULT_TOLERANCE  # the forward and backward pass are right
     assert parity.max_abs_loss_diff > 100 * DEFAULT_TOLERANCE
-    assert parity.max_abs_weight_diff > 100 * DEFAULT_TOLERANCE
+    assert parity.max_abs_weight_diff > 5 * parity.weight_tolerance
+
+
+def test_all_reduce_combining_is_off_on_cpu(run):
+    run("dtensor", mesh="batch=2")
+    assert os.environ[dtensor_trainer.COMBINE_ALL_REDUCES] == "0"
 
 
 @pytest.mark.parametrize("mesh", ["batch=8", "batch=4,model=2"])

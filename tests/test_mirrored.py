@@ -37,19 +37,22 @@ def histories(uneven_slice, devices):
     """fit results by (trainer, replica count, optimizer), each computed at most once per module."""
     cache = {}
 
-    def get(trainer_name: str, num_replicas: int, optimizer: str):
-        key = (trainer_name, num_replicas, optimizer)
+    def get(trainer_name: str, num_replicas: int, optimizer: str, update: str = "auto"):
+        key = (trainer_name, num_replicas, optimizer, update)
         if key not in cache:
             fit = reference.fit if trainer_name == "reference" else trainer.fit
-            cache[key] = fit(small_config(optimizer=optimizer), uneven_slice, devices[:num_replicas])
+            config = small_config(optimizer=optimizer, mirrored_update=update)
+            cache[key] = fit(config, uneven_slice, devices[:num_replicas])
         return cache[key]
     return get
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-@pytest.mark.parametrize("num_replicas", [1, 2, 8])
-def test_matches_reference(histories, num_replicas, optimizer):
-    mirrored = histories("mirrored", num_replicas, optimizer)
+@pytest.mark.parametrize("num_replicas, update", [(1, "primary"), (2, "primary"), (8, "primary"),
+                                                  (1, "replicas"), (2, "replicas"), (8, "replicas")])
+def test_matches_reference(histories, num_replicas, update, optimizer):
+    mirrored = histories("mirrored", num_replicas, optimizer, update)
+    assert mirrored.details["update"] == update
     parity = check_parity(mirrored, histories("reference", 1, optimizer), DEFAULT_TOLERANCE)
     assert parity.ok, parity.reason
     assert len(mirrored.step_losses) == STEPS
@@ -64,6 +67,7 @@ def test_history_record(histories, uneven_slice, devices):
     assert mirrored.trainer == "mirrored"
     assert mirrored.placement == "8 replicas on CPU"
     assert mirrored.details["cross_device_ops"] == "ReductionToOneDevice"
+    assert mirrored.details["update"] == "primary"  # auto, in one process
     assert mirrored.details["per_replica_batch"] == "7-8"
     assert [record.epoch for record in mirrored.epochs] == [1, 2]
     assert mirrored.epochs[1].train_loss < mirrored.epochs[0].train_loss
@@ -73,8 +77,8 @@ def test_history_record(histories, uneven_slice, devices):
 
     lines = []
     logged = trainer.fit(small_config(epochs=1, quiet=False), uneven_slice, devices[:1], log=lines.append)
-    assert lines == ["mirrored   1 replica on CPU; cross-device ops ReductionToOneDevice; per-replica batch 60; "
-                     "input distribute_datasets_from_function",
+    assert lines == ["mirrored   1 replica on CPU; cross-device ops ReductionToOneDevice; update primary; "
+                     "per-replica batch 60; input distribute_datasets_from_function",
                      format_epoch_line("mirrored", logged.epochs[0], 1)]
     assert len(logged.step_times_ms) == 5
 
@@ -137,3 +141,10 @@ def test_devices_beyond_those_configured_are_rejected(uneven_slice, devices):
         trainer.fit(small_config(), uneven_slice, list(devices) + ["CPU:8"])
     assert str(error.value) == ("--devices 9: CPU:8 not configured; TensorFlow has 8 logical CPUs, "
                                 "use --devices 8 or fewer")
+
+
+def test_primary_update_needs_one_process(uneven_slice, devices):
+    with pytest.raises(UsageError) as error:
+        trainer.check_config(small_config(mirrored_update="primary", clients=2), devices[:2])
+    assert str(error.value) == ("--mirrored-update primary needs one process, not --clients 2; "
+                                "use --mirrored-update replicas (or auto)")
