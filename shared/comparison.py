@@ -107,7 +107,7 @@ def compare_results(config: Config, devices: Sequence[str], data: MnistData,
                     results: Dict[str, TrainerResult]) -> RunResult:
     """Parity of every trainer that finished against the reference in `results`."""
     reference = results["reference"].history
-    parity = {name: check_parity(result.history, reference, config.tolerance)
+    parity = {name: check_parity(result.history, reference, config.tolerance, config.parity_steps)
               for name, result in results.items()
               if name != "reference" and result.history is not None and reference is not None}
     return RunResult(config, list(devices), data, results, parity)

@@ -30,6 +30,7 @@ class Config:
     dtensor_input: str = "pack"  # "pack" (tutorial: split + dtensor.pack) or "dataset" (DTensorDataset)
     mirrored_update: str = "auto"  # "primary", "replicas", or auto: primary in one process, replicas with --clients
     tolerance: Optional[float] = None  # loss and gradient bound; weights get 10x. None: shared.parity's
+    parity_steps: Optional[int] = None  # loss differences judged over the first N steps; None: shared.parity's
     quiet: bool = False
     # Checkpoints and export (shared/checkpoint.py, shared/export.py); None: off.
     checkpoint_dir: Optional[str] = None  # DIR/<trainer>/epoch-NNNN after every epoch, each complete or absent

@@ -20,7 +20,7 @@ from shared.errors import UsageError
 from shared.model import layer_sizes
 
 PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "max |grad diff|", "max |weight diff|",
-                  "tolerance (loss, grad / weight)", "verdict"]
+                  "tolerance (loss, grad / weight)", "later steps (not judged)", "verdict"]
 RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
                   "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "peak MB"]
 SWEEP_HEADERS = ["devices", "trainer", "examples/s", "reference examples/s", "ratio to reference", "parity"]
@@ -114,11 +114,15 @@ def parity_rows(run) -> List[list]:
             continue
         parity = run.parity.get(name)
         if parity is None:
-            rows.append([name, "-", "-", "-", "-", "-", f"FAILED: {result.error or 'no reference'}"])
+            rows.append([name, "-", "-", "-", "-", "-", "-", f"FAILED: {result.error or 'no reference'}"])
             continue
+        weights = f"{parity.max_abs_weight_diff:.2e}" + ("" if parity.weights_judged else " (not judged)")
+        later = (f"loss {parity.later_loss_diff:.2e} after step {parity.checked_steps}"
+                 if len(result.history.step_losses) > parity.checked_steps else "-")
         rows.append([name, f"{parity.max_abs_loss_diff:.2e}", parity.loss_diff_step,
-                     f"{parity.max_abs_grad_diff:.2e}", f"{parity.max_abs_weight_diff:.2e}",
-                     f"{parity.tolerance:.0e} / {parity.weight_tolerance:.0e}", "ok" if parity.ok else f"MISMATCH: {parity.reason}"])
+                     f"{parity.max_abs_grad_diff:.2e}", weights,
+                     f"{parity.tolerance:.0e} / {parity.weight_tolerance:.0e}", later,
+                     "ok" if parity.ok else f"MISMATCH: {parity.reason}"])
     return rows
 
 

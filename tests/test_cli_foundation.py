@@ -8,7 +8,8 @@ from tests.cli import run_compare
 OPTIONS = ["--trainers", "--devices", "--device-type", "--mesh", "--epochs", "--batch-size",
            "--learning-rate", "--seed", "--optimizer", "--adam", "--data", "--train-examples",
            "--test-examples", "--tolerance", "--json", "--plots", "--logdir", "--sweep-devices",
-           "--quiet", "--hidden", "--shuffle", "--dtensor-input", "--mirrored-update"]
+           "--quiet", "--hidden", "--shuffle", "--dtensor-input", "--mirrored-update",
+           "--parity-steps"]
 
 
 def test_help_lists_every_option_with_its_default():

@@ -133,6 +133,17 @@ def test_bad_options_exit_2_and_leave_no_report(tmp_path, args, message):
     assert not (tmp_path / "plots").exists() or not os.listdir(tmp_path / "plots")
 
 
+def test_parity_steps_limits_the_judged_steps(tmp_path):
+    report_path = tmp_path / "report.json"
+    result = run_compare(*SMALL, "--epochs", "2", "--trainers", "dtensor", "--parity-steps", "3",
+                         "--json", str(report_path), "--quiet")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "after step 3" in result.stdout and "(not judged)" in result.stdout
+    parity = json.loads(report_path.read_text())["parity"]["dtensor"]
+    assert parity["checked_steps"] == 3 and parity["weights_judged"] is False
+    assert parity["max_abs_loss_diff"] <= 1e-6 and parity["later_loss_diff"] <= 1e-6
+
+
 def test_sweep_reports_throughput_and_parity_per_device_count(tmp_path):
     report_path = tmp_path / "report.json"
     result = run_compare(*SMALL, "--sweep-devices", "1,2", "--json", str(report_path), "--quiet")
