@@ -256,13 +256,14 @@ def train_steps(model, optimizer, batches):
     return [loss for loss, _ in results], [correct for _, correct in results]
 
 
-def step_groups(batches: Iterator[Tuple], size: int) -> Iterator[list]:
-    """Consecutive (batch, real count) items in groups of at most `size` with equal batch shapes."""
-    group = []
+def step_groups(batches: Iterator[Tuple], size: int, first_size: int) -> Iterator[list]:
+    """Consecutive (batch, real count) items in groups of equal batch shape: the first group
+    of at most `first_size` items, the others of at most `size`."""
+    group, limit = [], first_size
     for item in batches:
-        if group and (len(group) == size or item[0][0].shape != group[0][0][0].shape):
+        if group and (len(group) == limit or item[0][0].shape != group[0][0][0].shape):
             yield group
-            group = []
+            group, limit = [], size
         group.append(item)
     if group:
         yield group
@@ -351,7 +352,11 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     for epoch in range(start_epoch, config.epochs):
         meter = EpochMeter(f"dtensor epoch {epoch + 1}/{config.epochs}",
                            len(batch_slices(len(data.y_train), config.batch_size)))
-        for call, group in enumerate(step_groups(batches(data, config, epoch, mesh), STEPS_PER_CALL)):
+        # The first call of the run takes one step: its time is the trace time plus one step's, as
+        # for the other trainers.
+        groups = step_groups(batches(data, config, epoch, mesh), STEPS_PER_CALL,
+                             first_size=1 if epoch == start_epoch else STEPS_PER_CALL)
+        for call, group in enumerate(groups):
             started = time.perf_counter()
             losses, corrects = train_steps(model, optimizer, [batch for batch, _ in group])
             # Wait for the call's last step: a call of several steps can return before they have

@@ -160,7 +160,8 @@ def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], count
 
     Each count trains its own reference just before its trainers, and each ratio is to that
     reference: on a shared machine, throughput drifts by tens of percent within a minute,
-    so a ratio to a reference measured minutes earlier would measure the drift.
+    so a ratio to a reference measured minutes earlier would measure the drift. Each side
+    counts its fastest epoch after the first (report.throughput says why).
     """
     from shared.report import throughput
     entries = []
@@ -172,11 +173,11 @@ def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], count
         else:
             run_at_count = train_all(sweep_config, data, all_devices[:count])
         reference = run_at_count.results["reference"]
-        reference_throughput = throughput(reference.history, len(data.y_train))[0] if not reference.failed else 0.0
+        reference_throughput = throughput(reference.history, len(data.y_train))[2] if not reference.failed else 0.0
         for name, result in run_at_count.results.items():
             if name == "reference" and count != counts[0]:
                 continue  # one device, whatever the count: listed once
-            value = throughput(result.history, len(data.y_train))[0] if not result.failed else 0.0
+            value = throughput(result.history, len(data.y_train))[2] if not result.failed else 0.0  # fastest epoch
             parity = run_at_count.parity.get(name)
             entries.append(SweepEntry(1 if name == "reference" else count, name, value,
                                       value / reference_throughput if reference_throughput else 0.0,

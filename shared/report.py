@@ -90,6 +90,8 @@ def throughput(history, train_examples: int) -> Tuple[float, float, float]:
     """Training examples/s: (median, min, max) over epochs after the first (which traces).
 
     With one epoch, the first step's time (trace and compile) is subtracted instead.
+    The device sweep compares maxima: other processes on the machine only ever slow an
+    epoch down, so each trainer's fastest epoch is the closest to what its code costs.
     """
     epochs = history.epochs[1:] or history.epochs
     rates = []
@@ -178,7 +180,8 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
                          f"{e.reference_examples_per_s:,.0f}", f"{e.ratio_to_reference:.2f}x",
                          "ok" if e.parity_ok else f"FAILED {e.error}".strip()]
                         for e in sweep], SWEEP_HEADERS, tablefmt="github"), file=out)
-        print("(each ratio is to the reference trained just before, in the same run at that count)", file=out)
+        print("(fastest epoch after the first; each ratio is to the reference trained just before, in the "
+              "same run at that count)", file=out)
     verdict = "PARITY OK" if run.ok and all(e.parity_ok for e in sweep) else "PARITY FAILED"
     print(f"\n{verdict}", file=out)
 
