@@ -7,10 +7,11 @@ Reads top to bottom like the tutorial: a mesh over the given devices, a
 `DenseLayer(tf.Module)` whose weight and bias are `dtensor.DVariable`s with layouts
 (dtensor_impl/mesh.py says which), an MLP, the shared Adam or SGD with slots that
 are DVariables in their weight's layout, and `train_step` / `test_step` as
-`tf.function`s (`train_steps` calls `train_step` on up to 4 batches at once). Every global batch from `shared.data.epoch_batches` becomes DTensors
-sharded on the mesh's batch axis, either by splitting it on the host and calling
-`dtensor.pack` (the tutorial; `--dtensor-input pack`) or through
-`dtensor.DTensorDataset` (`--dtensor-input dataset`).
+`tf.function`s (`train_steps` calls `train_step` on up to 4 batches at once). Every
+global batch from `shared.data.epoch_batches` becomes DTensors sharded on the mesh's
+batch axis, either by splitting it on the host and calling `dtensor.pack` (the
+tutorial; `--dtensor-input pack`) or through `dtensor.DTensorDataset`
+(`--dtensor-input dataset`).
 
 With `--clients C` (shared/multiclient.py) the mesh spans the devices of C processes
 (`dtensor.create_distributed_mesh`) and `pack_batch` packs only this client's shards of
@@ -86,7 +87,7 @@ def all_reduce_each_gradient_on_cpu(device_type: str) -> None:
     they save: with it off, a training epoch ran ~14% faster at 2 and at 8 devices
     (embedded data, batch 128) with bit-identical losses. TensorFlow reads the variable
     when it compiles a DTensor function, so this holds for every function compiled after.
-    GPUs keep the default: there one all-reduce launch instead of six is the saving.
+    GPUs keep TensorFlow's default (not measured here: no GPU was available).
     """
     if device_type == "CPU":
         os.environ.setdefault(COMBINE_ALL_REDUCES, "0")

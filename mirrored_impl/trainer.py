@@ -47,13 +47,12 @@ which outgrow the L3 cache; with `primary` it runs once, and what remains is eac
 forward and backward pass on 16-example pieces. strategy.run traces a step function once per
 replica, so tracing grows with N too.
 
-`--adam tutorial`: MirroredVariables read back what was just assigned (with one replica and
-no partial batch the tutorial's Adam matches the reference exactly), but its Python-float
-step count advances at trace time. With `replicas` it advances once per replica trace:
-replica i bias-corrects with t = i + 1 and the copies drift apart
-(`details["replica_weight_spread"]`). With `primary` the update is traced once, like the
-reference's. The reference's count is 1 in its first trace and 2 in its retrace for a
-partial final batch, so with a partial batch the two can differ even on one replica.
+`--adam tutorial`: MirroredVariables read back what was just assigned, but the tutorial's
+Python-float step count advances at trace time. With `replicas` it advances once per
+replica trace: replica i bias-corrects with t = i + 1 and the copies drift apart
+(`details["replica_weight_spread"]`). With `primary` the update is the reference's
+compiled update, traced once (every batch's gradients have the weights' shapes): t stays 1
+in both, and the run matches the reference's.
 """
 import functools
 import time
