@@ -93,12 +93,11 @@ def train_one(name: str, config: Config, data: MnistData, devices: Sequence[str]
     return TrainerResult(name, history, peak_memory_mb=peak_memory_mb(config, devices))
 
 
-def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print,
-              reference: Optional[TrainerResult] = None) -> RunResult:
-    """Train the reference (always: it is the ground truth; pass one to reuse it) and the chosen
-    trainers, then check each distributed trainer's parity against the reference."""
+def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print) -> RunResult:
+    """Train the reference (always: it is the ground truth) and the chosen trainers, then check
+    each distributed trainer's parity against the reference."""
     names = ["reference"] + [n for n in config.trainers if n != "reference"]
-    results = {"reference": reference or train_one("reference", config, data, devices, log)}
+    results = {"reference": train_one("reference", config, data, devices, log)}
     results.update({name: train_one(name, config, data, devices, log) for name in names[1:]})
     return compare_results(config, devices, data, results)
 
