@@ -42,6 +42,11 @@ class MeshSpec:
     def device_count(self) -> int:
         return self.batch * (self.model or 1)
 
+    @property
+    def axes(self) -> List[Tuple[str, int]]:
+        """(name, size) pairs, batch first, as dtensor.create_mesh takes them."""
+        return [(BATCH_AXIS, self.batch)] + ([(MODEL_AXIS, self.model)] if self.model is not None else [])
+
     def __str__(self) -> str:
         return f"batch={self.batch}" + (f",model={self.model}" if self.model is not None else "")
 
@@ -122,8 +127,7 @@ def mesh_spec(mesh_text: Optional[str], device_count: int, sizes: Sequence[int],
 
 def create_mesh(spec: MeshSpec, devices: Sequence[str]) -> dtensor.Mesh:
     """A batch-major mesh over exactly `devices` (e.g. "CPU:0".."CPU:7")."""
-    axes = [(BATCH_AXIS, spec.batch)] + ([(MODEL_AXIS, spec.model)] if spec.model is not None else [])
-    return dtensor.create_mesh(axes, devices=list(devices))
+    return dtensor.create_mesh(spec.axes, devices=list(devices))
 
 
 def create_client_mesh(spec: MeshSpec, device_type: str) -> dtensor.Mesh:
@@ -133,8 +137,7 @@ def create_client_mesh(spec: MeshSpec, device_type: str) -> dtensor.Mesh:
     of every global batch. Needs `dtensor.initialize_accelerator_system` run first, with
     DTENSOR_CLIENT_ID, DTENSOR_NUM_CLIENTS, DTENSOR_JOB_NAME and DTENSOR_JOBS set.
     """
-    axes = [(BATCH_AXIS, spec.batch)] + ([(MODEL_AXIS, spec.model)] if spec.model is not None else [])
-    return dtensor.create_distributed_mesh(axes, device_type=device_type)
+    return dtensor.create_distributed_mesh(spec.axes, device_type=device_type)
 
 
 def layer_layouts(mesh: dtensor.Mesh, num_layers: int) -> List[Tuple[dtensor.Layout, dtensor.Layout]]:

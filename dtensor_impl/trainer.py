@@ -62,7 +62,7 @@ from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_client
                                describe_layout, layer_layouts, mesh_spec)
 from shared.checkpoint import TrainingState
 from shared.config import Config
-from shared.data import MnistData, batch_slices, epoch_batches, epoch_order
+from shared.data import MnistData, batch_slices, epoch_batches, epoch_order, equal_shape_runs
 from shared.errors import UsageError
 from shared.export import export_trainer
 from shared.history import EpochMeter, History, format_epoch_line
@@ -257,19 +257,6 @@ def train_steps(model, optimizer, batches):
     return [loss for loss, _ in results], [correct for _, correct in results]
 
 
-def step_groups(batches: Iterator[Tuple], size: int, first_size: int) -> Iterator[list]:
-    """Consecutive (batch, real count) items in groups of equal batch shape: the first group
-    of at most `first_size` items, the others of at most `size`."""
-    group, limit = [], first_size
-    for item in batches:
-        if group and (len(group) == limit or item[0][0].shape != group[0][0][0].shape):
-            yield group
-            group, limit = [], size
-        group.append(item)
-    if group:
-        yield group
-
-
 @tf.function
 def test_step(model, x, y, example_weights):
     logits = model(x)
@@ -355,8 +342,8 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
                            len(batch_slices(len(data.y_train), config.batch_size)))
         # The first call of the run takes one step: its time is the trace time plus one step's, as
         # for the other trainers.
-        groups = step_groups(batches(data, config, epoch, mesh), STEPS_PER_CALL,
-                             first_size=1 if epoch == start_epoch else STEPS_PER_CALL)
+        groups = equal_shape_runs(batches(data, config, epoch, mesh), lambda item: item[0][0].shape,
+                                  STEPS_PER_CALL, first_alone=epoch == start_epoch)
         for call, group in enumerate(groups):
             started = time.perf_counter()
             losses, corrects = train_steps(model, optimizer, [batch for batch, _ in group])

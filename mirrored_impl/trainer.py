@@ -70,6 +70,7 @@ from shared.history import EpochMeter, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
 from shared.model import build_mlp, build_model_and_optimizer
 from shared.optim import apply_gradients_fused
+from shared.parity import max_abs_diff
 
 SUM = tf.distribute.ReduceOp.SUM
 COLLECTIVE_TIMEOUT_S = 60  # --clients: longest wait for a peer in one collective (first step: tracing skew)
@@ -162,6 +163,12 @@ def piece_sizes(global_count: int, num_replicas: int):
     """Contiguous per-replica shares of a global batch, replica 0 first: 44 over 8 is 6,6,6,6,5,5,5,5."""
     return [global_count // num_replicas + (replica < global_count % num_replicas)
             for replica in range(num_replicas)]
+
+
+def describe_pieces(global_count: int, num_replicas: int) -> str:
+    """piece_sizes as the tables show them: "16", or "7-8" when they differ."""
+    sizes = piece_sizes(global_count, num_replicas)
+    return f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}"
 
 
 def replica_pieces(num_examples: int, batch_size: int, num_replicas: int, epochs: Sequence[int],
@@ -318,11 +325,9 @@ def predict_logits(strategy, model, x: np.ndarray) -> np.ndarray:
 
 def replica_weight_spread(strategy, model) -> float:
     """Largest difference between any replica's copy of a weight and replica 0's (0 when in sync)."""
-    spread = 0.0
-    for weight in model.weights:
-        copies = [copy.numpy() for copy in strategy.experimental_local_results(weight)]
-        spread = max([spread] + [float(np.max(np.abs(copy - copies[0]))) for copy in copies[1:]])
-    return spread
+    replicas = list(zip(*(strategy.experimental_local_results(weight) for weight in model.weights)))
+    first = [copy.numpy() for copy in replicas[0]]
+    return max((max_abs_diff([copy.numpy() for copy in copies], first) for copies in replicas[1:]), default=0.0)
 
 
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
@@ -342,14 +347,12 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     history = History(trainer="mirrored",
                       placement=f"{num_replicas} replica{'s' * (num_replicas > 1)} on {device_type}"
                       + (f" ({config.clients} workers)" if config.clients > 1 else ""))
-    smallest_piece, largest_piece = config.batch_size // num_replicas, -(-config.batch_size // num_replicas)
     update = update_mode(config)
     history.details = {
         "cross_device_ops": cross_device_ops_name,
         "update": update,
         "input": "distribute_datasets_from_function",
-        "per_replica_batch": (f"{smallest_piece}" if smallest_piece == largest_piece
-                              else f"{smallest_piece}-{largest_piece}"),
+        "per_replica_batch": describe_pieces(config.batch_size, num_replicas),
     }
     if not config.quiet:
         log(f"{'mirrored':<10} {history.placement}; cross-device ops {history.details['cross_device_ops']}; "

@@ -30,7 +30,6 @@ Cost: a checkpoint of the default 784-700-500-10 MLP with Adam is 11 MB.
 """
 import os
 import re
-import shutil
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -39,6 +38,7 @@ import tensorflow as tf
 from shared.config import Config
 from shared.data import batch_slices
 from shared.errors import UsageError
+from shared.files import check_writable_dir, partial_path, publish_directory
 from shared.model import layer_sizes
 
 PREFIX = "ckpt"  # the file prefix inside a checkpoint directory: ckpt.index, ckpt.data-*
@@ -141,52 +141,8 @@ def check_config(config: Config) -> None:
     if config.restore:
         check_restore(config)
     for flag, directory in (("--checkpoint-dir", config.checkpoint_dir), ("--export", config.export)):
-        if not directory:
-            continue
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as error:
-            raise UsageError(f"{flag} {directory}: cannot create it ({error.strerror}); "
-                             f"choose a writable directory") from None
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise UsageError(f"{flag} {directory} is not writable; choose a writable directory")
-
-
-def _fsync(path: str) -> None:
-    handle = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
-
-
-def publish_directory(partial: str, final: str) -> None:
-    """Rename a fully written `partial` directory to `final` (same parent), replacing an old `final`.
-
-    A replaced `final` is first renamed aside, so a kill between the two renames
-    leaves the old copy under .<name>.replaced instead of a half-written one.
-    """
-    for root, _, files in os.walk(partial):
-        for name in files:
-            _fsync(os.path.join(root, name))
-    _fsync(partial)
-    parent, name = os.path.split(final)
-    replaced = os.path.join(parent, f".{name}.replaced")
-    if os.path.exists(final):
-        shutil.rmtree(replaced, ignore_errors=True)
-        os.rename(final, replaced)
-    os.rename(partial, final)
-    _fsync(parent)
-    shutil.rmtree(replaced, ignore_errors=True)
-
-
-def partial_path(final: str) -> str:
-    """Where `final` is written before publish_directory renames it into place; a stale one is removed."""
-    parent, name = os.path.split(final)
-    partial = os.path.join(parent, f".{name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)  # left by a killed writer
-    os.makedirs(partial)
-    return partial
+        if directory:
+            check_writable_dir(flag, directory, create=True)
 
 
 class TrainingState:

@@ -137,9 +137,7 @@ def run(config: Config, args) -> int:
     sweep = []
     if args.sweep_devices:
         sweep = run_sweep(config, data, all_devices, args.sweep_devices, main_run)
-    report.print_tables(main_run, sweep)
-    report.write_outputs(args, main_run, sweep)
-    return 0 if main_run.ok and all(entry.parity_ok for entry in sweep) else 1
+    return report.publish(args, main_run, sweep)
 
 
 @dataclasses.dataclass

@@ -17,7 +17,7 @@ import importlib.resources
 import os
 import socket
 import threading
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -243,6 +243,23 @@ def epoch_batches(x: np.ndarray, y: np.ndarray, batch_size: int, epoch: int = 0,
         yield x[index], y[index]
 
 
+def equal_shape_runs(items: Iterable, shape_of: Callable, max_length: Optional[int] = None,
+                     first_alone: bool = False) -> Iterator[list]:
+    """Consecutive `items` grouped into lists whose `shape_of(item)` is equal, in order.
+
+    max_length: no list is longer (None: unbounded). first_alone: the first item is a list
+    of its own (a trainer's first call, whose time is the trace time).
+    """
+    run, limit = [], 1 if first_alone else max_length
+    for item in items:
+        if run and (len(run) == limit or shape_of(item) != shape_of(run[0])):
+            yield run
+            run, limit = [], max_length
+        run.append(item)
+    if run:
+        yield run
+
+
 def step_chunks(batches, first_alone: bool = False) -> Iterator[Tuple[np.ndarray, ...]]:
     """`batches` (epoch_batches' tuples, in order) grouped into runs of equal shape, each stacked.
 
@@ -252,11 +269,5 @@ def step_chunks(batches, first_alone: bool = False) -> Iterator[Tuple[np.ndarray
     per leading index), so the batches and their order are exactly epoch_batches'.
     first_alone: the first batch is a chunk of its own (its call's time is the trace time).
     """
-    run = []
-    for index, batch in enumerate(batches):
-        if run and (batch[0].shape != run[0][0].shape or (first_alone and index == 1)):
-            yield tuple(np.stack(parts) for parts in zip(*run))
-            run = []
-        run.append(batch)
-    if run:
+    for run in equal_shape_runs(batches, lambda batch: batch[0].shape, first_alone=first_alone):
         yield tuple(np.stack(parts) for parts in zip(*run))

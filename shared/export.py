@@ -24,7 +24,7 @@ from typing import Callable, Dict, Sequence
 import numpy as np
 import tensorflow as tf
 
-from shared.checkpoint import partial_path, publish_directory
+from shared.files import partial_path, publish_directory
 from shared.data import IMAGE_PIXELS
 from shared.model import build_mlp
 

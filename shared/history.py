@@ -55,8 +55,9 @@ class EpochMeter:
     """Accumulates per-step tensors without a host sync; `finish` syncs once per epoch.
 
     `step_times_ms` holds the wall time between consecutive `add` calls, input
-    preparation included. A tf.function call returns when its ops have run (eager
-    execution is synchronous), so these are real step times, not dispatch times.
+    preparation included. They are step times only if each call has finished its
+    steps when the trainer adds them: a DTensor call of several steps can return
+    earlier, so that trainer waits for the call's last loss first.
     """
 
     def __init__(self, label: str = "", total_steps: int = 0):

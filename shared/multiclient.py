@@ -54,6 +54,7 @@ from typing import Dict, List, Optional, Sequence
 
 from shared.config import Config
 from shared.errors import UsageError
+from shared.files import write_atomically
 
 COMPARE_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compare.py")
 HOST = "127.0.0.1"
@@ -133,7 +134,7 @@ def free_ports(count: int) -> List[int]:
 def run(config: Config, args) -> int:
     """compare.py --clients C: a client when the environment names one, else the launcher."""
     role = role_from_environment(config)
-    if getattr(args, "sweep_devices", None):
+    if args.sweep_devices:
         raise UsageError("--sweep-devices runs in one process; drop it, or drop --clients")
     if role is None:
         if args.result_file:
@@ -159,7 +160,7 @@ def run_client(config: Config, args, role: ClientRole) -> int:
         report.check_outputs(args)
     devices = configure_devices(config.devices, config.device_type)
     if args.result_file:
-        report.write_atomically(args.result_file + ".started", b"")
+        write_atomically(args.result_file + ".started", b"")
     try:
         join_cluster(role.trainer, config.device_type)  # blocks until every client has joined
     except Exception as error:  # noqa: BLE001 - TensorFlow says only "Could not start gRPC server"
@@ -174,16 +175,13 @@ def run_client(config: Config, args, role: ClientRole) -> int:
         print(report.header(config, devices, data))
     result = comparison.train_one(role.trainer, config, data, devices, log=print)
     if args.result_file:
-        report.write_atomically(args.result_file, pickle.dumps(result))
+        write_atomically(args.result_file, pickle.dumps(result))
         return 1 if result.failed else 0
     if role.client_id != 0:
         print(f"{role.trainer} client {role.client_id} of {role.num_clients}: "
               f"{'FAILED: ' + result.error if result.failed else 'finished'}; client 0 prints the comparison")
         return 1 if result.failed else 0
-    run_result = compare_with_reference(config, devices, data, result)
-    report.print_tables(run_result, [])
-    report.write_outputs(args, run_result, [])
-    return 0 if run_result.ok else 1
+    return report.publish(args, compare_with_reference(config, devices, data, result))
 
 
 def own_address(role: ClientRole, environ=os.environ) -> str:
@@ -239,10 +237,7 @@ def run_launcher(config: Config, args) -> int:
         for name in os.listdir(workdir):
             os.unlink(os.path.join(workdir, name))
         os.rmdir(workdir)
-    run_result = comparison.compare_results(config, devices, data, results)
-    report.print_tables(run_result, [])
-    report.write_outputs(args, run_result, [])
-    return 0 if run_result.ok else 1
+    return report.publish(args, comparison.compare_results(config, devices, data, results))
 
 
 def launch(trainer: str, config: Config, argv: Sequence[str], data_source: str, workdir: str):
@@ -360,14 +355,14 @@ class ClientGroup:
 
     def result(self):
         """Client 0's TrainerResult, with how far the other clients' final weights are from it."""
-        import numpy as np
+        from shared.parity import max_abs_diff
         results = []
         for path in self.result_files:
             with open(path, "rb") as f:
                 results.append(pickle.load(f))  # written by our own client processes
         first = results[0]
-        spread = max((float(np.max(np.abs(a - b))) for other in results[1:]
-                      for a, b in zip(other.history.final_weights, first.history.final_weights)), default=0.0)
+        spread = max((max_abs_diff(other.history.final_weights, first.history.final_weights)
+                      for other in results[1:]), default=0.0)
         first.history.details["client_weight_spread"] = f"{spread:.3g}"
         first.history.details["clients"] = str(self.count)
         return first

@@ -50,7 +50,8 @@ class Parity:
     weights_judged: bool = True  # False when the run is longer than checked_steps
 
 
-def _max_abs_diff(arrays, reference_arrays) -> float:
+def max_abs_diff(arrays, reference_arrays) -> float:
+    """Largest |a - b| over paired arrays (in float64, so the difference itself is exact); 0 for none."""
     return max((float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
                 for a, b in zip(arrays, reference_arrays)), default=0.0)
 
@@ -76,8 +77,8 @@ def check_parity(candidate: History, reference: History, tolerance: Optional[flo
     shapes = [np.shape(a) for a in candidate.final_weights], [np.shape(a) for a in reference.final_weights]
     if shapes[0] != shapes[1]:
         reasons.append("final weight shapes differ from the reference's")
-    max_grad = _max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients)
-    max_weight = _max_abs_diff(candidate.final_weights, reference.final_weights)
+    max_grad = max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients)
+    max_weight = max_abs_diff(candidate.final_weights, reference.final_weights)
     weight_tolerance = WEIGHT_TOLERANCE_FACTOR * tolerance
     weights_judged = max(len(losses), len(reference_losses)) <= checked_steps
     judged = [("loss", max_loss, tolerance), ("gradient", max_grad, tolerance)]

@@ -1,13 +1,12 @@
 """What compare.py prints and writes: the header, the tables, the JSON report, TensorBoard scalars.
 
-Every file is written atomically (a temporary file in the same directory, then
-os.replace), so a failure never leaves a half-written report behind.
+Every file is written atomically (shared/files.py), so a failure never leaves a
+half-written report behind.
 """
 import dataclasses
 import json
 import os
 import sys
-import tempfile
 from typing import List, Sequence, Tuple
 
 import numpy as np
@@ -15,8 +14,10 @@ import tensorflow as tf
 from tabulate import tabulate
 
 from dtensor_impl.mesh import parse_mesh
+from mirrored_impl.trainer import describe_pieces
 from shared.benchmark import PEAK_MATMUL_SIZE, flops_per_example
 from shared.errors import UsageError
+from shared.files import check_writable_dir, write_atomically
 from shared.model import layer_sizes
 
 PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "max |grad diff|", "max |weight diff|",
@@ -26,42 +27,15 @@ RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test 
 SWEEP_HEADERS = ["devices", "trainer", "examples/s", "reference examples/s", "ratio to reference", "parity"]
 
 
-def write_atomically(path: str, payload: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(handle, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
-def _check_writable_dir(flag: str, directory: str, create: bool) -> None:
-    if create:
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as error:
-            raise UsageError(f"{flag} {directory}: cannot create it ({error.strerror}); "
-                             f"choose a writable directory") from None
-    if not os.path.isdir(directory):
-        raise UsageError(f"{flag}: directory {directory} does not exist; create it or choose another path")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag}: directory {directory} is not writable; choose a writable path")
-
-
 def check_outputs(args) -> None:
     """Reject unwritable output paths before any training starts."""
     if args.json:
         if os.path.isdir(args.json):
             raise UsageError(f"--json {args.json} is a directory; give a file path such as {args.json}/report.json")
-        _check_writable_dir("--json", os.path.dirname(os.path.abspath(args.json)), create=False)
+        check_writable_dir("--json", os.path.dirname(os.path.abspath(args.json)), create=False)
     for flag, directory in (("--plots", args.plots), ("--logdir", args.logdir)):
         if directory:
-            _check_writable_dir(flag, directory, create=True)
+            check_writable_dir(flag, directory, create=True)
 
 
 def header(config, devices: Sequence[str], data) -> str:
@@ -73,17 +47,11 @@ def header(config, devices: Sequence[str], data) -> str:
         f"({devices[0]} .. {devices[-1]})" + (f" per client x {config.clients} clients" if config.clients > 1 else "")
         + f"; DTensor mesh {config.mesh or f'batch={batch_axis}'}",
         f"global batch {config.batch_size}, per replica {config.batch_size // batch_axis} (DTensor) / "
-        f"{_split_sizes(config.batch_size, mirrored_replicas)} (MirroredStrategy); {config.epochs} epochs; "
+        f"{describe_pieces(config.batch_size, mirrored_replicas)} (MirroredStrategy); {config.epochs} epochs; "
         f"{config.optimizer} lr {config.learning_rate:g}" + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
         + f"; seed {config.seed}",
         data.describe(),
     ])
-
-
-def _split_sizes(batch: int, parts: int) -> str:
-    """Per-replica example counts when `batch` is split as evenly as possible: "16" or "7-8"."""
-    low, high = batch // parts, -(-batch // parts)
-    return f"{low}" if low == high else f"{low}-{high}"
 
 
 def throughput(history, train_examples: int) -> Tuple[float, float, float]:
@@ -160,6 +128,11 @@ def compute_facts(run) -> dict:
             "achieved_gflops": achieved}
 
 
+def passed(run, sweep) -> bool:
+    """The verdict: every trainer finished and matched the reference, in the main run and the sweep."""
+    return bool(run.ok and all(entry.parity_ok for entry in sweep))
+
+
 def print_tables(run, sweep, out=sys.stdout) -> None:
     if run.parity or any(r.failed for n, r in run.results.items() if n != "reference"):
         print("\nParity against the single-device reference (absolute differences)", file=out)
@@ -182,7 +155,7 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
                         for e in sweep], SWEEP_HEADERS, tablefmt="github"), file=out)
         print("(fastest epoch after the first; each ratio is to the reference trained just before, in the "
               "same run at that count)", file=out)
-    verdict = "PARITY OK" if run.ok and all(e.parity_ok for e in sweep) else "PARITY FAILED"
+    verdict = "PARITY OK" if passed(run, sweep) else "PARITY FAILED"
     print(f"\n{verdict}", file=out)
 
 
@@ -211,7 +184,7 @@ def report_dict(run, sweep) -> dict:
         }
     config = dataclasses.asdict(run.config)
     return {
-        "ok": bool(run.ok and all(e.parity_ok for e in sweep)),
+        "ok": passed(run, sweep),
         "config": config,
         "environment": {"tensorflow": tf.__version__, "data_source": run.data.source,
                         "data_reason": run.data.reason, "devices": run.devices,
@@ -247,6 +220,13 @@ def write_tensorboard(logdir: str, run) -> None:
                 for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
                     tf.summary.scalar(key, getattr(record, key), step=record.epoch)
         writer.close()
+
+
+def publish(args, run, sweep=()) -> int:
+    """Print the tables, write --json, --plots and --logdir; return compare.py's exit code (0: parity holds)."""
+    print_tables(run, sweep)
+    write_outputs(args, run, sweep)
+    return 0 if passed(run, sweep) else 1
 
 
 def write_outputs(args, run, sweep) -> None:
