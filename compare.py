@@ -13,9 +13,11 @@ results tables. Exit code 0 when parity holds, 1 when it does not (or a trainer
 failed), 2 on bad input.
 """
 import argparse
+import math
 import sys
 
 from shared.config import TRAINER_NAMES, Config
+from shared.console import hide_tensorflow_messages
 from shared.errors import UsageError
 
 
@@ -48,6 +50,8 @@ def _non_negative_int(text: str) -> int:
 
 def _positive_float(text: str) -> float:
     value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number")
     return value
@@ -77,18 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = Config()
     parser = _Parser(description=__doc__.split("\n")[0],
                      formatter_class=_HelpFormatter)
-    add = parser.add_argument
+    group = parser.add_argument_group
+    add = group("what trains where").add_argument
     add("--trainers", type=_trainer_list, default=",".join(defaults.trainers),
         help="comma-separated trainers to run: " + ",".join(TRAINER_NAMES))
     add("--devices", type=_positive_int, default=defaults.devices, help="logical devices (per client)")
     add("--clients", type=_positive_int, default=defaults.clients,
         help="processes, each with --devices logical devices: DTensor multi-client and "
              "MultiWorkerMirroredStrategy; started here on loopback ports unless the environment names "
-             "this process's cluster (DTENSOR_CLIENT_ID.. or TF_CONFIG; README, Beyond one machine)")
+             "this process's cluster (DTENSOR_CLIENT_ID.. or TF_CONFIG; docs/multi-machine.md)")
     add("--result-file", help=argparse.SUPPRESS)  # set by the --clients launcher for its client processes
     add("--device-type", choices=("CPU", "GPU"), type=str.upper, default=defaults.device_type,
         help="logical CPUs (one physical CPU split) or GPUs (one physical GPU split if needed)")
     add("--mesh", default=defaults.mesh, help="DTensor mesh batch=B[,model=M] (default: batch=DEVICES)")
+    add = group("the training run (the same for every trainer)").add_argument
     add("--epochs", type=_non_negative_int, default=defaults.epochs, help="passes over the training set")
     add("--batch-size", type=_positive_int, default=defaults.batch_size, help="global batch size")
     add("--learning-rate", type=_positive_float, default=defaults.learning_rate, help="Adam or SGD step size")
@@ -98,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sgd exposes gradient-scale errors that Adam's normalisation hides")
     add("--adam", choices=("fixed", "tutorial"), default=defaults.adam,
         help="tutorial: the tutorial's Adam (read-after-assign, frozen step count)")
+    add = group("data").add_argument
     add("--data", default=defaults.data, help="auto, tfds, embedded, or a directory of MNIST IDX files")
     add("--train-examples", type=_positive_int, default=None,
         help="training examples (default: tfds/IDX 5000, embedded 4000)")
@@ -105,34 +112,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="test examples (default: tfds/IDX 5000, embedded 1000)")
     add("--hidden", type=_int_list, default=",".join(map(str, defaults.hidden)), help="hidden layer sizes")
     add("--shuffle", action="store_true", help="reshuffle the training set every epoch from --seed")
+    add = group("how each approach distributes").add_argument
     add("--dtensor-input", choices=("pack", "dataset"), default=defaults.dtensor_input,
         help="DTensor input: split + dtensor.pack per batch, or dtensor.DTensorDataset")
     add("--mirrored-update", choices=("auto", "primary", "replicas"), default=defaults.mirrored_update,
         help="MirroredStrategy's optimizer step: once on the first device with the weights copied to the "
              "replicas, or on every replica after an all-reduce (auto: primary in one process, replicas "
              "with --clients)")
+    add = group("parity").add_argument
     add("--tolerance", type=_positive_float, default=None,
         help="parity bound on loss and first-step gradient differences; final weights get 10x "
-             "(default: 1e-4, measured: see README)")
+             "(default: 1e-4, measured: docs/parity.md)")
     add("--parity-steps", type=_positive_int, default=None, metavar="N",
         help="judge the per-step losses over the first N steps and the final weights only if the run "
              "has at most N steps; later loss differences are reported, not judged: float noise "
-             "compounds in long runs (default: 128, measured: see README)")
+             "compounds in long runs (default: 128, measured: docs/parity.md)")
+    add = group("outputs").add_argument
     add("--json", metavar="PATH", help="write the JSON report here, atomically (default: none)")
     add("--plots", metavar="DIR",
         help="write loss.png, accuracy.png, loss_diff.png, throughput.png here (default: none)")
     add("--logdir", metavar="DIR", help="write TensorBoard scalars per trainer here (default: none)")
+    add = group("speed").add_argument
     add("--sweep-devices", type=_int_list, default=None, metavar="N,N,...",
         help="also measure throughput and parity at each device count, e.g. 1,2,4,8 (default: none)")
+    add = group("checkpoints and export").add_argument
     add("--checkpoint-dir", metavar="DIR",
         help="after every epoch write each trainer's full state to DIR/<trainer>/epoch-N (default: none)")
+    add("--keep-checkpoints", type=_non_negative_int, default=defaults.keep_checkpoints, metavar="N",
+        help="with --checkpoint-dir, keep each trainer's newest N epochs and delete older ones; 0 keeps all")
     add("--restore", metavar="PATH",
         help="start the trainers from a checkpoint any trainer wrote: DIR/<trainer>/epoch-N, or DIR/<trainer> "
              "for its newest; --epochs stays the total (default: none)")
     add("--export", metavar="DIR",
         help="write each trainer's model as a SavedModel to DIR/<trainer>, servable without mesh or "
              "strategy (default: none)")
+    add = group("what is printed").add_argument
     add("--quiet", action="store_true", help="no per-epoch lines: the run's facts and the tables only")
+    add("--verbose", action="store_true",
+        help="also show TensorFlow's own log lines (start-up, per-trace); hidden unless TF_CPP_MIN_LOG_LEVEL is set")
     return parser
 
 
@@ -145,15 +162,20 @@ def config_from_args(args: argparse.Namespace) -> Config:
         train_examples=args.train_examples, test_examples=args.test_examples, hidden=args.hidden,
         shuffle=args.shuffle, dtensor_input=args.dtensor_input, mirrored_update=args.mirrored_update,
         tolerance=args.tolerance, parity_steps=args.parity_steps,
-        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, restore=args.restore, export=args.export)
+        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,
+        restore=args.restore, export=args.export)
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the --clients launcher passes them on
     config = config_from_args(args)
-    from shared import comparison  # imports TensorFlow: after argument errors are reported
+    hide_tensorflow_messages(args.verbose)
+    # These import TensorFlow: after argument errors are reported, and after its messages are hidden.
+    from shared import comparison, multiclient
     try:
+        if config.clients > 1:  # several processes: the launcher starts them, or this is one of them
+            return multiclient.run(config, args)
         return comparison.run(config, args)
     except UsageError as error:
         print(f"compare.py: error: {error}", file=sys.stderr)

@@ -42,7 +42,7 @@ the full batches are taken; and tf.data autotuning is turned off for it (see
 `without_autotune`).
 
 Costs: per step, for `pack`, one small host copy per device; one all-reduce per
-gradient and Adam's update on every device, unfused (README, "Throughput"). Per call,
+gradient and Adam's update on every device, unfused (docs/throughput.md). Per call,
 `train_steps` runs up to STEPS_PER_CALL steps of equal batch shape, and the loop waits
 for the call's last loss (one host sync per call), so that step times are true; the
 other losses stay replicated DTensors until the epoch ends (EpochMeter reads them then,

@@ -41,8 +41,8 @@ yields only its own replicas' pieces, and everything else above is unchanged.
 
 The history record is the reference's, with trainer "mirrored", placement "N replicas on CPU"
 and the cross-device ops and update mode in `details`. Costs, 8 replicas on 2 CPU cores, default
-data: `replicas` ran at ~0.26x of the reference's throughput, `primary` at ~0.42x (README,
-"Throughput"): with `replicas` the Adam update runs 8 times over 8 copies of weights and slots,
+data: `replicas` ran at ~0.26x of the reference's throughput, `primary` at ~0.42x (docs/throughput.md):
+with `replicas` the Adam update runs 8 times over 8 copies of weights and slots,
 which outgrow the L3 cache; with `primary` it runs once, and what remains is each replica's
 forward and backward pass on 16-example pieces. strategy.run traces a step function once per
 replica, so tracing grows with N too.

@@ -26,10 +26,15 @@ a rename within one directory is atomic, so epoch-0003 is complete or absent, an
 `latest` never looks at dot-directories. A kill leaves only the .partial directory,
 which the next write of that epoch removes. Not yet with --clients: every client would
 write and rename, so check_config refuses the three flags there.
+Retention: after each write, epochs older than the newest `--keep-checkpoints` N (default 3)
+are deleted. tf.train.CheckpointManager's max_to_keep is not used: it writes its checkpoints
+in place, as file prefixes in one directory with a state file, which the rename of a
+complete directory above cannot wrap.
 Cost: a checkpoint of the default 784-700-500-10 MLP with Adam is 11 MB.
 """
 import os
 import re
+import shutil
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -194,7 +199,22 @@ class TrainingState:
             return None
         directory = os.path.join(self.config.checkpoint_dir, self.trainer)
         os.makedirs(directory, exist_ok=True)
-        return self.save(directory, epoch)
+        written = self.save(directory, epoch)
+        if self.config.keep_checkpoints:
+            remove_older(directory, epoch - self.config.keep_checkpoints)
+        return written
+
+
+def remove_older(directory: str, last_removed: int) -> None:
+    """Delete the epoch-N directories with N <= last_removed (--keep-checkpoints).
+
+    Runs after the newest is published, so the newest N are complete when older ones go;
+    a later epoch left by an earlier run is not this run's to delete.
+    """
+    for name in os.listdir(directory):
+        match = EPOCH_DIR.match(name)
+        if match and int(match.group(1)) <= last_removed:
+            shutil.rmtree(os.path.join(directory, name))
 
 
 def weights_of(prefix: str) -> List[np.ndarray]:

@@ -17,7 +17,7 @@ from shared.config import Config
 from shared.data import MnistData, load_data
 from shared.devices import configure_devices
 from shared.errors import UsageError
-from shared.history import History
+from shared.history import History, throughput
 from shared.parity import Parity, check_parity
 
 TRAINER_MODULES = {
@@ -123,11 +123,8 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], Mn
 
 
 def run(config: Config, args) -> int:
-    """compare.py's whole job; returns the exit code (0 parity holds, 1 it does not)."""
+    """compare.py's whole job in one process; returns the exit code (0 parity holds, 1 it does not)."""
     from shared import report
-    if config.clients > 1:  # several processes: shared/multiclient.py starts them or is one of them
-        from shared import multiclient
-        return multiclient.run(config, args)
     report.check_outputs(args)
     all_devices, data = prepare(config, args.sweep_devices or ())
     devices = all_devices[:config.devices]
@@ -158,9 +155,8 @@ def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], count
     Each count trains its own reference just before its trainers, and each ratio is to that
     reference: on a shared machine, throughput drifts by tens of percent within a minute,
     so a ratio to a reference measured minutes earlier would measure the drift. Each side
-    counts its fastest epoch after the first (report.throughput says why).
+    counts its fastest epoch after the first (history.throughput says why).
     """
-    from shared.report import throughput
     entries = []
     for count in counts:
         sweep_config = config.replace(devices=count, mesh=None, quiet=True,

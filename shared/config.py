@@ -34,6 +34,7 @@ class Config:
     quiet: bool = False
     # Checkpoints and export (shared/checkpoint.py, shared/export.py); None: off.
     checkpoint_dir: Optional[str] = None  # DIR/<trainer>/epoch-NNNN after every epoch, each complete or absent
+    keep_checkpoints: int = 3  # the newest N epochs stay per trainer, older ones are deleted; 0 keeps all
     restore: Optional[str] = None  # a checkpoint any trainer wrote (or DIR/<trainer>: its newest); epochs continue
     export: Optional[str] = None  # DIR/<trainer>: a SavedModel of plain variables, loadable without mesh or strategy
 

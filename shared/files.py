@@ -16,6 +16,7 @@ def write_atomically(path: str, payload: bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     try:
+        os.fchmod(handle, 0o666 & ~current_umask())  # mkstemp makes it 0600; an ordinary file honours the umask
         with os.fdopen(handle, "wb") as f:
             f.write(payload)
             f.flush()
@@ -24,6 +25,13 @@ def write_atomically(path: str, payload: bytes) -> None:
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def current_umask() -> int:
+    """The process's umask (reading it means setting it: set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def check_writable_dir(flag: str, directory: str, create: bool) -> None:

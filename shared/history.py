@@ -6,9 +6,10 @@ and JSON report from these records.
 import dataclasses
 import sys
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
+from tqdm import tqdm
 
 
 @dataclasses.dataclass
@@ -44,6 +45,29 @@ class History:
         return record
 
 
+def throughput(history, train_examples: int) -> Tuple[float, float, float]:
+    """Training examples/s: (median, min, max) over epochs after the first (which traces).
+
+    With one epoch, the first step's time (trace and compile) is subtracted instead.
+    The device sweep compares maxima: other processes on the machine only ever slow an
+    epoch down, so each trainer's fastest epoch is the closest to what its code costs.
+    """
+    epochs = history.epochs[1:] or history.epochs
+    rates = []
+    for record in epochs:
+        seconds = record.train_seconds - (history.trace_seconds if record.epoch == 1 else 0.0)
+        rates.append(train_examples / seconds if seconds > 0 else 0.0)
+    if not rates:
+        return 0.0, 0.0, 0.0
+    return float(np.median(rates)), float(min(rates)), float(max(rates))
+
+
+def step_time_percentiles_ms(history) -> Tuple[float, float]:
+    """p50 and p95 of the step times, the first step (which traces) left out."""
+    p50, p95 = np.percentile(history.step_times_ms[1:] or [0.0], [50, 95])
+    return float(p50), float(p95)
+
+
 def format_epoch_line(trainer: str, record: EpochRecord, epochs: int) -> str:
     """One fixed-format line, the same keys for every trainer."""
     return (f"{trainer:<10} epoch {record.epoch}/{epochs}  train_loss {record.train_loss:.4f}  "
@@ -63,9 +87,9 @@ class EpochMeter:
     def __init__(self, label: str = "", total_steps: int = 0):
         self.losses, self.corrects, self.counts, self.step_times_ms = [], [], [], []
         self.start = self._last = time.perf_counter()
-        # A progress bar only on a terminal: logs and pipes get the epoch lines alone.
-        self.progress_label = label if label and total_steps and sys.stderr.isatty() else ""
-        self.total_steps = total_steps
+        # A progress bar on a terminal only (tqdm); logs and pipes get the epoch lines alone.
+        self.progress = tqdm(total=total_steps, desc=label, unit="step", leave=False,
+                             disable=not (label and total_steps and sys.stderr.isatty()))
 
     def add(self, mean_loss, correct, count: int):
         self.add_steps([mean_loss], [correct], [count])
@@ -81,13 +105,7 @@ class EpochMeter:
         self.losses.append(mean_losses)
         self.corrects.append(corrects)
         self.counts += list(counts)
-        if self.progress_label:
-            done = len(self.counts)
-            bar = "#" * (30 * done // self.total_steps)
-            sys.stderr.write(f"\r{self.progress_label} [{bar:<30}] {done}/{self.total_steps} steps")
-            if done == self.total_steps:
-                sys.stderr.write("\r" + " " * (len(self.progress_label) + 50) + "\r")
-            sys.stderr.flush()
+        self.progress.update(len(counts))
 
     def finish(self):
         """(step_losses, mean loss, accuracy, seconds) for what was added."""
@@ -95,6 +113,7 @@ class EpochMeter:
         counts = np.array(self.counts, dtype=np.float64)
         correct = float(sum(_host(c).sum() for c in self.corrects))
         seconds = time.perf_counter() - self.start
+        self.progress.close()
         return losses.tolist(), float((losses * counts).sum() / counts.sum()), float(correct / counts.sum()), seconds
 
 

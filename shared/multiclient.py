@@ -11,7 +11,7 @@
             reads every client's History from a file, checks parity and prints the tables.
   client    the variables set, by the launcher or by a cluster on real hosts. Trains one
             trainer as one client. Under the launcher it writes its result to the file named
-            by --result-file; run by hand (README, "Beyond one machine") client 0 also runs the
+            by --result-file; run by hand (docs/multi-machine.md) client 0 also runs the
             reference and prints the tables.
 
   dtensor   DTENSOR_CLIENT_ID, DTENSOR_NUM_CLIENTS, DTENSOR_JOB_NAME, DTENSOR_JOBS=host:port,...
@@ -277,7 +277,6 @@ class ClientGroup:
             env = {name: value for name, value in os.environ.items()
                    if name not in DTENSOR_VARIABLES and name != "TF_CONFIG"}
             env.update(client_environment(self.trainer, client, ports), PYTHONUNBUFFERED="1")
-            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             # The flags as given; later ones win: this trainer only, the data source already resolved.
             command = [sys.executable, COMPARE_PY, *argv, "--trainers", self.trainer, "--data", data_source,
                        "--result-file", self.result_files[client]]

@@ -7,7 +7,7 @@ maths and the order of reads and writes are shared.
 `--adam tutorial` keeps the tutorial's formulation on purpose, so that the parity
 check can be seen to catch it: it assigns each slot and then reads it back (on
 DTensor, inside a tf.function, that read returned stale zeros while DTensor's
-all-reduce combining was on: README, "How this differs from the tutorial"), and it
+all-reduce combining was on: docs/tutorial-differences.md), and it
 keeps the step count in a Python float, which tf.function freezes at trace time so
 bias correction never advances. `--adam fixed` (the default) reads every slot before
 writing it and keeps the step count in a variable.

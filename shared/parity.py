@@ -4,7 +4,7 @@ Three absolute differences against the reference's history record: the per-step
 training loss (largest, and the step where it occurs), the first step's gradients
 at the initial weights, and the final weights. Each must be within the tolerance.
 
-DEFAULT_TOLERANCE comes from measurement (README, "Parity tolerance"): it sits
+DEFAULT_TOLERANCE comes from measurement (docs/parity.md): it sits
 above the float noise seen between the reference and every mesh and device count
 (summation order across devices changes the last bits) and at least 100 times
 below the smallest loss divergence that `--adam tutorial` produces. It bounds the

@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
 
 from shared.files import write_atomically  # noqa: E402
-from shared.report import throughput  # noqa: E402
+from shared.history import throughput  # noqa: E402
 
 FIGURE_SIZE = (9, 6)  # the tutorial's rcParams['figure.figsize']
 DPI = 100  # 900 x 600 pixels

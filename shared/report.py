@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import List, Sequence, Tuple
+from typing import List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -18,6 +18,7 @@ from mirrored_impl.trainer import describe_pieces
 from shared.benchmark import PEAK_MATMUL_SIZE, flops_per_example
 from shared.errors import UsageError
 from shared.files import check_writable_dir, write_atomically
+from shared.history import step_time_percentiles_ms, throughput
 from shared.model import layer_sizes
 
 PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "max |grad diff|", "max |weight diff|",
@@ -52,29 +53,6 @@ def header(config, devices: Sequence[str], data) -> str:
         + f"; seed {config.seed}",
         data.describe(),
     ])
-
-
-def throughput(history, train_examples: int) -> Tuple[float, float, float]:
-    """Training examples/s: (median, min, max) over epochs after the first (which traces).
-
-    With one epoch, the first step's time (trace and compile) is subtracted instead.
-    The device sweep compares maxima: other processes on the machine only ever slow an
-    epoch down, so each trainer's fastest epoch is the closest to what its code costs.
-    """
-    epochs = history.epochs[1:] or history.epochs
-    rates = []
-    for record in epochs:
-        seconds = record.train_seconds - (history.trace_seconds if record.epoch == 1 else 0.0)
-        rates.append(train_examples / seconds if seconds > 0 else 0.0)
-    if not rates:
-        return 0.0, 0.0, 0.0
-    return float(np.median(rates)), float(min(rates)), float(max(rates))
-
-
-def step_time_percentiles_ms(history) -> Tuple[float, float]:
-    """p50 and p95 of the step times, the first step (which traces) left out."""
-    p50, p95 = np.percentile(history.step_times_ms[1:] or [0.0], [50, 95])
-    return float(p50), float(p95)
 
 
 def parity_rows(run) -> List[list]:

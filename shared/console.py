@@ -1,0 +1,36 @@
+"""What a run prints: the project's own lines, and TensorFlow's only when asked for.
+
+TensorFlow's C++ runtime writes its start-up and per-trace messages (oneDNN, CUDA
+drivers, cuInit, the XLA service, one "DTensor cache key lookup missed" per trace)
+straight to file descriptor 2, and on TensorFlow 2.21 those before absl's logging
+starts ignore TF_CPP_MIN_LOG_LEVEL. So `hide_tensorflow_messages` points descriptor 2
+at /dev/null for the whole process and gives Python's `sys.stderr` a copy of the
+original: the project's error lines, a traceback and the progress bar still show.
+Nothing is hidden with --verbose, or when the user has set TF_CPP_MIN_LOG_LEVEL
+(they chose what TensorFlow prints). Cost: a crash inside TensorFlow's C++ (an abort)
+then prints nothing of its own; rerun with --verbose to see it.
+"""
+import logging
+import os
+import sys
+
+TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
+
+
+def hide_tensorflow_messages(verbose: bool, environ=os.environ) -> bool:
+    """Hide everything written to descriptor 2 except through sys.stderr; True if hidden.
+
+    Call it before TensorFlow is imported: its first messages come with the import.
+    """
+    if verbose or TF_LOG_LEVEL in environ:
+        return False
+    sys.stderr.flush()
+    original = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    sys.stderr = os.fdopen(original, "w", buffering=1)  # line-buffered, as a terminal's stderr is
+    # TensorFlow's Python-side logging (absl) writes through sys.stderr: errors only.
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    return True
