@@ -208,6 +208,21 @@ def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     assert not partial.exists() and checkpoint.latest(str(directory)) == str(directory / "epoch-0002")
 
 
+def test_only_the_newest_checkpoints_are_kept_and_they_honour_the_umask(small, devices, tmp_path):
+    config = BASE.replace(epochs=4, checkpoint_dir=str(tmp_path), keep_checkpoints=2, hidden=(16, 8))
+    reference.fit(config, small, devices[:1])
+    directory = tmp_path / "reference"
+    assert sorted(os.listdir(directory)) == ["epoch-0003", "epoch-0004"]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for path in [directory / "epoch-0004", *(directory / "epoch-0004").iterdir()]:
+        expected = (0o777 if path.is_dir() else 0o666) & ~umask
+        assert path.stat().st_mode & 0o777 == expected, path
+    # 0 keeps every epoch.
+    reference.fit(config.replace(keep_checkpoints=0, checkpoint_dir=str(tmp_path / "all")), small, devices[:1])
+    assert sorted(os.listdir(tmp_path / "all" / "reference")) == [f"epoch-000{e}" for e in (1, 2, 3, 4)]
+
+
 # --- SavedModel export -----------------------------------------------------------------------
 
 EXPORTED = [("dtensor", "reference", None), ("mirrored", "dtensor", "batch=4,model=2"),

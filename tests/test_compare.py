@@ -31,6 +31,31 @@ def test_full_run_exits_0_with_parity(full_run):
     assert result.stdout.rstrip().endswith("PARITY OK")
 
 
+TENSORFLOW_LOG_LINE = re.compile(r"^[IWEF]\d{4} |^WARNING: All log messages before absl|oneDNN|cuInit|cuda drivers|"
+                                r"DTensor cache key lookup|XLA service")
+
+
+def test_a_run_prints_only_the_projects_own_lines(full_run):
+    """TensorFlow's start-up and per-trace messages are hidden; nothing goes to stderr on success."""
+    result, _ = full_run
+    assert result.stderr == ""
+    assert not [line for line in result.stdout.splitlines() if TENSORFLOW_LOG_LINE.search(line)]
+
+
+def test_verbose_shows_tensorflows_own_lines():
+    result = run_compare(*SMALL, "--trainers", "reference", "--verbose")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert TENSORFLOW_LOG_LINE.search(result.stderr), result.stderr[-2000:]
+
+
+def test_reports_and_plots_honour_the_umask(full_run):
+    _, out = full_run
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for path in [out / "report.json", *(out / "plots").iterdir()]:
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
+
+
 def test_tables_have_a_row_per_trainer_and_the_promised_columns(full_run):
     result, _ = full_run
     lines = result.stdout.splitlines()
@@ -127,7 +152,7 @@ def test_bad_options_exit_2_and_leave_no_report(tmp_path, args, message):
     json_args = [] if "--json" in args else ["--json", str(existing)]
     result = run_compare(*SMALL, *args, *json_args, "--plots", str(tmp_path / "plots"))
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
-    assert re.search(message, result.stderr.strip().splitlines()[-1])
+    assert len(result.stderr.splitlines()) == 1 and re.search(message, result.stderr), result.stderr[-2000:]
     assert "Traceback" not in result.stderr and "epoch 1/" not in result.stdout
     assert existing.read_text() == '{"previous": true}'
     assert not (tmp_path / "plots").exists() or not os.listdir(tmp_path / "plots")
