@@ -43,7 +43,8 @@ the full batches are taken; and tf.data autotuning is turned off for it (see
 
 Costs: per step, for `pack`, one small host copy per device; one all-reduce per
 gradient and Adam's update on every device, unfused (docs/throughput.md). Per call,
-`train_steps` runs up to STEPS_PER_CALL steps of equal batch shape, and the loop waits
+`train_steps` runs up to STEPS_PER_CALL steps of equal batch shape (one while DTensor's
+all-reduce combining is on: `steps_per_call`), and the loop waits
 for the call's last loss (one host sync per call), so that step times are true; the
 other losses stay replicated DTensors until the epoch ends (EpochMeter reads them then,
 ~3 us each: `float()` / `.numpy()` of a replicated DTensor reads one device's copy).
@@ -91,6 +92,19 @@ def all_reduce_each_gradient_on_cpu(device_type: str) -> None:
     """
     if device_type == "CPU":
         os.environ.setdefault(COMBINE_ALL_REDUCES, "0")
+
+
+def steps_per_call() -> int:
+    """STEPS_PER_CALL while DTensor's all-reduce combining is off, else 1.
+
+    With the combining on (TensorFlow's default, kept on GPUs), a DVariable read after an
+    assign in the same tf.function returns the value from before the assign: in a call of
+    several steps, every step after the first would read the weights and slots from before
+    the previous step's update (measured on 8 CPUs with the combining on: the fixed Adam's
+    loss 0.79 off the reference's, from step 2; one step per call matched to 2.4e-7).
+    TensorFlow skips the pass only when the variable is exactly "0".
+    """
+    return STEPS_PER_CALL if os.environ.get(COMBINE_ALL_REDUCES) == "0" else 1
 
 
 # --- the model -----------------------------------------------------------------------------
@@ -343,7 +357,7 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         # The first call of the run takes one step: its time is the trace time plus one step's, as
         # for the other trainers.
         groups = equal_shape_runs(batches(data, config, epoch, mesh), lambda item: item[0][0].shape,
-                                  STEPS_PER_CALL, first_alone=epoch == start_epoch)
+                                  steps_per_call(), first_alone=epoch == start_epoch)
         for call, group in enumerate(groups):
             started = time.perf_counter()
             losses, corrects = train_steps(model, optimizer, [batch for batch, _ in group])
