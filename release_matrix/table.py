@@ -6,8 +6,9 @@ noxfile.py's `table` session runs it after the releases. It judges each check fr
 measured figures (exit codes, parity, losses) and writes one row per release of
 release_matrix.releases.RELEASES: the JSON, for diffing against the last run, and the
 Markdown table inside docs/releases.md between its two marker lines (the text around
-them is kept). Prints the table; exit code 1 if a release failed a check or has no
-measurements, 0 otherwise. Needs only the standard library.
+them is kept). Prints the table; exit code 1 unless every release passed every check
+(a check whose process hit its time limit or was stopped makes its row "incomplete").
+Needs only the standard library.
 """
 import argparse
 import json
@@ -21,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join("out", "releases")
 DOC_JSON = os.path.join("docs", "releases.json")
 DOC_MARKDOWN = os.path.join("docs", "releases.md")
+LOSS_TOLERANCE = 1e-4  # shared.parity.DEFAULT_TOLERANCE (tests/test_releases.py), here without numpy
 BEGIN, END = "<!-- release table: begin (release_matrix/table.py writes this part) -->", "<!-- release table: end -->"
 # (column, compare run, trainer): parity of the distributed trainers against the reference.
 PARITY_COLUMNS = [
@@ -41,7 +43,9 @@ def _e(value: Optional[float]) -> str:
 
 
 def _exit(run: dict) -> str:
-    return "timed out" if run.get("exit_code") is None else f"exit {run['exit_code']}"
+    """How a process ended: release_matrix.checks records None for its time limit, -N for signal N."""
+    code = run.get("exit_code")
+    return "timed out" if code is None else f"killed by signal {-code}" if code < 0 else f"exit {code}"
 
 
 def parity_check(run: dict, trainer: str) -> dict:
@@ -57,11 +61,17 @@ def parity_check(run: dict, trainer: str) -> dict:
 
 
 def fast_tests_check(tests: dict) -> dict:
+    """Every test passed. A pytest stopped by its time limit or a signal did not finish: no verdict."""
     total = tests.get("tests", 0)
     ok = tests["exit_code"] == 0 and total > 0 and tests.get("passed") == total - tests.get("skipped", 0)
+    finished = tests["exit_code"] is not None and tests["exit_code"] >= 0
     cell = f"{tests.get('passed', 0)}/{total} in {tests['seconds']:.0f} s"
-    return {"ok": ok, "passed": tests.get("passed", 0), "tests": total, "seconds": tests["seconds"],
-            "failed_tests": tests.get("failed_tests", []), "cell": cell if ok else f"FAILED {cell} ({_exit(tests)})"}
+    if not finished:
+        cell = f"not finished: {_exit(tests)} after {tests['seconds']:.0f} s"
+    elif not ok:
+        cell = f"FAILED {cell} ({_exit(tests)})"
+    return {"ok": ok, "finished": finished, "passed": tests.get("passed", 0), "tests": total,
+            "seconds": tests["seconds"], "failed_tests": tests.get("failed_tests", []), "cell": cell}
 
 
 def tutorial_check(run: dict) -> dict:
@@ -99,9 +109,8 @@ def restore_check(restore: dict) -> dict:
         failures.append(f"writing: {_exit(restore['write'])} {restore['write'].get('stderr_tail', '')}")
     for name, run in directions.items():
         diff = run.get("max_abs_loss_diff_to_uninterrupted")
-        tolerance = next(iter(run.get("parity", {}).values()), {}).get("tolerance", 1e-4)
         diffs[name] = diff
-        if run.get("exit_code") != 0 or diff is None or diff > tolerance:
+        if run.get("exit_code") != 0 or diff is None or diff > LOSS_TOLERANCE:
             failures.append(f"{name}: {_exit(run)}, loss {_e(diff)}")
     worst = max((d for d in diffs.values() if d is not None), default=None)
     cell = f"ok {_e(worst)}" if not failures else "FAILED " + "; ".join(failures)
@@ -124,7 +133,8 @@ def stale_read_fact(stale: dict) -> dict:
 def summarize(release: str, measured: Optional[dict]) -> dict:
     """One row: each check judged from the measurements, with its figures and its table cell."""
     if measured is None:
-        return {"release": release, "ok": False, "failed_checks": ["not measured"], "checks": {}}
+        return {"release": release, "ok": False, "verdict": "not measured", "failed_checks": [],
+                "unfinished_checks": [], "checks": {}}
     compare = measured["compare"]
     checks = {"fast tests": fast_tests_check(measured["fast_tests"])}
     checks.update({column: parity_check(compare[run], trainer) for column, run, trainer in PARITY_COLUMNS})
@@ -132,8 +142,11 @@ def summarize(release: str, measured: Optional[dict]) -> dict:
     checks["DTensorDataset"] = dataset_check(compare["dtensor_dataset"], compare["adam"])
     checks["multi-client"] = multi_client_check(compare["multi_client"])
     checks["checkpoint cross-restore"] = restore_check(measured["cross_restore"])
-    failed = [name for name, check in checks.items() if not check["ok"]]
-    return {"release": release, "ok": not failed, "failed_checks": failed, "versions": measured["versions"],
+    failed = [name for name, check in checks.items() if not check["ok"] and check.get("finished", True)]
+    unfinished = [name for name, check in checks.items() if not check.get("finished", True)]
+    verdict = "FAILED" if failed else "incomplete" if unfinished else "ok"
+    return {"release": release, "ok": verdict == "ok", "verdict": verdict, "failed_checks": failed,
+            "unfinished_checks": unfinished, "versions": measured["versions"],
             "install_seconds": measured["install_seconds"], "run_seconds": measured["run_seconds"],
             "stale_read": stale_read_fact(measured["stale_read"]), "checks": checks}
 
@@ -146,7 +159,7 @@ def render(rows: List[dict]) -> str:
             lines.append("| " + " | ".join([row["release"], "not measured"] + [""] * (len(HEADERS) - 2)) + " |")
             continue
         install = "-" if row["install_seconds"] is None else f"{row['install_seconds']:.0f}"
-        cells = [row["release"], "ok" if row["ok"] else "FAILED", install, f"{row['run_seconds']:.0f}"]
+        cells = [row["release"], row["verdict"], install, f"{row['run_seconds']:.0f}"]
         cells += [row["checks"][name]["cell"] for name in CHECK_COLUMNS[:6]]
         cells += [row["stale_read"]["cell"]] + [row["checks"][name]["cell"] for name in CHECK_COLUMNS[6:]]
         lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
@@ -192,7 +205,8 @@ def main(argv=None) -> int:
     table = render(rows)
     write_markdown(os.path.join(args.docs, os.path.basename(DOC_MARKDOWN)), table)
     print(table, end="")
-    failed = [f"{row['release']} ({', '.join(row['failed_checks'])})" for row in rows if not row["ok"]]
+    failed = [f"{row['release']} {row['verdict']} ({', '.join(row['failed_checks'] + row['unfinished_checks'])})"
+              for row in rows if not row["ok"]]
     print(f"wrote {DOC_JSON} and {DOC_MARKDOWN}; " + (f"FAILED: {'; '.join(failed)}" if failed else "every release passed"))
     return 1 if failed else 0
 

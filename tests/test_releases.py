@@ -1,7 +1,7 @@
 """The supported TensorFlow releases: pyproject's range agrees with the matrix's list, the stale-read
 check tells both cases apart, and the release table judges and renders what was measured.
 
-The stale-read test starts TensorFlow twice (~15 s on 2 cores); the rest reads files.
+The stale-read test starts TensorFlow twice (162 s for this file on a busy 2-core machine); the rest reads files.
 """
 import json
 import os
@@ -62,8 +62,7 @@ def test_stale_read_appears_only_with_all_reduce_combining(combine):
 
 
 def parity(loss, ok=True):
-    return {"max_abs_loss_diff": loss, "max_abs_grad_diff": loss / 10, "max_abs_weight_diff": loss * 3,
-            "ok": ok, "tolerance": 1e-4}
+    return {"max_abs_loss_diff": loss, "max_abs_grad_diff": loss / 10, "max_abs_weight_diff": loss * 3, "ok": ok}
 
 
 def compare_run(exit_code=0, losses=(2.3, 2.1), **trainers):
@@ -94,6 +93,11 @@ def measurement(tutorial_exit=1, dataset_losses=(2.3, 2.1)):
     }
 
 
+def test_table_judges_restores_with_the_parity_tolerance():
+    from shared.parity import DEFAULT_TOLERANCE
+    assert table.LOSS_TOLERANCE == DEFAULT_TOLERANCE
+
+
 def test_table_judges_each_check_from_the_figures():
     row = table.summarize("2.16.2", measurement())
     adam = row["checks"]["DTensor batch=8, Adam"]
@@ -107,6 +111,20 @@ def test_table_judges_each_check_from_the_figures():
     missed = table.summarize("2.16.2", measurement(tutorial_exit=0, dataset_losses=(2.3, 2.2)))
     assert missed["checks"]["--adam tutorial caught"]["cell"].startswith("NO (exit 0")
     assert missed["checks"]["DTensorDataset"]["cell"].endswith("losses differ from pack's")
+
+
+def written_row_verdicts(docs):
+    return [row["verdict"] for row in json.loads((docs / "releases.json").read_text())["releases"]]
+
+
+def test_a_fast_test_run_stopped_by_its_time_limit_makes_the_row_incomplete_not_failed():
+    measured = measurement()
+    measured["cross_restore"]["mirrored_to_dtensor_2d"]["max_abs_loss_diff_to_uninterrupted"] = 1e-7
+    assert table.summarize("2.16.2", measured)["verdict"] == "ok"
+    measured["fast_tests"] = {"exit_code": None, "seconds": 900.4, "stderr_tail": "timed out after 900 s"}
+    row = table.summarize("2.16.2", measured)
+    assert (row["verdict"], row["failed_checks"], row["unfinished_checks"]) == ("incomplete", [], ["fast tests"])
+    assert row["checks"]["fast tests"]["cell"] == "not finished: timed out after 900 s"
 
 
 def test_table_writes_a_row_per_release_between_the_markers(tmp_path):
@@ -123,6 +141,7 @@ def test_table_writes_a_row_per_release_between_the_markers(tmp_path):
     assert rows[0] == "| " + " | ".join(table.HEADERS) + " |"
     assert [row.split(" | ")[0][2:] for row in rows[1:]] == list(RELEASES)
     assert rows[1].startswith(f"| {RELEASES[0]} | FAILED | 14 | 300 | 46/46 in 200 s | ok 2.4e-07")
+    assert written_row_verdicts(docs) == ["FAILED"] + ["not measured"] * (len(RELEASES) - 1)
     assert rows[2] == f"| {RELEASES[1]} | not measured" + " | " * (len(table.HEADERS) - 2) + " |"
     written = json.loads((docs / "releases.json").read_text())
     assert [row["release"] for row in written["releases"]] == list(RELEASES)
