@@ -205,9 +205,9 @@ def main(argv=None) -> int:
     table = render(rows)
     write_markdown(os.path.join(args.docs, os.path.basename(DOC_MARKDOWN)), table)
     print(table, end="")
-    failed = [f"{row['release']} {row['verdict']} ({', '.join(row['failed_checks'] + row['unfinished_checks'])})"
-              for row in rows if not row["ok"]]
-    print(f"wrote {DOC_JSON} and {DOC_MARKDOWN}; " + (f"FAILED: {'; '.join(failed)}" if failed else "every release passed"))
+    failed = [f"{row['release']} {row['verdict']}" + (f" ({', '.join(checks)})" if checks else "")
+              for row in rows if not row["ok"] for checks in [row["failed_checks"] + row["unfinished_checks"]]]
+    print(f"wrote {DOC_JSON} and {DOC_MARKDOWN}; " + (f"not ok: {'; '.join(failed)}" if failed else "every release passed"))
     return 1 if failed else 0
 
 
