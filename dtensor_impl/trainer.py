@@ -39,7 +39,7 @@ tf.data. DTensorDataset also needs care: it sizes its sharding from all logical
 devices of the process, so it is refused on a mesh over fewer (it would repeat
 batches); running its iterator to the end poisons the DTensor executor, so exactly
 the full batches are taken; and tf.data autotuning is turned off for it (see
-`without_autotune`).
+`shared.data.without_autotune`).
 
 Costs: per step, for `pack`, one small host copy per device; one all-reduce per
 gradient and Adam's update on every device, unfused (docs/throughput.md). Per call,
@@ -63,7 +63,7 @@ from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_client
                                describe_layout, layer_layouts, mesh_spec)
 from shared.checkpoint import TrainingState
 from shared.config import Config
-from shared.data import MnistData, batch_slices, epoch_batches, epoch_order, equal_shape_runs
+from shared.data import MnistData, batch_slices, epoch_batches, epoch_order, equal_shape_runs, without_autotune
 from shared.errors import UsageError
 from shared.export import export_trainer
 from shared.history import EpochMeter, History, format_epoch_line
@@ -194,18 +194,6 @@ def packed_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.Me
     for x_batch, y_batch in epoch_batches(data.x_train, data.y_train, config.batch_size, epoch,
                                           config.shuffle, config.seed):
         yield pack_batch(x_batch, y_batch, mesh), len(y_batch)
-
-
-def without_autotune() -> tf.data.Options:
-    """tf.data options for DTensorDataset's per-device pipelines: autotuning off.
-
-    There is nothing to tune (slices, batch, shard), and with it on, deleting an
-    iterator that was not run to its end blocked for 0 to 18 s (the tuning thread's
-    back-off), once per epoch.
-    """
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return options
 
 
 def dataset_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:

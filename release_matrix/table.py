@@ -1,0 +1,215 @@
+"""The release table: every release's measurements (release_matrix.checks) as docs/releases.json and .md.
+
+    python -m release_matrix.table            # reads out/releases/<release>.json for each release
+
+noxfile.py's `table` session runs it after the releases. It judges each check from the
+measured figures (exit codes, parity, losses) and writes one row per release of
+release_matrix.releases.RELEASES: the JSON, for diffing against the last run, and the
+Markdown table inside docs/releases.md between its two marker lines (the text around
+them is kept). Prints the table; exit code 1 unless every release passed every check
+(a check whose process hit its time limit or was stopped makes its row "incomplete").
+Needs only the standard library.
+"""
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional
+
+from release_matrix.releases import RELEASES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_DIR = os.path.join("out", "releases")
+DOC_JSON = os.path.join("docs", "releases.json")
+DOC_MARKDOWN = os.path.join("docs", "releases.md")
+LOSS_TOLERANCE = 1e-4  # shared.parity.DEFAULT_TOLERANCE (tests/test_releases.py), here without numpy
+BEGIN, END = "<!-- release table: begin (release_matrix/table.py writes this part) -->", "<!-- release table: end -->"
+# (column, compare run, trainer): parity of the distributed trainers against the reference.
+PARITY_COLUMNS = [
+    ("DTensor batch=8, Adam", "adam", "dtensor"),
+    ("DTensor batch=8, SGD", "sgd", "dtensor"),
+    ("DTensor batch=4,model=2", "mesh_2d", "dtensor"),
+    ("Mirrored 8 replicas, Adam", "adam", "mirrored"),
+    ("Mirrored 8 replicas, SGD", "sgd", "mirrored"),
+]
+CHECK_COLUMNS = ["fast tests"] + [column for column, _, _ in PARITY_COLUMNS] + [
+    "--adam tutorial caught", "DTensorDataset", "multi-client", "checkpoint cross-restore"]
+HEADERS = (["release", "verdict", "install s", "checks s"] + CHECK_COLUMNS[:6]
+           + ["stale read after assign (combining on)"] + CHECK_COLUMNS[6:])
+
+
+def _e(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.1e}"
+
+
+def _exit(run: dict) -> str:
+    """How a process ended: release_matrix.checks records None for its time limit, -N for signal N."""
+    code = run.get("exit_code")
+    return "timed out" if code is None else f"killed by signal {-code}" if code < 0 else f"exit {code}"
+
+
+def parity_check(run: dict, trainer: str) -> dict:
+    """A compare.py run's parity for one trainer: passed when it exited 0 and the trainer's parity held."""
+    parity = run.get("parity", {}).get(trainer)
+    if parity is None:
+        reason = run.get("failed_trainers", {}).get(trainer) or run.get("stderr_tail") or "no report"
+        return {"ok": False, "cell": f"FAILED ({_exit(run)}: {reason})"[:120]}
+    ok = run["exit_code"] == 0 and parity["ok"]
+    figures = {key: parity[key] for key in ("max_abs_loss_diff", "max_abs_grad_diff", "max_abs_weight_diff")}
+    cell = " / ".join(_e(figures[key]) for key in figures)
+    return {"ok": ok, **figures, "cell": ("ok " if ok else f"FAILED ({_exit(run)}) ") + cell}
+
+
+def fast_tests_check(tests: dict) -> dict:
+    """Every test passed. A pytest stopped by its time limit or a signal did not finish: no verdict."""
+    total = tests.get("tests", 0)
+    ok = tests["exit_code"] == 0 and total > 0 and tests.get("passed") == total - tests.get("skipped", 0)
+    finished = tests["exit_code"] is not None and tests["exit_code"] >= 0
+    cell = f"{tests.get('passed', 0)}/{total} in {tests['seconds']:.0f} s"
+    if not finished:
+        cell = f"not finished: {_exit(tests)} after {tests['seconds']:.0f} s"
+    elif not ok:
+        cell = f"FAILED {cell} ({_exit(tests)})"
+    return {"ok": ok, "finished": finished, "passed": tests.get("passed", 0), "tests": total,
+            "seconds": tests["seconds"], "failed_tests": tests.get("failed_tests", []), "cell": cell}
+
+
+def tutorial_check(run: dict) -> dict:
+    """Caught: compare.py exits 1 with DTensor's parity failed (the stale reads and the frozen step count)."""
+    parity = run.get("parity", {}).get("dtensor")
+    caught = run.get("exit_code") == 1 and parity is not None and not parity["ok"]
+    loss = parity["max_abs_loss_diff"] if parity else None
+    return {"ok": caught, "exit_code": run.get("exit_code"), "max_abs_loss_diff": loss,
+            "cell": f"{'yes' if caught else 'NO'} ({_exit(run)}, loss {_e(loss)})"}
+
+
+def dataset_check(run: dict, packed: dict) -> dict:
+    """DTensorDataset input: parity holds, and the step losses equal the pack run's exactly."""
+    check = parity_check(run, "dtensor")
+    losses, packed_losses = (r.get("step_losses", {}).get("dtensor") for r in (run, packed))
+    check["same_losses_as_pack"] = bool(losses) and losses == packed_losses
+    check["ok"] = check["ok"] and check["same_losses_as_pack"]
+    check["cell"] += ", losses = pack's" if check["same_losses_as_pack"] else ", losses differ from pack's"
+    return check
+
+
+def multi_client_check(run: dict) -> dict:
+    dtensor, mirrored = parity_check(run, "dtensor"), parity_check(run, "mirrored")
+    ok = dtensor["ok"] and mirrored["ok"]
+    cell = (f"ok {_e(dtensor['max_abs_loss_diff'])} / {_e(mirrored['max_abs_loss_diff'])}" if ok
+            else f"FAILED: dtensor {dtensor['cell']}; mirrored {mirrored['cell']}")
+    return {"ok": ok, "dtensor": dtensor, "mirrored": mirrored, "cell": cell}
+
+
+def restore_check(restore: dict) -> dict:
+    """Each trainer's 2nd epoch from the other's checkpoint repeats the uninterrupted losses within tolerance."""
+    directions = {name: run for name, run in restore.items() if name != "write"}
+    diffs, failures = {}, []
+    if restore["write"].get("exit_code") != 0:
+        failures.append(f"writing: {_exit(restore['write'])} {restore['write'].get('stderr_tail', '')}")
+    for name, run in directions.items():
+        diff = run.get("max_abs_loss_diff_to_uninterrupted")
+        diffs[name] = diff
+        if run.get("exit_code") != 0 or diff is None or diff > LOSS_TOLERANCE:
+            failures.append(f"{name}: {_exit(run)}, loss {_e(diff)}")
+    worst = max((d for d in diffs.values() if d is not None), default=None)
+    cell = f"ok {_e(worst)}" if not failures else "FAILED " + "; ".join(failures)
+    return {"ok": not failures, "max_abs_loss_diff_to_uninterrupted": diffs, "cell": cell[:160]}
+
+
+def stale_read_fact(stale: dict) -> dict:
+    """Not a pass or fail: whether DTensor's reads after assign are stale, combining on (and off)."""
+    on, off = stale["combine_on"], stale["combine_off"]
+    if "stale_read" not in on:
+        return {"measured": False, "cell": f"not measured ({_exit(on)}: {on.get('stderr_tail', '')})"[:120]}
+    cell = f"{'yes' if on['stale_read'] else 'no'}, {on['stale_variables']} of {on['variables']} variables"
+    if "stale_read" in off:
+        cell += f" (off: {off['stale_variables']})"
+    return {"measured": True, "stale_read": on["stale_read"], "stale_variables": on["stale_variables"],
+            "variables": on["variables"], "read_zero_variables": on["read_zero_variables"],
+            "stale_variables_combining_off": off.get("stale_variables"), "cell": cell}
+
+
+def summarize(release: str, measured: Optional[dict]) -> dict:
+    """One row: each check judged from the measurements, with its figures and its table cell."""
+    if measured is None:
+        return {"release": release, "ok": False, "verdict": "not measured", "failed_checks": [],
+                "unfinished_checks": [], "checks": {}}
+    compare = measured["compare"]
+    checks = {"fast tests": fast_tests_check(measured["fast_tests"])}
+    checks.update({column: parity_check(compare[run], trainer) for column, run, trainer in PARITY_COLUMNS})
+    checks["--adam tutorial caught"] = tutorial_check(compare["adam_tutorial"])
+    checks["DTensorDataset"] = dataset_check(compare["dtensor_dataset"], compare["adam"])
+    checks["multi-client"] = multi_client_check(compare["multi_client"])
+    checks["checkpoint cross-restore"] = restore_check(measured["cross_restore"])
+    failed = [name for name, check in checks.items() if not check["ok"] and check.get("finished", True)]
+    unfinished = [name for name, check in checks.items() if not check.get("finished", True)]
+    verdict = "FAILED" if failed else "incomplete" if unfinished else "ok"
+    return {"release": release, "ok": verdict == "ok", "verdict": verdict, "failed_checks": failed,
+            "unfinished_checks": unfinished, "versions": measured["versions"],
+            "install_seconds": measured["install_seconds"], "run_seconds": measured["run_seconds"],
+            "stale_read": stale_read_fact(measured["stale_read"]), "checks": checks}
+
+
+def render(rows: List[dict]) -> str:
+    """The Markdown table, one row per release, every cell from `rows`."""
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    for row in rows:
+        if not row["checks"]:
+            lines.append("| " + " | ".join([row["release"], "not measured"] + [""] * (len(HEADERS) - 2)) + " |")
+            continue
+        install = "-" if row["install_seconds"] is None else f"{row['install_seconds']:.0f}"
+        cells = [row["release"], row["verdict"], install, f"{row['run_seconds']:.0f}"]
+        cells += [row["checks"][name]["cell"] for name in CHECK_COLUMNS[:6]]
+        cells += [row["stale_read"]["cell"]] + [row["checks"][name]["cell"] for name in CHECK_COLUMNS[6:]]
+        lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
+    measured = [row for row in rows if row["checks"]]
+    install = sum(row["install_seconds"] or 0 for row in measured)
+    checks = sum(row["run_seconds"] for row in measured)
+    pythons = sorted({row["versions"]["python"] for row in measured})
+    lines += ["", f"{len(measured)} of {len(rows)} releases measured, on Python {', '.join(pythons) or '-'}: "
+                  f"install {install / 60:.1f} min and checks {checks / 60:.1f} min in all."]
+    return "\n".join(lines) + "\n"
+
+
+def load(results_dir: str, release: str) -> Optional[dict]:
+    path = os.path.join(results_dir, f"{release}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as file:
+        return json.load(file)
+
+
+def write_markdown(path: str, table: str) -> None:
+    """Replace the part of `path` between the markers with `table`; make the file if it is missing."""
+    text = open(path).read() if os.path.exists(path) else f"# TensorFlow releases\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path}: the marker lines are missing; put {BEGIN!r} and {END!r} where the table goes")
+    before, rest = text.split(BEGIN, 1)
+    after = rest.split(END, 1)[1]
+    with open(path, "w") as file:
+        file.write(f"{before}{BEGIN}\n{table}{END}{after}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--results", default=os.path.join(ROOT, RESULTS_DIR),
+                        help="directory of <release>.json files from release_matrix.checks")
+    parser.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="where releases.json and .md go")
+    args = parser.parse_args(argv)
+    rows = [summarize(release, load(args.results, release)) for release in RELEASES]
+    os.makedirs(args.docs, exist_ok=True)
+    with open(os.path.join(args.docs, os.path.basename(DOC_JSON)), "w") as file:
+        json.dump({"releases": rows}, file, indent=2)
+        file.write("\n")
+    table = render(rows)
+    write_markdown(os.path.join(args.docs, os.path.basename(DOC_MARKDOWN)), table)
+    print(table, end="")
+    failed = [f"{row['release']} {row['verdict']}" + (f" ({', '.join(checks)})" if checks else "")
+              for row in rows if not row["ok"] for checks in [row["failed_checks"] + row["unfinished_checks"]]]
+    print(f"wrote {DOC_JSON} and {DOC_MARKDOWN}; " + (f"not ok: {'; '.join(failed)}" if failed else "every release passed"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The supported TensorFlow releases: pyproject's range agrees with the matrix's list, the stale-read
+check tells both cases apart, and the release table judges and renders what was measured.
+
+The stale-read test starts TensorFlow twice (162 s for this file on a busy 2-core machine); the rest reads files.
+"""
+import json
+import os
+import subprocess
+import sys
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from release_matrix import table
+from release_matrix.releases import RELEASES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def declared_tensorflow() -> Requirement:
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as file:
+        dependencies = tomllib.load(file)["project"]["dependencies"]
+    [tensorflow] = [Requirement(d) for d in dependencies if Requirement(d).name == "tensorflow"]
+    return tensorflow
+
+
+def test_declared_range_is_exactly_the_matrix_releases():
+    specifier = declared_tensorflow().specifier
+    bounds = {spec.operator: Version(spec.version) for spec in specifier}
+    assert set(bounds) == {">=", "<"}, f"declare tensorflow>=OLDEST,<NEXT, not {specifier}"
+    releases = [Version(release) for release in RELEASES]
+    assert releases == sorted(releases)
+    assert all(len(release.release) == 3 for release in releases), "list full releases, e.g. 2.16.2"
+    minors = [release.release[:2] for release in releases]
+    assert minors == [(2, minor) for minor in range(minors[0][1], minors[-1][1] + 1)], \
+        "one release per minor version, none left out"
+    assert bounds[">="] == Version("%d.%d" % minors[0]), "the range starts at the oldest release in the matrix"
+    assert bounds["<"] == Version("%d.%d" % (minors[-1][0], minors[-1][1] + 1)), \
+        "the range ends right after the newest release in the matrix"
+    assert all(specifier.contains(release) for release in releases)
+
+
+@pytest.mark.parametrize("combine", ["on", "off"])
+def test_stale_read_appears_only_with_all_reduce_combining(combine):
+    done = subprocess.run([sys.executable, "-m", "release_matrix.stale_read", "--combine", combine], cwd=ROOT,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts["combine_all_reduces"] is (combine == "on")
+    assert facts["variables"] == 6 and all(value > 0 for value in facts["max_abs_assigned"])
+    if combine == "on":  # TF 2.21: every variable but one reads back zeros
+        assert facts["stale_read"] and facts["stale_variables"] == facts["read_zero_variables"] == 5
+    else:
+        assert not facts["stale_read"] and facts["max_abs_read"] == facts["max_abs_assigned"]
+
+
+def parity(loss, ok=True):
+    return {"max_abs_loss_diff": loss, "max_abs_grad_diff": loss / 10, "max_abs_weight_diff": loss * 3, "ok": ok}
+
+
+def compare_run(exit_code=0, losses=(2.3, 2.1), **trainers):
+    return {"exit_code": exit_code, "seconds": 20.0, "stderr_tail": "", "ok": exit_code == 0,
+            "parity": trainers, "failed_trainers": {}, "step_losses": {name: list(losses) for name in trainers}}
+
+
+def measurement(tutorial_exit=1, dataset_losses=(2.3, 2.1)):
+    """The shape release_matrix.checks writes, with figures as a passing release has them."""
+    both = {"dtensor": parity(2.4e-7), "mirrored": parity(2.4e-7)}
+    return {
+        "versions": {"python": "3.11.7", "tensorflow": "2.16.2"}, "install_seconds": 14.0, "run_seconds": 300.0,
+        "fast_tests": {"exit_code": 0, "seconds": 200.0, "tests": 46, "failures": 0, "errors": 0, "skipped": 0,
+                       "passed": 46, "failed_tests": []},
+        "compare": {"adam": compare_run(**both), "sgd": compare_run(**both),
+                    "mesh_2d": compare_run(dtensor=parity(1e-7)),
+                    "dtensor_dataset": compare_run(losses=dataset_losses, dtensor=parity(2.4e-7)),
+                    "adam_tutorial": compare_run(tutorial_exit, dtensor=parity(0.74, ok=tutorial_exit != 1)),
+                    "multi_client": compare_run(**both)},
+        "cross_restore": {"write": {"exit_code": 0},
+                          "dtensor_to_mirrored": {**compare_run(mirrored=parity(1e-7)),
+                                                  "max_abs_loss_diff_to_uninterrupted": 1.2e-7},
+                          "mirrored_to_dtensor_2d": {**compare_run(dtensor=parity(1e-7)),
+                                                     "max_abs_loss_diff_to_uninterrupted": 3e-4}},
+        "stale_read": {"combine_on": {"exit_code": 0, "stale_read": True, "stale_variables": 5, "variables": 6,
+                                      "read_zero_variables": 5},
+                       "combine_off": {"exit_code": 0, "stale_read": False, "stale_variables": 0, "variables": 6}},
+    }
+
+
+def test_table_judges_restores_with_the_parity_tolerance():
+    from shared.parity import DEFAULT_TOLERANCE
+    assert table.LOSS_TOLERANCE == DEFAULT_TOLERANCE
+
+
+def test_table_judges_each_check_from_the_figures():
+    row = table.summarize("2.16.2", measurement())
+    adam = row["checks"]["DTensor batch=8, Adam"]
+    assert adam["ok"] and adam["cell"] == "ok 2.4e-07 / 2.4e-08 / 7.2e-07"
+    assert row["checks"]["--adam tutorial caught"]["cell"] == "yes (exit 1, loss 7.4e-01)"
+    assert row["checks"]["DTensorDataset"]["ok"] and row["checks"]["multi-client"]["ok"]
+    assert row["stale_read"]["cell"] == "yes, 5 of 6 variables (off: 0)"
+    # 3e-4 after restoring onto the 2-D mesh is beyond the 1e-4 tolerance: the only failure.
+    assert row["failed_checks"] == ["checkpoint cross-restore"] and not row["ok"]
+
+    missed = table.summarize("2.16.2", measurement(tutorial_exit=0, dataset_losses=(2.3, 2.2)))
+    assert missed["checks"]["--adam tutorial caught"]["cell"].startswith("NO (exit 0")
+    assert missed["checks"]["DTensorDataset"]["cell"].endswith("losses differ from pack's")
+
+
+def written_row_verdicts(docs):
+    return [row["verdict"] for row in json.loads((docs / "releases.json").read_text())["releases"]]
+
+
+def test_a_fast_test_run_stopped_by_its_time_limit_makes_the_row_incomplete_not_failed():
+    measured = measurement()
+    measured["cross_restore"]["mirrored_to_dtensor_2d"]["max_abs_loss_diff_to_uninterrupted"] = 1e-7
+    assert table.summarize("2.16.2", measured)["verdict"] == "ok"
+    measured["fast_tests"] = {"exit_code": None, "seconds": 900.4, "stderr_tail": "timed out after 900 s"}
+    row = table.summarize("2.16.2", measured)
+    assert (row["verdict"], row["failed_checks"], row["unfinished_checks"]) == ("incomplete", [], ["fast tests"])
+    assert row["checks"]["fast tests"]["cell"] == "not finished: timed out after 900 s"
+
+
+def test_table_writes_a_row_per_release_between_the_markers(tmp_path):
+    results, docs = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    docs.mkdir()
+    (results / f"{RELEASES[0]}.json").write_text(json.dumps(measurement()))
+    (docs / "releases.md").write_text(f"# Releases\n\nprose before\n\n{table.BEGIN}\nold table\n{table.END}\n\nafter\n")
+    assert table.main(["--results", str(results), "--docs", str(docs)]) == 1  # a failed check, the rest unmeasured
+    text = (docs / "releases.md").read_text()
+    assert text.startswith("# Releases\n\nprose before\n\n") and text.endswith(f"{table.END}\n\nafter\n")
+    assert "old table" not in text
+    rows = [line for line in text.splitlines() if line.startswith(("| 2.", "| release"))]
+    assert rows[0] == "| " + " | ".join(table.HEADERS) + " |"
+    assert [row.split(" | ")[0][2:] for row in rows[1:]] == list(RELEASES)
+    assert rows[1].startswith(f"| {RELEASES[0]} | FAILED | 14 | 300 | 46/46 in 200 s | ok 2.4e-07")
+    assert written_row_verdicts(docs) == ["FAILED"] + ["not measured"] * (len(RELEASES) - 1)
+    assert rows[2] == f"| {RELEASES[1]} | not measured" + " | " * (len(table.HEADERS) - 2) + " |"
+    written = json.loads((docs / "releases.json").read_text())
+    assert [row["release"] for row in written["releases"]] == list(RELEASES)
+    assert written["releases"][0]["failed_checks"] == ["checkpoint cross-restore"]
