@@ -4,9 +4,9 @@ Every value is judged as numpy.isclose does, |candidate - reference| <= atol + r
 |reference|, element by element: the loss of every training step, the first step's
 gradients (at the initial weights), the final weights, and in float64 runs the
 checksums of every weight, bias and Adam slot after every step (shared/checksums.py),
-which name the first step and the variables that differ. One (atol, rtol) pair per
-dtype and quantity (TOLERANCES), measured on every mesh and replica count in
-docs/parity.md: above the float noise seen there, far below the smallest real
+which name the first step and the variables that differ. One bound per dtype
+(DEFAULT_TOLERANCE; TOLERANCES per quantity), measured on every mesh and replica count
+in docs/parity.md: above the float noise seen there, far below the smallest real
 difference. Every step is judged, however long the run: float32 noise compounds
 through Adam, and what tells it from a bug is the float64 rerun (shared/verdict.py),
 not a window of early steps.

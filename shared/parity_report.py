@@ -42,7 +42,7 @@ def parity_title(run) -> str:
     title = "Parity against the single-device reference"
     first = next(iter(run.parity.values()), None)
     if first is not None:
-        title += f" ({describe_tolerances(first.dtype, first.tolerances)})"
+        title += f", all {first.steps} steps ({describe_tolerances(first.dtype, first.tolerances)})"
     explained = next((v.float64 for v in run.verdicts.values() if v.float64 is not None), None)
     if explained is not None:
         title += (f"\nfloat32 failed, so the reference and {', '.join(n for n in run.float64_histories if n != 'reference')} "
