@@ -9,14 +9,16 @@ Every trainer starts from the same initial values and sees the same global
 batches; the per-step losses, first-step gradients and final weights of the
 distributed trainers are checked against the single-device reference. Prints
 the run's facts once, one line per epoch per trainer, then the parity and
-results tables. Exit code 0 when parity holds, 1 when it does not (or a trainer
-failed), 2 on bad input.
+results tables. When float32 parity fails, the reference and the failing trainers
+are rerun in float64 to tell float noise from a real difference (shared/verdict.py).
+Exit code 0 when every verdict is ok or float noise, 1 for a MISMATCH, a diverged
+run or a failed trainer, 2 on bad input.
 """
 import argparse
 import math
 import sys
 
-from shared.config import TRAINER_NAMES, Config
+from shared.config import DTYPES, TRAINER_NAMES, Config
 from shared.console import hide_tensorflow_messages
 from shared.errors import UsageError
 
@@ -104,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="sgd exposes gradient-scale errors that Adam's normalisation hides")
     add("--adam", choices=("fixed", "tutorial"), default=defaults.adam,
         help="tutorial: the tutorial's Adam (read-after-assign, frozen step count)")
+    add("--dtype", choices=DTYPES, default=defaults.dtype,
+        help="of weights, Adam slots and losses; float64 starts from the float32 initial values widened, "
+             "and its parity is judged on every step with far tighter tolerances (docs/parity.md)")
     add = group("data").add_argument
     add("--data", default=defaults.data, help="auto, tfds, embedded, or a directory of MNIST IDX files")
     add("--train-examples", type=_positive_int, default=None,
@@ -120,13 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
              "replicas, or on every replica after an all-reduce (auto: primary in one process, replicas "
              "with --clients)")
     add = group("parity").add_argument
-    add("--tolerance", type=_positive_float, default=None,
-        help="parity bound on loss and first-step gradient differences; final weights get 10x "
-             "(default: 1e-4, measured: docs/parity.md)")
-    add("--parity-steps", type=_positive_int, default=None, metavar="N",
-        help="judge the per-step losses over the first N steps and the final weights only if the run "
-             "has at most N steps; later loss differences are reported, not judged: float noise "
-             "compounds in long runs (default: 128, measured: docs/parity.md)")
+    add("--tolerance", type=_positive_float, default=None, metavar="T",
+        help="parity bound in the run's dtype: |a - b| <= T + T |b| for every step's loss and the first "
+             "step's gradients, 10 T for the final weights (default: measured per dtype, docs/parity.md)")
+    add("--no-explain", dest="explain", action="store_false",
+        help="when float32 parity fails, do not rerun the reference and the failing trainers in float64 "
+             "to tell float noise from a real difference; the verdict is then MISMATCH "
+             "(default: rerun, exit 0 for float noise)")
     add = group("outputs").add_argument
     add("--json", metavar="PATH", help="write the JSON report here, atomically (default: none)")
     add("--plots", metavar="DIR",
@@ -161,7 +166,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         seed=args.seed, optimizer=args.optimizer, adam=args.adam, data=args.data,
         train_examples=args.train_examples, test_examples=args.test_examples, hidden=args.hidden,
         shuffle=args.shuffle, dtensor_input=args.dtensor_input, mirrored_update=args.mirrored_update,
-        tolerance=args.tolerance, parity_steps=args.parity_steps,
+        dtype=args.dtype, tolerance=args.tolerance, explain=args.explain,
         quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,
         restore=args.restore, export=args.export)
 

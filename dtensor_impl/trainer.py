@@ -62,6 +62,7 @@ from tensorflow.experimental import dtensor
 from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_client_mesh, create_mesh,
                                describe_layout, layer_layouts, mesh_spec)
 from shared.checkpoint import TrainingState
+from shared.checksums import read_state_checksums, state_checksums, state_names, state_variables
 from shared.config import Config
 from shared.data import MnistData, batch_slices, epoch_batches, epoch_order, equal_shape_runs, without_autotune
 from shared.errors import UsageError
@@ -249,14 +250,21 @@ def train_step(model, optimizer, x, y, example_weights):
 
 
 @tf.function
-def train_steps(model, optimizer, batches):
+def train_steps(model, optimizer, batches, record_state: bool = False):
     """`train_step` on each packed (x, y, example_weights) of `batches` in turn, in one call.
 
     The Python loop unrolls when traced: one graph of len(batches) steps, so one dispatch
-    instead of several. Returns ([mean losses], [correct counts]), one per step.
+    instead of several. Returns ([mean losses], [correct counts], [state checksums]), one
+    per step; the checksums (at each step's start) only with `record_state`, else [].
     """
-    results = [train_step(model, optimizer, *batch) for batch in batches]
-    return [loss for loss, _ in results], [correct for _, correct in results]
+    losses, corrects, checksums = [], [], []
+    for batch in batches:
+        if record_state:
+            checksums.append(state_checksums(state_variables(model, optimizer)))
+        loss, correct = train_step(model, optimizer, *batch)
+        losses.append(loss)
+        corrects.append(correct)
+    return losses, corrects, checksums
 
 
 @tf.function
@@ -321,10 +329,12 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     else:
         mesh = create_mesh(spec, devices)
         placement = f"mesh {spec} over {len(devices)} x {device_type}"
-    history = History(trainer="dtensor", placement=placement)
+    history = History(trainer="dtensor", placement=placement, dtype=config.dtype)
 
-    model = build_model(initial_values(layer_sizes(config.hidden), config.seed), mesh)
+    model = build_model(initial_values(layer_sizes(config.hidden), config.seed, config.dtype), mesh)
     optimizer = build_optimizer(config, model, mesh)
+    record_state = config.dtype == "float64"  # per-step state checksums: what parity names when it fails
+    history.state_names = state_names(model, optimizer) if record_state else []
     state = TrainingState("dtensor", config, model, optimizer, len(data.y_train), log)
     start_epoch = state.restore()  # --restore: epochs already trained; 0 without; relayouts any checkpoint
     layouts = " ".join(f"{name}{i}{describe_layout(var.layout)}"
@@ -348,19 +358,22 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
                                   steps_per_call(), first_alone=epoch == start_epoch)
         for call, group in enumerate(groups):
             started = time.perf_counter()
-            losses, corrects = train_steps(model, optimizer, [batch for batch, _ in group])
+            losses, corrects, checksums = train_steps(model, optimizer, [batch for batch, _ in group], record_state)
             # Wait for the call's last step: a call of several steps can return before they have
             # run, and the step times would then be dispatch times (measured: ~3% of throughput).
             float(losses[-1])
             if epoch == start_epoch and call == 0:
                 history.trace_seconds = time.perf_counter() - started  # the first call's: tracing included
-            meter.add_steps(losses, corrects, [real_count for _, real_count in group])
+            meter.add_steps(losses, corrects, [real_count for _, real_count in group],
+                            checksums if record_state else None)
         finished = meter.finish()  # before evaluating: the epoch's time is training only
         test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test, config.batch_size, mesh)
         record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy)
         if not config.quiet:
             log(format_epoch_line("dtensor", record, config.epochs))
         state.save_epoch(epoch + 1)  # --checkpoint-dir
+    if record_state:
+        history.add_final_state(read_state_checksums(state_variables(model, optimizer)))
     history.final_weights = [to_numpy(w) for w in model.weights]  # one all-gather per sharded weight
     export_trainer(config, "dtensor", history.final_weights, lambda x: predict_logits(model, x, mesh),  # --export
                    data.x_test, history.details)

@@ -62,6 +62,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.checkpoint import TrainingState
+from shared.checksums import read_state_checksums, state_checksums, state_names, state_variables
 from shared.config import Config
 from shared.data import MnistData, batch_slices, epoch_batches, without_autotune
 from shared.errors import UsageError
@@ -291,18 +292,25 @@ def train_step(strategy, model, optimizer, pieces, primary_model=None):
 
 
 @tf.function
-def train_steps(strategy, model, optimizer, iterator, steps, primary_model=None):
+def train_steps(strategy, model, optimizer, iterator, steps, primary_model=None, record_state: bool = False):
     """`train_step` on the next `steps` global batches of a distributed iterator, in one call.
 
     The loop runs in the graph (the tf.distribute guide's pattern for several steps per
-    tf.function call); returns [steps] tensors of the per-step losses and correct counts.
+    tf.function call); returns [steps] tensors of the per-step losses and correct counts,
+    and with `record_state` the state checksums at the start of each step (replica 0's copies
+    with `replicas`; the first device's plain model and optimizer with `primary`).
     """
-    losses = tf.TensorArray(tf.float32, size=steps)
+    losses = tf.TensorArray(model.weights[0].dtype, size=steps)
     corrects = tf.TensorArray(tf.float32, size=steps)
+    variables = state_variables(primary_model or model, optimizer)
+    checksums = tf.TensorArray(tf.float64, size=steps if record_state else 0,
+                               element_shape=[len(variables)])
     for i in tf.range(steps):
+        if record_state:  # Python bool: decided when traced; cross-replica context reads replica 0's copy
+            checksums = checksums.write(i, state_checksums(variables))
         loss, correct = train_step(strategy, model, optimizer, next(iterator), primary_model)
         losses, corrects = losses.write(i, loss), corrects.write(i, correct)
-    return losses.stack(), corrects.stack()
+    return losses.stack(), corrects.stack(), checksums.stack()
 
 
 @tf.function
@@ -362,7 +370,7 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     device_type = devices[0].split(":")[0]
     history = History(trainer="mirrored",
                       placement=f"{num_replicas} replica{'s' * (num_replicas > 1)} on {device_type}"
-                      + (f" ({config.clients} workers)" if config.clients > 1 else ""))
+                      + (f" ({config.clients} workers)" if config.clients > 1 else ""), dtype=config.dtype)
     update = update_mode(config)
     history.details = {
         "cross_device_ops": cross_device_ops_name,
@@ -383,6 +391,9 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     else:
         with strategy.scope():
             model, optimizer = build_model_and_optimizer(config)  # MirroredVariables: one copy per replica
+    record_state = config.dtype == "float64"  # per-step state checksums: what parity names when it fails
+    recorded = state_variables(primary_model or model, optimizer)  # replicas mode: replica 0's copies are read
+    history.state_names = state_names(primary_model or model, optimizer) if record_state else []
     state = TrainingState("mirrored", config, primary_model or model, optimizer, len(data.y_train), log)
     start_epoch = state.restore()  # --restore: epochs already trained; 0 without
     if primary_model is not None:
@@ -406,23 +417,26 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         meter = EpochMeter(f"mirrored epoch {epoch + 1}/{config.epochs}", len(global_counts))
         counts = global_counts
         if epoch == start_epoch:  # the first step alone, on the pieces already taken: its time is the trace time
+            initial_state = read_state_checksums(recorded) if record_state else None
             started = time.perf_counter()
             train_step.get_concrete_function(strategy, model, optimizer, train_batches.element_spec, primary_model)
             loss, correct = train_step(strategy, model, optimizer, first_pieces, primary_model)
             float(loss)  # host sync, once
             history.trace_seconds = time.perf_counter() - started
-            meter.add(loss, correct, counts[0])
+            meter.add(loss, correct, counts[0], initial_state)
             counts = counts[1:]
         if counts:  # the rest of the epoch in one call
-            losses, corrects = train_steps(strategy, model, optimizer, train_iterator, tf.constant(len(counts)),
-                                           primary_model)
-            meter.add_steps(losses, corrects, counts)
+            losses, corrects, checksums = train_steps(strategy, model, optimizer, train_iterator,
+                                                      tf.constant(len(counts)), primary_model, record_state)
+            meter.add_steps(losses, corrects, counts, checksums if record_state else None)
         finished = meter.finish()  # before evaluating: the epoch's time is training only
         test_loss, test_accuracy = evaluate(strategy, model, test_steps, test_batch_count, len(data.y_test))
         record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy)
         if not config.quiet:
             log(format_epoch_line("mirrored", record, config.epochs))
         state.save_epoch(epoch + 1)  # --checkpoint-dir
+    if record_state:
+        history.add_final_state(read_state_checksums(recorded))
     history.details["replica_weight_spread"] = f"{replica_weight_spread(strategy, model):.3g}"
     history.final_weights = [w.numpy() for w in model.weights]
     export_trainer(config, "mirrored", history.final_weights,  # --export

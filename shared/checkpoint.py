@@ -12,8 +12,9 @@ saves each variable whole and lays it out again on restore):
                                          --adam tutorial's Python-float step is not state)
     progress/{epoch,batch,step}        epochs completed, batches of the next epoch done (0:
                                          trainers save at epoch ends), optimizer steps so far
-    progress/{layer_sizes,optimizer}   what the state is for: checked before restoring, so
-                                         a mismatch is one line, not a shape error
+    progress/{layer_sizes,optimizer,dtype}  what the state is for: checked before restoring, so
+                                         a mismatch is one line, not a shape error (a float32
+                                         checkpoint does not restore into a --dtype float64 run)
 
 Files: `--checkpoint-dir DIR` gives DIR/<trainer>/epoch-0003/ckpt.index and
 ckpt.data-*; `--restore` takes such a directory, or DIR/<trainer> for its newest.
@@ -54,9 +55,10 @@ _KEY = "progress/{}/.ATTRIBUTES/VARIABLE_VALUE"  # how tf.train.Checkpoint names
 class Progress(tf.Module):
     """Where the run is and what it is for, as plain host variables (any trainer can hold them)."""
 
-    def __init__(self, sizes: Sequence[int], optimizer: str):
+    def __init__(self, sizes: Sequence[int], optimizer: str, dtype: str):
         super().__init__()
         with tf.device("CPU:0"):
+            self.dtype = tf.Variable(dtype, trainable=False)  # "float32" or "float64" (--dtype)
             self.epoch = tf.Variable(tf.constant(0, tf.int64), trainable=False)  # epochs completed
             self.batch = tf.Variable(tf.constant(0, tf.int64), trainable=False)  # of the next epoch, done
             self.step = tf.Variable(tf.constant(0, tf.int64), trainable=False)  # optimizer steps so far
@@ -100,8 +102,12 @@ def read_progress(prefix: str) -> dict:
     """The progress record of a checkpoint, without restoring anything."""
     try:
         reader = tf.train.load_checkpoint(prefix)
-        return {name: reader.get_tensor(_KEY.format(name))
-                for name in ("epoch", "batch", "step", "layer_sizes", "optimizer")}
+        progress = {name: reader.get_tensor(_KEY.format(name))
+                    for name in ("epoch", "batch", "step", "layer_sizes", "optimizer")}
+        # Checkpoints from before --dtype hold float32 state and no dtype record.
+        progress["dtype"] = reader.get_tensor(_KEY.format("dtype")) if reader.has_tensor(_KEY.format("dtype")) \
+            else b"float32"
+        return progress
     except (tf.errors.OpError, ValueError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UsageError(f"--restore {prefix}: not a checkpoint of this project ({reason})") from None
@@ -121,6 +127,10 @@ def check_restore(config: Config) -> Tuple[str, dict]:
     if written_optimizer != config.optimizer:
         raise UsageError(f"checkpoint {shown} holds {written_optimizer} state but --optimizer {config.optimizer} "
                          f"was given ({config.optimizer} vs {written_optimizer}); use --optimizer {written_optimizer}")
+    written_dtype = progress["dtype"].decode()
+    if written_dtype != config.dtype:  # restoring would need a conversion; starting over is cheap
+        raise UsageError(f"checkpoint {shown} holds {written_dtype} state but --dtype {config.dtype} was given; "
+                         f"use --dtype {written_dtype}")
     if int(progress["batch"]) != 0:
         raise UsageError(f"checkpoint {shown} was written {int(progress['batch'])} batches into an epoch; "
                          f"trainers resume at epoch ends only")
@@ -161,7 +171,7 @@ class TrainingState:
         check_clients(config)
         self.trainer, self.config, self.log = trainer, config, log
         self.steps_per_epoch = len(batch_slices(train_examples, config.batch_size))
-        self.progress = Progress(layer_sizes(config.hidden), config.optimizer)
+        self.progress = Progress(layer_sizes(config.hidden), config.optimizer, config.dtype)
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, progress=self.progress)
         self.trained_state = tf.train.Checkpoint(model=model, optimizer=optimizer)  # what restore reads
 

@@ -19,6 +19,7 @@ from shared.devices import configure_devices
 from shared.errors import UsageError
 from shared.history import History, throughput
 from shared.parity import Parity, check_parity
+from shared.verdict import Verdict, judge
 
 TRAINER_MODULES = {
     "reference": "shared.reference",
@@ -47,11 +48,16 @@ class RunResult:
     results: Dict[str, TrainerResult]
     parity: Dict[str, Parity]
     matmul_peak_gflops: float = 0.0  # measured after training, in the same process (shared/benchmark.py)
+    # shared/verdict.py: per distributed trainer (and "reference" if it diverged), the float64 rerun's
+    # histories when a float32 failure was explained, and that rerun's wall time.
+    verdicts: Dict[str, Verdict] = dataclasses.field(default_factory=dict)
+    float64_histories: Dict[str, History] = dataclasses.field(default_factory=dict)
+    explain_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
         return (not any(r.failed for r in self.results.values())
-                and all(p.ok for p in self.parity.values()))
+                and all(v.ok for v in self.verdicts.values()))
 
 
 def trainer_module(name: str):
@@ -99,17 +105,31 @@ def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print
     names = ["reference"] + [n for n in config.trainers if n != "reference"]
     results = {"reference": train_one("reference", config, data, devices, log)}
     results.update({name: train_one(name, config, data, devices, log) for name in names[1:]})
-    return compare_results(config, devices, data, results)
+
+    def rerun(rerun_names):  # a float32 parity failure: the same run in float64, in this process
+        return {name: train_one(name, float64_rerun_config(config), data, devices, log) for name in rerun_names}
+    return compare_results(config, devices, data, results, rerun, log=log)
 
 
-def compare_results(config: Config, devices: Sequence[str], data: MnistData,
-                    results: Dict[str, TrainerResult]) -> RunResult:
-    """Parity of every trainer that finished against the reference in `results`."""
+def float64_rerun_config(config: Config) -> Config:
+    """The run again in float64, quietly: no epoch lines, checkpoints or export; float64's own tolerances."""
+    return config.replace(dtype="float64", quiet=True, checkpoint_dir=None, export=None, tolerance=None)
+
+
+def compare_results(config: Config, devices: Sequence[str], data: MnistData, results: Dict[str, TrainerResult],
+                    rerun=None, no_rerun_reason: str = "", log=print) -> RunResult:
+    """Parity of every trainer that finished against the reference in `results`, and each one's verdict.
+
+    rerun(names) -> {name: TrainerResult} trains them in float64 to explain a float32 failure
+    (shared/verdict.py); None where this process cannot, for `no_rerun_reason`.
+    """
     reference = results["reference"].history
-    parity = {name: check_parity(result.history, reference, config.tolerance, config.parity_steps)
+    parity = {name: check_parity(result.history, reference, config.tolerance)
               for name, result in results.items()
               if name != "reference" and result.history is not None and reference is not None}
-    return RunResult(config, list(devices), data, results, parity)
+    judgement = judge(config, results, parity, rerun, no_rerun_reason, log)
+    return RunResult(config, list(devices), data, results, parity, verdicts=judgement.verdicts,
+                     float64_histories=judgement.float64_histories, explain_seconds=judgement.explain_seconds)
 
 
 def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], MnistData):
@@ -171,9 +191,9 @@ def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], count
             if name == "reference" and count != counts[0]:
                 continue  # one device, whatever the count: listed once
             value = throughput(result.history, len(data.y_train))[2] if not result.failed else 0.0  # fastest epoch
-            parity = run_at_count.parity.get(name)
+            verdict = run_at_count.verdicts.get(name)
             entries.append(SweepEntry(1 if name == "reference" else count, name, value,
                                       value / reference_throughput if reference_throughput else 0.0,
-                                      (parity.ok if parity else not result.failed), result.error,
+                                      (verdict.ok if verdict else not result.failed), result.error,
                                       reference_throughput))
     return entries

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Optional, Tuple
 
 TRAINER_NAMES = ("reference", "dtensor", "mirrored")
+DTYPES = ("float32", "float64")  # --dtype: the tf/numpy dtype names of the weights, slots, losses and inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,8 +30,11 @@ class Config:
     shuffle: bool = False  # the tutorial does not shuffle; True reshuffles every epoch from `seed`
     dtensor_input: str = "pack"  # "pack" (tutorial: split + dtensor.pack) or "dataset" (DTensorDataset)
     mirrored_update: str = "auto"  # "primary", "replicas", or auto: primary in one process, replicas with --clients
-    tolerance: Optional[float] = None  # loss and gradient bound; weights get 10x. None: shared.parity's
-    parity_steps: Optional[int] = None  # loss differences judged over the first N steps; None: shared.parity's
+    # float64 starts from the float32 initial values, widened: the same model from the same start, with
+    # rounding ~1e9 times smaller, so parity can be judged on every step of any run (docs/parity.md).
+    dtype: str = "float32"
+    tolerance: Optional[float] = None  # atol and rtol of loss and gradients; weights get 10x. None: shared.parity's
+    explain: bool = True  # on a float32 parity failure, rerun in float64 to tell float noise from a real difference
     quiet: bool = False
     # Checkpoints and export (shared/checkpoint.py, shared/export.py); None: off.
     checkpoint_dir: Optional[str] = None  # DIR/<trainer>/epoch-NNNN after every epoch, each complete or absent

@@ -33,12 +33,22 @@ class History:
     first_step_gradients: List[np.ndarray] = dataclasses.field(default_factory=list)  # at the initial weights
     final_weights: List[np.ndarray] = dataclasses.field(default_factory=list)  # [w0, b0, w1, b1, ...]
     details: Dict[str, str] = dataclasses.field(default_factory=dict)  # e.g. cross-device ops in use
+    dtype: str = "float32"  # of the weights, slots and losses (--dtype)
+    # float64 runs only (shared/checksums.py): [variables] float64 checksums of the training state
+    # that each step starts from, then of the final state (steps + 1 entries), and what each row is.
+    step_state_checksums: List[np.ndarray] = dataclasses.field(default_factory=list)
+    state_names: List[str] = dataclasses.field(default_factory=list)
+
+    def add_final_state(self, checksums) -> None:
+        """The state checksums after the last step (float64 runs; shared/checksums.py)."""
+        self.step_state_checksums.append(_host_array(checksums))
 
     def add_epoch(self, epoch: int, meter: "EpochMeter", finished, test_loss: float,
                   test_accuracy: float) -> EpochRecord:
         """Record epoch `epoch` (1-based) from `finished` = meter.finish() and the test metrics."""
         step_losses, train_loss, train_accuracy, seconds = finished
         self.step_losses += step_losses
+        self.step_state_checksums += [_host_array(step) for chunk in meter.state_checksums for step in chunk]
         self.step_times_ms += meter.step_times_ms
         record = EpochRecord(epoch, train_loss, train_accuracy, test_loss, test_accuracy, seconds)
         self.epochs.append(record)
@@ -86,19 +96,24 @@ class EpochMeter:
 
     def __init__(self, label: str = "", total_steps: int = 0):
         self.losses, self.corrects, self.counts, self.step_times_ms = [], [], [], []
+        self.state_checksums = []  # per call: [steps] of [variables], each at a step's start (float64 runs)
         self.start = self._last = time.perf_counter()
         # A progress bar on a terminal only (tqdm); logs and pipes get the epoch lines alone.
         self.progress = tqdm(total=total_steps, desc=label, unit="step", leave=False,
                              disable=not (label and total_steps and sys.stderr.isatty()))
 
-    def add(self, mean_loss, correct, count: int):
-        self.add_steps([mean_loss], [correct], [count])
+    def add(self, mean_loss, correct, count: int, state_checksums=None):
+        self.add_steps([mean_loss], [correct], [count], None if state_checksums is None else [state_checksums])
 
-    def add_steps(self, mean_losses, corrects, counts: Sequence[int]):
+    def add_steps(self, mean_losses, corrects, counts: Sequence[int], state_checksums=None):
         """Several steps from one call: [steps] tensors of losses and correct counts.
 
-        Each step gets the call's wall time divided by its number of steps.
+        Each step gets the call's wall time divided by its number of steps. `state_checksums`
+        ([steps] of shared.checksums.state_checksums, one at the start of each step), if given,
+        stay tensors until the epoch ends.
         """
+        if state_checksums is not None:
+            self.state_checksums.append(state_checksums)
         now = time.perf_counter()
         self.step_times_ms += [(now - self._last) * 1e3 / len(counts)] * len(counts)
         self._last = now
@@ -115,6 +130,11 @@ class EpochMeter:
         seconds = time.perf_counter() - self.start
         self.progress.close()
         return losses.tolist(), float((losses * counts).sum() / counts.sum()), float(correct / counts.sum()), seconds
+
+
+def _host_array(value) -> np.ndarray:
+    """A tensor (a replicated DTensor reads one device's copy) as a float64 array."""
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value, np.float64)
 
 
 def _host(values) -> np.ndarray:

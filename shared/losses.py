@@ -15,13 +15,13 @@ def loss_sum(logits, labels, example_weights=None):
     """Sum of per-example softmax cross-entropy; `example_weights` is 1 for real, 0 for padding."""
     per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     if example_weights is not None:
-        per_example = per_example * example_weights
+        per_example = per_example * tf.cast(example_weights, per_example.dtype)
     return tf.reduce_sum(per_example)
 
 
 def mean_loss(logits, labels, num_real, example_weights=None):
     """The training loss: `loss_sum` divided by the global number of real examples."""
-    return loss_sum(logits, labels, example_weights) / tf.cast(num_real, tf.float32)
+    return loss_sum(logits, labels, example_weights) / tf.cast(num_real, logits.dtype)
 
 
 def correct_count(logits, labels, example_weights=None):

@@ -12,19 +12,25 @@ from typing import Callable, List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from shared.config import DTYPES
 from shared.data import IMAGE_PIXELS, NUM_CLASSES
+from shared.errors import UsageError
 
 
 def layer_sizes(hidden: Sequence[int]) -> Tuple[int, ...]:
     return (IMAGE_PIXELS, *hidden, NUM_CLASSES)
 
 
-def initial_values(sizes: Sequence[int], seed: int) -> List[np.ndarray]:
+def initial_values(sizes: Sequence[int], seed: int, dtype: str = "float32") -> List[np.ndarray]:
     """[w0, b0, w1, b1, ...]: Xavier-uniform weights with the tutorial's stateless draw, zero biases.
 
     Each layer draws `stateless_uniform((in, out), seed=(seed, seed + 1))` with
     limit sqrt(6) / sqrt(in + out), as the tutorial's DenseLayer does (seed 22 gives (22, 23)).
+    The draw is always float32; `dtype` "float64" widens those numbers exactly, so both
+    precisions train the same model from the same start.
     """
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype!r} is unknown; use {' or '.join(DTYPES)}")
     values = []
     with tf.device("/CPU:0"):
         for in_dim, out_dim in zip(sizes[:-1], sizes[1:]):
@@ -32,7 +38,7 @@ def initial_values(sizes: Sequence[int], seed: int) -> List[np.ndarray]:
             weight = tf.random.stateless_uniform((in_dim, out_dim), seed=(seed, seed + 1),
                                                  minval=-limit, maxval=limit)
             values += [weight.numpy(), np.zeros(out_dim, np.float32)]
-    return values
+    return [value.astype(dtype) for value in values]
 
 
 def parameter_count(sizes: Sequence[int]) -> int:
@@ -60,6 +66,7 @@ class MLP(tf.Module):
         self.layers = layers
 
     def __call__(self, x):
+        x = tf.cast(x, self.layers[0].w.dtype)  # float32 images into a float64 model: widened exactly, per batch
         for layer in self.layers:
             x = layer(x)
         return x
@@ -85,7 +92,7 @@ def build_model_and_optimizer(config):
     (DTensor builds its own: its variables are DVariables with layouts.)
     """
     from shared.optim import make_optimizer
-    model = build_mlp(initial_values(layer_sizes(config.hidden), config.seed))
+    model = build_mlp(initial_values(layer_sizes(config.hidden), config.seed, config.dtype))
     optimizer = make_optimizer(
         config.optimizer, config.adam, model.weights, config.learning_rate,
         zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),

@@ -44,6 +44,7 @@ import dataclasses
 import json
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
@@ -208,7 +209,8 @@ def compare_with_reference(config: Config, devices, data, result):
     from shared import comparison
     results = {"reference": comparison.train_one("reference", config, data, devices, log=print),
                result.name: result}
-    return comparison.compare_results(config, devices, data, results)
+    return comparison.compare_results(config, devices, data, results, no_rerun_reason=(
+        "this client cannot restart the others; run every client again with --dtype float64"))
 
 
 # --- the launcher ---------------------------------------------------------------------------
@@ -229,15 +231,29 @@ def run_launcher(config: Config, args) -> int:
         results = {"reference": comparison.train_one("reference", config, data, devices, log=print)}
         for trainer in [name for name in config.trainers if name != "reference"]:
             results[trainer] = launch(trainer, config, args.argv, data.source, workdir)
+        run = comparison.compare_results(
+            config, devices, data, results,
+            rerun=lambda names: rerun_in_float64(names, config, args.argv, data, devices, workdir))
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (see _on_sigterm)
         print(f"compare.py: {interrupt.args[0] if interrupt.args else 'interrupted'}; "
               f"every client process was stopped", file=sys.stderr)
         return 130
     finally:
-        for name in os.listdir(workdir):
-            os.unlink(os.path.join(workdir, name))
-        os.rmdir(workdir)
-    return report.publish(args, comparison.compare_results(config, devices, data, results))
+        shutil.rmtree(workdir, ignore_errors=True)
+    return report.publish(args, run)
+
+
+def rerun_in_float64(names: Sequence[str], config: Config, argv: Sequence[str], data, devices, workdir: str):
+    """shared/verdict.py's explaining rerun: the reference here, each trainer's clients again with --dtype float64."""
+    from shared import comparison
+    float64 = comparison.float64_rerun_config(config)
+    results = {"reference": comparison.train_one("reference", float64, data, devices, log=print)}
+    rerun_dir = os.path.join(workdir, "float64")  # the float32 clients' result files stay apart
+    os.makedirs(rerun_dir, exist_ok=True)
+    for name in names:
+        if name != "reference":
+            results[name] = launch(name, float64, [*argv, "--dtype", "float64", "--quiet"], data.source, rerun_dir)
+    return results
 
 
 def launch(trainer: str, config: Config, argv: Sequence[str], data_source: str, workdir: str):

@@ -77,9 +77,8 @@ class Adam(tf.Module):
             return self._apply_as_tutorial(grads, variables)
         # Read the step once, write it last: DTensor would re-read a stale value after a write.
         step = self.step.read_value() + 1
-        step_float = tf.cast(step, tf.float32)
         for grad, var, m, v in zip(grads, variables, self.m, self.v):
-            decrease, new_m, new_v = adam_update(grad, m.read_value(), v.read_value(), step_float,
+            decrease, new_m, new_v = adam_update(grad, m.read_value(), v.read_value(), tf.cast(step, var.dtype),
                                                  self.learning_rate)
             m.assign(new_m)
             v.assign(new_v)

@@ -17,7 +17,7 @@ from shared.history import throughput  # noqa: E402
 
 FIGURE_SIZE = (9, 6)  # the tutorial's rcParams['figure.figsize']
 DPI = 100  # 900 x 600 pixels
-EXACT_FLOOR = 1e-10  # where a zero loss difference is drawn on the log axis
+EXACT_FLOOR = 1e-10  # where a zero loss difference is drawn when no step differs at all
 
 
 def _save(figure, directory: str, name: str) -> None:
@@ -49,28 +49,49 @@ def _epoch_metric_plot(run, directory: str, metric: str, label: str) -> None:
     _save(figure, directory, f"{metric}.png")
 
 
+def _loss_diffs(history, reference) -> np.ndarray:
+    losses, reference_losses = np.asarray(history.step_losses), np.asarray(reference.step_losses)
+    steps = min(len(losses), len(reference_losses))
+    with np.errstate(invalid="ignore"):
+        return np.abs(losses[:steps] - reference_losses[:steps])
+
+
 def _loss_diff_plot(run, directory: str) -> None:
+    """Each trainer's per-step |loss - reference loss| in the run's dtype and, if float32 failed, in the
+    float64 rerun; each dtype's tolerance (atol + rtol |reference loss|); each trainer's verdict."""
     figure, axes = plt.subplots(figsize=FIGURE_SIZE)
-    reference = run.results["reference"].history
-    tolerance = None
-    for name, parity in run.parity.items():
-        losses = np.asarray(run.results[name].history.step_losses)
-        steps = min(len(losses), len(reference.step_losses))
-        diff = np.abs(losses[:steps] - np.asarray(reference.step_losses[:steps]))
-        # Exact agreement would vanish on a log axis; it is drawn on the floor line instead.
-        exact = diff == 0
-        points = axes.plot(np.flatnonzero(~exact), diff[~exact], marker="o", markersize=4,
-                           linestyle="none", label=name)[0]
-        axes.plot(np.flatnonzero(exact), np.full(exact.sum(), EXACT_FLOOR), marker="x", markersize=4,
-                  linestyle="none", color=points.get_color(), label=f"{name}: exactly equal")
-        tolerance = parity.tolerance
-    if tolerance is not None:
-        axes.axhline(tolerance, color="red", linestyle=":", label=f"tolerance {tolerance:.0e}")
+    series = []  # (label, diffs, marker, colour index)
+    for rank, (name, parity) in enumerate(run.parity.items()):
+        verdict = run.verdicts[name]
+        series.append((f"{name} {parity.dtype}: {verdict.verdict}",
+                       _loss_diffs(run.results[name].history, run.results["reference"].history), "o", rank))
+        if name in run.float64_histories and "reference" in run.float64_histories:
+            series.append((f"{name} float64 rerun", _loss_diffs(run.float64_histories[name],
+                                                                run.float64_histories["reference"]), "x", rank))
+    tolerances = [(run.results["reference"].history, parity, ":") for parity in list(run.parity.values())[:1]]
+    explained = next((v.float64 for v in run.verdicts.values() if v.float64 is not None), None)
+    if explained is not None and "reference" in run.float64_histories:
+        tolerances.append((run.float64_histories["reference"], explained, "--"))
+    bounds = [(parity, style, parity.tolerances["loss"][0] + parity.tolerances["loss"][1]
+               * np.abs(np.asarray(reference.step_losses))) for reference, parity, style in tolerances]
+    # Exact agreement would vanish on a log axis; it is drawn on a floor line below everything else.
+    positive = [values[np.isfinite(values) & (values > 0)] for values in
+                [diffs for _, diffs, _, _ in series] + [bound for _, _, bound in bounds]]
+    smallest = min((float(p.min()) for p in positive if p.size), default=EXACT_FLOOR * 10)
+    floor = 10.0 ** np.floor(np.log10(smallest)) / 10
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for label, diffs, marker, rank in series:
+        axes.plot(np.arange(len(diffs)), np.where(diffs == 0, floor, diffs), marker=marker, markersize=4,
+                  linestyle="none", color=colours[rank % len(colours)], label=label)
+    for parity, style, bound in bounds:
+        atol, rtol = parity.tolerances["loss"]
+        axes.plot(np.arange(len(bound)), bound, color="red", linestyle=style,
+                  label=f"{parity.dtype} tolerance {atol:.0e} + {rtol:.0e} |reference loss|")
     axes.set_yscale("log")
     axes.set_xlabel("training step")
-    axes.set_ylabel(f"|loss - reference loss| (log scale; {EXACT_FLOOR:.0e} = exactly equal)")
+    axes.set_ylabel(f"|loss - reference loss| (log scale; {floor:.0e} = exactly equal)")
     axes.set_title("Per-step training loss difference from the single-device reference")
-    axes.legend()
+    axes.legend(fontsize=8)
     axes.grid(alpha=0.3, which="both")
     _save(figure, directory, "loss_diff.png")
 

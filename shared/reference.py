@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import tensorflow as tf
 
 from shared.checkpoint import TrainingState
+from shared.checksums import read_state_checksums, state_checksums, state_names, state_variables
 from shared.config import Config
 from shared.data import MnistData, batch_slices, epoch_batches, step_chunks
 from shared.export import export_trainer
@@ -43,19 +44,25 @@ def train_step(model, optimizer, x, y):
 
 
 @tf.function
-def train_steps(model, optimizer, x_steps, y_steps):
+def train_steps(model, optimizer, x_steps, y_steps, record_state: bool = False):
     """`train_step` on x_steps[i], y_steps[i] for every i, in one call: a loop in the graph.
 
     Returns [steps] tensors of the per-step losses and correct counts, the same values as
-    one call per step, without a Python round trip per step.
+    one call per step, without a Python round trip per step, and with `record_state` the
+    state checksums at the start of each step ([steps, variables]; else [0, variables]).
     """
     steps = tf.shape(y_steps)[0]
-    losses = tf.TensorArray(tf.float32, size=steps)
+    losses = tf.TensorArray(model.weights[0].dtype, size=steps)
     corrects = tf.TensorArray(tf.float32, size=steps)
+    variables = state_variables(model, optimizer)
+    checksums = tf.TensorArray(tf.float64, size=steps if record_state else 0,
+                               element_shape=[len(variables)])
     for i in tf.range(steps):
+        if record_state:  # Python bool: decided when traced
+            checksums = checksums.write(i, state_checksums(variables))
         loss, correct = train_step(model, optimizer, x_steps[i], y_steps[i])
         losses, corrects = losses.write(i, loss), corrects.write(i, correct)
-    return losses.stack(), corrects.stack()
+    return losses.stack(), corrects.stack(), checksums.stack()
 
 
 @tf.function
@@ -76,9 +83,11 @@ def evaluate(model, x, y, batch_size: int):
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train on devices[0] and return the shared history record."""
     device = devices[0]
-    history = History(trainer="reference", placement=f"1 x {device.split(':')[0]} ({device})")
+    history = History(trainer="reference", placement=f"1 x {device.split(':')[0]} ({device})", dtype=config.dtype)
+    record_state = config.dtype == "float64"  # per-step state checksums: what parity names when it fails
     with tf.device(device):
         model, optimizer = build_model_and_optimizer(config)
+        history.state_names = state_names(model, optimizer) if record_state else []
         state = TrainingState("reference", config, model, optimizer, len(data.y_train), log)
         start_epoch = state.restore()  # --restore: epochs already trained; 0 without
         first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch,
@@ -93,18 +102,21 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
                 started = time.perf_counter()
                 if epoch == start_epoch and chunk == 0:  # one trace for every chunk length and batch size
                     train_steps.get_concrete_function(model, optimizer, tf.TensorSpec([None, None, *x_steps.shape[2:]]),
-                                                      tf.TensorSpec([None, None], tf.int64))
-                losses, corrects = train_steps(model, optimizer, x_steps, y_steps)
+                                                      tf.TensorSpec([None, None], tf.int64), record_state)
+                losses, corrects, checksums = train_steps(model, optimizer, x_steps, y_steps, record_state)
                 if epoch == start_epoch and chunk == 0:
                     losses.numpy()  # host sync, once: the first call (one step) is the trace time
                     history.trace_seconds = time.perf_counter() - started
-                meter.add_steps(losses, corrects, [y_steps.shape[1]] * len(y_steps))
+                meter.add_steps(losses, corrects, [y_steps.shape[1]] * len(y_steps),
+                                checksums if record_state else None)
             finished = meter.finish()  # before evaluating: the epoch's time is training only
             test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test, config.batch_size)
             record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy)
             if not config.quiet:
                 log(format_epoch_line("reference", record, config.epochs))
             state.save_epoch(epoch + 1)  # --checkpoint-dir
+        if record_state:
+            history.add_final_state(read_state_checksums(state_variables(model, optimizer)))
         history.final_weights = [w.numpy() for w in model.weights]
         export_trainer(config, "reference", history.final_weights, lambda x: model(x).numpy(),  # --export
                        data.x_test, history.details)

@@ -20,9 +20,9 @@ from shared.errors import UsageError
 from shared.files import check_writable_dir, write_atomically
 from shared.history import step_time_percentiles_ms, throughput
 from shared.model import layer_sizes
+from shared.parity_report import (PARITY_HEADERS, float64_rerun_dict, last_line, parity_dict, parity_rows,
+                                  parity_title)
 
-PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "max |grad diff|", "max |weight diff|",
-                  "tolerance (loss, grad / weight)", "later steps (not judged)", "verdict"]
 RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
                   "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "peak MB"]
 SWEEP_HEADERS = ["devices", "trainer", "examples/s", "reference examples/s", "ratio to reference", "parity"]
@@ -50,28 +50,9 @@ def header(config, devices: Sequence[str], data) -> str:
         f"global batch {config.batch_size}, per replica {config.batch_size // batch_axis} (DTensor) / "
         f"{describe_pieces(config.batch_size, mirrored_replicas)} (MirroredStrategy); {config.epochs} epochs; "
         f"{config.optimizer} lr {config.learning_rate:g}" + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
-        + f"; seed {config.seed}",
+        + f"; {config.dtype}; seed {config.seed}",
         data.describe(),
     ])
-
-
-def parity_rows(run) -> List[list]:
-    rows = []
-    for name, result in run.results.items():
-        if name == "reference":
-            continue
-        parity = run.parity.get(name)
-        if parity is None:
-            rows.append([name, "-", "-", "-", "-", "-", "-", f"FAILED: {result.error or 'no reference'}"])
-            continue
-        weights = f"{parity.max_abs_weight_diff:.2e}" + ("" if parity.weights_judged else " (not judged)")
-        later = (f"loss {parity.later_loss_diff:.2e} after step {parity.checked_steps}"
-                 if len(result.history.step_losses) > parity.checked_steps else "-")
-        rows.append([name, f"{parity.max_abs_loss_diff:.2e}", parity.loss_diff_step,
-                     f"{parity.max_abs_grad_diff:.2e}", weights,
-                     f"{parity.tolerance:.0e} / {parity.weight_tolerance:.0e}", later,
-                     "ok" if parity.ok else f"MISMATCH: {parity.reason}"])
-    return rows
 
 
 def result_rows(run) -> List[list]:
@@ -113,7 +94,7 @@ def passed(run, sweep) -> bool:
 
 def print_tables(run, sweep, out=sys.stdout) -> None:
     if run.parity or any(r.failed for n, r in run.results.items() if n != "reference"):
-        print("\nParity against the single-device reference (absolute differences)", file=out)
+        print(f"\n{parity_title(run)}", file=out)
         print(tabulate(parity_rows(run), PARITY_HEADERS, tablefmt="github"), file=out)
     print("\nResults (throughput excludes the first epoch, which traces; peak MB on CPU is the "
           "process's peak RSS so far)", file=out)
@@ -133,8 +114,7 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
                         for e in sweep], SWEEP_HEADERS, tablefmt="github"), file=out)
         print("(fastest epoch after the first; each ratio is to the reference trained just before, in the "
               "same run at that count)", file=out)
-    verdict = "PARITY OK" if passed(run, sweep) else "PARITY FAILED"
-    print(f"\n{verdict}", file=out)
+    print(f"\n{last_line(run, passed(run, sweep))}", file=out)
 
 
 def report_dict(run, sweep) -> dict:
@@ -168,7 +148,8 @@ def report_dict(run, sweep) -> dict:
                         "data_reason": run.data.reason, "devices": run.devices,
                         "train_examples": train_examples, "test_examples": len(run.data.y_test)},
         "trainers": trainers,
-        "parity": {name: dataclasses.asdict(parity) for name, parity in run.parity.items()},
+        "parity": parity_dict(run),
+        "float64_rerun": float64_rerun_dict(run),
         "compute": compute_facts(run),
         **({"sweep": [dataclasses.asdict(entry) for entry in sweep]} if sweep else {}),
     }

@@ -22,7 +22,7 @@ from mirrored_impl import trainer as mirrored_trainer
 from shared import checkpoint, export, reference
 from shared.config import Config
 from shared.errors import UsageError
-from shared.parity import DEFAULT_TOLERANCE, WEIGHT_TOLERANCE_FACTOR
+from shared.parity import TOLERANCES
 from tests.cli import run_compare
 
 TRAIN_EXAMPLES, TEST_EXAMPLES = 300, 100
@@ -101,9 +101,9 @@ def test_resumed_run_matches_the_uninterrupted_one(resumed, uninterrupted, write
     weight_diff = max_abs_diff(history.final_weights, uninterrupted.final_weights)
     print(f"\n{writer} ({writer_mesh or '8 replicas'}) -> {resumer} ({mesh or ''}): "
           f"max |loss diff| {loss_diff:.3g}, max |weight diff| {weight_diff:.3g}")
-    assert loss_diff <= DEFAULT_TOLERANCE
-    assert weight_diff <= WEIGHT_TOLERANCE_FACTOR * DEFAULT_TOLERANCE
-    assert abs(history.epochs[0].test_loss - uninterrupted.epochs[2].test_loss) <= DEFAULT_TOLERANCE
+    assert loss_diff <= TOLERANCES["float32"]["loss"].atol
+    assert weight_diff <= TOLERANCES["float32"]["weight"].atol
+    assert abs(history.epochs[0].test_loss - uninterrupted.epochs[2].test_loss) <= TOLERANCES["float32"]["loss"].atol
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +134,17 @@ def test_mismatched_optimizer_is_one_line(written, sgd_checkpoint, small, device
     with pytest.raises(UsageError, match=r"^checkpoint .*/mirrored/epoch-0001 holds adam state but --optimizer sgd "
                                          r"was given \(sgd vs adam\); use --optimizer adam$"):
         mirrored_trainer.fit(BASE.replace(restore=str(adam_checkpoint), optimizer="sgd"), small, devices)
+
+
+def test_a_checkpoint_restores_only_into_its_own_dtype(written, small, devices):
+    """float32 state does not restore into a float64 run (it would need a conversion): one line."""
+    path = written["dtensor"][1]
+    assert checkpoint.read_progress(checkpoint.resolve(str(path)))["dtype"] == b"float32"
+    expected = (f"checkpoint {path}/epoch-0002 holds float32 state but --dtype float64 was given; "
+                f"use --dtype float32")
+    with pytest.raises(UsageError) as raised:
+        checkpoint.check_config(BASE.replace(restore=str(path), dtype="float64"))
+    assert str(raised.value) == expected
 
 
 def test_nothing_left_to_train_and_missing_checkpoints_are_one_line(written, tmp_path):

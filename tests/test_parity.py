@@ -1,57 +1,193 @@
-"""check_parity's judgement on made-up histories: which differences fail, and over which steps."""
+"""Parity and verdicts on made-up histories: the tolerance rule, every step judged, the first
+step and the variables that differ, divergence, and the float64 explanation of a float32 failure."""
+import types
+
 import numpy as np
 import pytest
 
+from shared.config import Config
 from shared.history import History
-from shared.parity import DEFAULT_CHECKED_STEPS, DEFAULT_TOLERANCE, check_parity
+from shared.parity import TOLERANCES, check_parity, first_non_finite_step, summarise_state
+from shared.verdict import DIVERGED, FLOAT_NOISE, MISMATCH, OK, judge
 
-WEIGHTS = [np.zeros((3, 2), np.float32), np.zeros(2, np.float32)]
-
-
-def history(losses, weight_offset=0.0) -> History:
-    return History("made-up", "nowhere", step_losses=list(losses), first_step_gradients=WEIGHTS,
-                   final_weights=[w + weight_offset for w in WEIGHTS])
+WEIGHTS = [np.full((3, 2), 0.5), np.full(2, 0.5)]
+NAMES = ["layer 0 weight", "layer 0 bias", "layer 0 weight Adam m", "layer 0 bias Adam m",
+         "layer 0 weight Adam v", "layer 0 bias Adam v"]
 
 
-def drifting(steps: int, first_drifting_step: int, drift: float) -> list:
-    return [1.0 + (drift if step >= first_drifting_step else 0.0) for step in range(steps)]
+def history(losses, weight_offset=0.0, dtype="float32", name="made-up", state=None) -> History:
+    """A history of `losses`; `state` [steps + 1, variables] checksums (float64 runs record them)."""
+    return History(name, "nowhere", step_losses=list(losses), first_step_gradients=WEIGHTS,
+                   final_weights=[w + weight_offset for w in WEIGHTS], dtype=dtype,
+                   step_state_checksums=list(state) if state is not None else [],
+                   state_names=NAMES if state is not None else [])
 
 
-def test_equal_runs_pass():
-    parity = check_parity(history([1.0] * 10), history([1.0] * 10))
-    assert parity.ok and parity.max_abs_loss_diff == 0 and parity.weights_judged
-    assert parity.checked_steps == DEFAULT_CHECKED_STEPS and parity.later_loss_diff == 0
+def drifting(steps: int, first_drifting_step: int, drift: float, start: float = 1.0) -> list:
+    return [start + (drift if step >= first_drifting_step else 0.0) for step in range(steps)]
 
 
-def test_a_loss_difference_within_the_checked_steps_fails():
-    parity = check_parity(history(drifting(10, 7, 1e-3)), history([1.0] * 10))
-    assert not parity.ok and parity.loss_diff_step == 7
-    assert parity.reason.startswith("loss differs by 0.001 > 0.0001")
+def test_equal_runs_pass_with_every_step_judged():
+    parity = check_parity(history([1.0] * 300), history([1.0] * 300))
+    assert parity.ok and parity.steps == 300 and parity.max_abs_loss_diff == 0
+    assert parity.first_step_beyond is None and parity.tolerances["loss"] == (1e-4, 1e-4)
 
 
-def test_differences_after_the_checked_steps_are_reported_not_judged():
-    candidate, reference = history(drifting(12, 9, 3e-3), 0.05), history([1.0] * 12)
-    parity = check_parity(candidate, reference, checked_steps=8)
-    assert parity.ok, parity.reason
-    assert parity.max_abs_loss_diff == 0 and parity.later_loss_diff == pytest.approx(3e-3)
-    assert not parity.weights_judged and parity.max_abs_weight_diff == pytest.approx(0.05)
-    # The same run judged over all its steps fails on both.
-    strict = check_parity(candidate, reference, checked_steps=12)
-    assert not strict.ok and "loss differs" in strict.reason and "weight differs" in strict.reason
+def test_the_bound_is_absolute_plus_relative_to_the_reference():
+    # float32 loss bound: 1e-4 + 1e-4 |reference|: 2e-4 at a loss of 1, ~1e13 at 1e17.
+    assert check_parity(history(drifting(4, 2, 1.9e-4)), history([1.0] * 4)).ok
+    assert not check_parity(history(drifting(4, 2, 2.1e-4)), history([1.0] * 4)).ok
+    huge = [2.8e17] * 4
+    assert check_parity(history(drifting(4, 0, 2e13, 2.8e17)), history(huge)).ok  # rel 7e-5
+    assert not check_parity(history(drifting(4, 0, 3e13, 2.8e17)), history(huge)).ok  # rel 1.1e-4
 
 
-def test_final_weights_are_judged_when_the_run_fits_the_checked_steps():
-    parity = check_parity(history([1.0] * 8, 2e-3), history([1.0] * 8), checked_steps=8)
-    assert parity.weights_judged and not parity.ok
-    assert parity.reason == f"weight differs by 0.002 > {10 * DEFAULT_TOLERANCE:.3g}"
+def test_a_late_difference_fails_no_window():
+    parity = check_parity(history(drifting(320, 290, 1e-3)), history([1.0] * 320))
+    assert not parity.ok and parity.first_loss_step_beyond == 290 and parity.first_step_beyond == 290
+    assert parity.reason.startswith("loss differs from step 290 on (by up to 0.001 at step 290")
 
 
-def test_a_non_finite_loss_fails_even_after_the_checked_steps():
-    losses = [1.0] * 11 + [float("nan")]
-    parity = check_parity(history(losses), history([1.0] * 12), checked_steps=8)
-    assert not parity.ok and parity.reason == "loss is not finite after step 8"
+def test_final_weights_and_gradients_have_their_own_bounds():
+    assert check_parity(history([1.0] * 8, 1.4e-3), history([1.0] * 8)).ok  # 1e-3 + 1e-3 x 0.5
+    parity = check_parity(history([1.0] * 8, 1.6e-3), history([1.0] * 8))
+    assert not parity.ok and parity.reason == "final weights differ by 0.0016"
+    assert parity.first_step_beyond is None  # float32 records no state: the weights say only "by the end"
+
+
+def test_tolerance_option_sets_atol_and_rtol_in_the_runs_dtype():
+    parity = check_parity(history(drifting(4, 1, 5e-3)), history([1.0] * 4), tolerance=1e-2)
+    assert parity.ok and parity.tolerances["loss"] == (1e-2, 1e-2) and parity.tolerances["weight"] == (0.1, 0.1)
+    # float64 judges with its own, far tighter bounds: what float32 calls equal, float64 does not.
+    atol, rtol = parity_bound = (TOLERANCES["float64"]["loss"].atol, TOLERANCES["float64"]["loss"].rtol)
+    float64 = check_parity(history([1.0 + 3 * (atol + rtol)] * 4, dtype="float64"), history([1.0] * 4, dtype="float64"))
+    assert not float64.ok and float64.tolerances["loss"] == parity_bound
+    assert check_parity(history([1.0 + 3 * (atol + rtol)] * 4), history([1.0] * 4)).ok
+
+
+def test_float64_state_checksums_name_the_first_step_and_the_variables():
+    steps = 6
+    state = np.ones((steps + 1, len(NAMES)))
+    moved = state.copy()
+    moved[3:, 0] *= 1.001  # layer 0 weight differs after step 2's update ...
+    moved[4:, 2:] *= 1.01  # ... and every Adam slot after step 3's
+    losses = drifting(steps, 3, 1e-3)  # so step 3's loss differs too
+    parity = check_parity(history(losses, dtype="float64", state=moved),
+                          history([1.0] * steps, dtype="float64", state=state))
+    assert not parity.ok and parity.state_judged
+    assert (parity.first_step_beyond, parity.differing) == (2, ["layer 0 weight"])
+    assert parity.first_loss_step_beyond == 3
+    assert parity.state_first_steps == {"layer 0 weight": 2, **{name: 3 for name in NAMES[2:]}}
+
+
+def test_a_difference_in_the_initial_state_is_named_at_step_0():
+    state = np.ones((3, len(NAMES)))
+    moved = state.copy()
+    moved[:, 1] += 1.0
+    parity = check_parity(history([1.0] * 2, dtype="float64", state=moved),
+                          history([1.0] * 2, dtype="float64", state=state))
+    assert (parity.first_step_beyond, parity.differing) == (0, ["initial layer 0 bias"])
+
+
+def test_state_names_are_grouped_in_messages():
+    assert summarise_state(NAMES, NAMES) == "every weight, bias and Adam slot"
+    assert summarise_state(NAMES[:2], NAMES) == "every weight and bias"
+    assert summarise_state(NAMES[2:], NAMES) == "every Adam slot"
+    assert summarise_state(["layer 0 bias", "layer 0 weight Adam v"], NAMES) == "every bias, every weight Adam v"
+
+
+def test_non_finite_losses_and_weights_are_divergence():
+    assert first_non_finite_step(history([1.0, 2.0, float("nan"), float("nan")])) == 2
+    assert first_non_finite_step(history([1.0, float("inf")])) == 1
+    assert first_non_finite_step(history([1.0, 2.0], weight_offset=float("nan"))) == 2  # after the last step
+    assert first_non_finite_step(history([1.0, 2.0])) is None
+    assert not check_parity(history([1.0, float("nan")]), history([1.0, float("nan")])).ok  # NaN is never close
 
 
 def test_runs_of_different_length_fail():
     parity = check_parity(history([1.0] * 9), history([1.0] * 10))
     assert not parity.ok and "9 steps, reference has 10" in parity.reason
+
+
+# --- verdicts ---------------------------------------------------------------------------------
+
+def results(**histories):
+    return {name: types.SimpleNamespace(history=h, error="") for name, h in histories.items()}
+
+
+def judged(config, runs, rerun=None, no_rerun_reason=""):
+    parity = {name: check_parity(result.history, runs["reference"].history)
+              for name, result in runs.items() if name != "reference"}
+    lines = []
+    return judge(config, runs, parity, rerun, no_rerun_reason, log=lines.append), lines
+
+
+def float64_rerun(candidate_losses):
+    """A rerun that returns float64 histories: the reference's and the trainers' (made-up)."""
+    calls = []
+
+    def rerun(names):
+        calls.append(list(names))
+        return results(reference=history([1.0] * 100, dtype="float64"),
+                       **{name: history(candidate_losses, dtype="float64") for name in names if name != "reference"})
+    return rerun, calls
+
+
+def test_float32_failure_that_float64_explains_is_float_noise():
+    runs = results(reference=history([1.0] * 100), dtensor=history(drifting(100, 87, 3e-4)), mirrored=history([1.0] * 100))
+    rerun, calls = float64_rerun([1.0 + 1e-13] * 100)
+    judgement, lines = judged(Config(), runs, rerun)
+    assert calls == [["reference", "dtensor"]]  # only the failing trainer, with the reference
+    noise = judgement.verdicts["dtensor"]
+    assert noise.verdict == FLOAT_NOISE and noise.ok and noise.float32_left_tolerance_step == 87
+    assert noise.line().startswith("float noise: float32 left its tolerance at step 87 (loss diff up to 0.0003")
+    assert "float64 agrees on all 100 steps (max loss diff 1e-13" in noise.line()
+    assert judgement.verdicts["mirrored"].verdict == OK
+    assert lines[0] == ("dtensor: float32 left its tolerance at step 87 (loss diff up to 0.0003 at step 87, "
+                        "rel 0.0003); rerunning reference and dtensor in float64 to explain")
+    assert set(judgement.float64_histories) == {"reference", "dtensor"} and judgement.explain_seconds >= 0
+
+
+def test_float32_failure_that_float64_repeats_is_a_mismatch_at_its_first_step():
+    runs = results(reference=history([1.0] * 100), dtensor=history(drifting(100, 5, 0.02)))
+    rerun, _ = float64_rerun(drifting(100, 5, 0.02))
+    verdict = judged(Config(), runs, rerun)[0].verdicts["dtensor"]
+    assert verdict.verdict == MISMATCH and not verdict.ok and verdict.first_disagreeing_step == 5
+    assert verdict.line().startswith("MISMATCH at step 5: loss (in float64; float32 left its tolerance at step 5")
+
+
+def test_without_a_rerun_a_float32_failure_is_a_mismatch_that_says_why():
+    runs = results(reference=history([1.0] * 10), dtensor=history(drifting(10, 7, 1e-3)))
+    verdict = judged(Config(explain=False), runs)[0].verdicts["dtensor"]
+    assert verdict.line() == "MISMATCH at step 7: loss (float32, not rerun in float64: --no-explain)"
+    verdict = judged(Config(), runs, None, "clients started by hand")[0].verdicts["dtensor"]
+    assert verdict.line().endswith("(float32, not rerun in float64: clients started by hand)")
+
+
+def test_a_float64_run_is_judged_without_a_rerun():
+    runs = results(reference=history([1.0] * 10, dtype="float64"), dtensor=history(drifting(10, 3, 1e-6), dtype="float64"))
+    verdict = judged(Config(dtype="float64"), runs)[0].verdicts["dtensor"]
+    assert verdict.line() == "MISMATCH at step 3: loss"
+
+
+@pytest.mark.parametrize("reference_losses, candidate_losses, rows", [
+    # Both diverge: each says where; neither is rerun.
+    ([1.0, 2.0, 3.0, float("nan")], [1.0, 2.0, 3.0, float("nan")],
+     {"reference": "diverged at step 3: loss nan",
+      "dtensor": "diverged at step 3: loss nan (the reference diverged at step 3); steps 0-2 agree within the tolerance"}),
+    # Only the trainer diverges.
+    ([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, float("inf"), float("nan")],
+     {"dtensor": "diverged at step 2: loss inf (the reference stays finite); steps 0-1 agree within the tolerance"}),
+    # Only the reference diverges: its row says so, and the trainer's verdict is diverged too.
+    ([1.0, float("nan"), float("nan")], [1.0, 1.5, 1.7],
+     {"reference": "diverged at step 1: loss nan",
+      "dtensor": "diverged: the reference diverged at step 1; this trainer stays finite; "
+                 "steps 0-0 agree within the tolerance"}),
+])
+def test_divergence_is_its_own_verdict_and_fails_the_run(reference_losses, candidate_losses, rows):
+    runs = results(reference=history(reference_losses), dtensor=history(candidate_losses))
+    rerun, calls = float64_rerun([1.0] * 4)
+    judgement, _ = judged(Config(), runs, rerun)
+    assert {name: v.line() for name, v in judgement.verdicts.items()} == rows
+    assert all(v.verdict == DIVERGED and not v.ok for v in judgement.verdicts.values())
+    assert calls == []  # no float64 rerun for a diverged run

@@ -1,0 +1,173 @@
+"""The verdict on each distributed trainer, and the float64 rerun that explains a float32 failure.
+
+    ok           parity holds in the run's dtype (shared/parity.py)
+    float noise  float32 parity failed, and the reference and this trainer rerun in float64
+                 over the same steps, from the same start (the float32 initial values,
+                 widened), agree: the float32 difference is rounding amplified by training.
+                 Names the step where float32 first left its tolerance.
+    MISMATCH     float64 disagrees too (or the run was float64): a real difference. Names the
+                 first step that disagrees and what differs there (loss, gradients, and after
+                 that step's update the weights, biases and Adam slots).
+    diverged     a loss went NaN or infinite, this trainer's or the reference's: the runs
+                 cannot be compared from there on, and the run fails. No float64 rerun.
+
+compare.py exits 0 when every verdict is ok or float noise, 1 otherwise. The rerun trains
+the reference and the failing trainers again, quietly (the same steps, no checkpoints or
+export): as long as the float32 run took them, a little more in float64.
+"""
+import dataclasses
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+from shared.history import History
+from shared.parity import Parity, check_parity, describe_first, describe_later, first_non_finite_step
+
+OK, FLOAT_NOISE, MISMATCH, DIVERGED = "ok", "float noise", "MISMATCH", "diverged"
+
+
+@dataclasses.dataclass
+class Verdict:
+    verdict: str  # OK, FLOAT_NOISE, MISMATCH or DIVERGED
+    reason: str = ""  # one line: why
+    float32_left_tolerance_step: Optional[int] = None  # the first step beyond the float32 tolerance
+    first_disagreeing_step: Optional[int] = None  # MISMATCH: the first step beyond the float64 (or run's) tolerance
+    differing: List[str] = dataclasses.field(default_factory=list)  # MISMATCH: what differs at that step
+    diverged_step: Optional[int] = None  # this trainer's first non-finite loss step
+    float64: Optional[Parity] = None  # the explaining rerun's parity (float32 runs that failed)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in (OK, FLOAT_NOISE)
+
+    def line(self) -> str:
+        """e.g. "ok", "MISMATCH at step 0: loss; ...", "float noise: float32 left its tolerance at ..."."""
+        if not self.reason:
+            return self.verdict
+        return f"{self.verdict}{' ' if self.reason.startswith('at step') else ': '}{self.reason}"
+
+
+def diverged(history: History, step: Optional[int], reference_step: Optional[int], parity: Optional[Parity],
+             is_reference: bool = False) -> Verdict:
+    """`diverged at step k` for a trainer (or the reference) when its or the reference's loss is not finite."""
+    if is_reference:
+        return Verdict(DIVERGED, f"at step {step}: loss {_value_at(history, step)}", diverged_step=step)
+    if step is None:
+        reason = f"the reference diverged at step {reference_step}; this trainer stays finite"
+    else:
+        reference = ("the reference stays finite" if reference_step is None
+                     else f"the reference diverged at step {reference_step}")
+        reason = f"at step {step}: loss {_value_at(history, step)} ({reference})"
+    end = min(s for s in (step, reference_step) if s is not None)
+    if parity is not None and parity.first_loss_step_beyond is not None and parity.first_loss_step_beyond < end:
+        reason += f"; the loss left its tolerance before, at step {parity.first_loss_step_beyond}"
+    elif end > 0:
+        reason += f"; steps 0-{end - 1} agree within the tolerance"
+    return Verdict(DIVERGED, reason, diverged_step=step)
+
+
+def _value_at(history: History, step: int) -> str:
+    return f"{history.step_losses[step]}" if step < len(history.step_losses) else "finite, final weights not"
+
+
+def mismatch(parity: Parity, note: str = "") -> Verdict:
+    """A real difference: the first step and what differs there (or without a float64 explanation: `note` says why)."""
+    first = describe_first(parity.first_step_beyond, parity.differing, parity.state_names)
+    reason = f"at {first}" if first else parity.reason
+    later = describe_later(parity.state_first_steps, parity.differing, parity.state_names)
+    if first and later:
+        reason += f"; then {later}"
+    return Verdict(MISMATCH, reason + (f" ({note})" if note else ""),
+                   float32_left_tolerance_step=parity.first_loss_step_beyond if parity.dtype == "float32" else None,
+                   first_disagreeing_step=parity.first_step_beyond, differing=list(parity.differing))
+
+
+def where_float32_left(parity: Parity) -> str:
+    """Where a failing float32 check first left its tolerance, for the verdict line."""
+    step = parity.first_loss_step_beyond
+    if step is not None:
+        return (f"float32 left its tolerance at step {step} (loss diff up to {parity.max_abs_loss_diff:.2g} "
+                f"at step {parity.loss_diff_step}, rel {parity.max_rel_loss_diff:.2g})")
+    if "first-step gradients" in parity.differing:
+        return f"float32 left its tolerance in the first-step gradients (diff {parity.max_abs_grad_diff:.2g})"
+    return f"float32 left its tolerance in the final weights (diff {parity.max_abs_weight_diff:.2g})"
+
+
+def explained(float32: Parity, float64: Parity) -> Verdict:
+    """float noise or MISMATCH, from the float64 rerun's parity."""
+    if float64.ok:
+        return Verdict(FLOAT_NOISE, f"{where_float32_left(float32)}; float64 agrees on all {float64.steps} steps "
+                                    f"(max loss diff {float64.max_abs_loss_diff:.2g}, final weights "
+                                    f"{float64.max_abs_weight_diff:.2g})",
+                       float32_left_tolerance_step=float32.first_loss_step_beyond, float64=float64)
+    verdict = mismatch(float64, f"in float64; {where_float32_left(float32)}")
+    verdict.float32_left_tolerance_step = float32.first_loss_step_beyond
+    verdict.float64 = float64
+    return verdict
+
+
+@dataclasses.dataclass
+class Judgement:
+    verdicts: Dict[str, Verdict]  # per distributed trainer, and "reference" when it diverged
+    float64_histories: Dict[str, History]  # the explaining rerun's, by trainer ("reference" included)
+    explain_seconds: float = 0.0  # wall time of the float64 rerun; 0 without one
+
+
+def judge(config, results: Dict, parity: Dict[str, Parity], rerun: Optional[Callable],
+          no_rerun_reason: str = "", log: Callable = print) -> Judgement:
+    """Each trainer's verdict. `rerun(names)` trains those trainers in float64 and returns
+    {name: result with .history and .error}; None when this process cannot (`no_rerun_reason` says why)."""
+    reference = results["reference"].history
+    verdicts: Dict[str, Verdict] = {}
+    reference_step = first_non_finite_step(reference) if reference is not None else None
+    if reference_step is not None:
+        verdicts["reference"] = diverged(reference, reference_step, None, None, is_reference=True)
+    failing = []
+    for name, check in parity.items():
+        own_step = first_non_finite_step(results[name].history)
+        if own_step is not None or reference_step is not None:
+            verdicts[name] = diverged(results[name].history, own_step, reference_step, check)
+        elif check.ok:
+            verdicts[name] = Verdict(OK)
+        elif check.dtype != "float32":
+            verdicts[name] = mismatch(check)
+        else:
+            failing.append(name)
+    judgement = Judgement(verdicts, {})
+    if not failing:
+        return judgement
+    why_not = ("--no-explain" if not config.explain
+               else "--restore starts from float32 state, which a float64 rerun cannot restore" if config.restore
+               else no_rerun_reason if rerun is None else "")
+    if why_not:
+        for name in failing:
+            verdicts[name] = mismatch(parity[name], f"float32, not rerun in float64: {why_not}")
+        return judgement
+    for name in failing:
+        log(f"{name}: {where_float32_left(parity[name])}; rerunning reference and {name} in float64 to explain")
+    started = time.perf_counter()
+    reruns = rerun(["reference"] + failing)
+    judgement.explain_seconds = time.perf_counter() - started
+    log(f"float64 rerun of reference, {', '.join(failing)}: {judgement.explain_seconds:.1f} s")
+    judgement.float64_histories = {name: result.history for name, result in reruns.items()
+                                   if result.history is not None}
+    reference64 = reruns["reference"].history
+    for name in failing:
+        verdicts[name] = explain_one(parity[name], reruns[name], reference64, reruns["reference"].error)
+    return judgement
+
+
+def explain_one(float32: Parity, rerun_result, reference64: Optional[History], reference_error: str) -> Verdict:
+    """The verdict on one trainer from its float64 rerun (a result with .history and .error)."""
+    if reference64 is None or rerun_result.history is None:
+        error = reference_error if reference64 is None else rerun_result.error
+        return mismatch(float32, f"float32; the float64 rerun failed: {error}")
+    float64 = check_parity(rerun_result.history, reference64)
+    for history in (rerun_result.history, reference64):
+        step = first_non_finite_step(history)
+        if step is not None:
+            return mismatch(float32, f"float32; the float64 rerun of {history.trainer} diverged at step {step}")
+    return explained(float32, float64)
+
+
+def names_of(verdicts: Dict[str, Verdict], verdict: str) -> Sequence[str]:
+    return [name for name, v in verdicts.items() if v.verdict == verdict]
