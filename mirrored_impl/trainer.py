@@ -56,7 +56,7 @@ in both, and the run matches the reference's.
 """
 import functools
 import time
-from typing import Callable, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -68,6 +68,7 @@ from shared.errors import UsageError
 from shared.export import export_trainer
 from shared.history import EpochMeter, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
+from shared.memory import DeviceMemory, located_bytes, tally
 from shared.model import build_mlp, build_model_and_optimizer
 from shared.optim import apply_gradients_fused
 from shared.parity import max_abs_diff
@@ -330,6 +331,34 @@ def replica_weight_spread(strategy, model) -> float:
     return max((max_abs_diff([copy.numpy() for copy in copies], first) for copies in replicas[1:]), default=0.0)
 
 
+def build_models(strategy, config: Config, update: str):
+    """(model, optimizer, primary_model) for the update mode; primary_model is None with "replicas".
+
+    "primary": the optimizer and the weights it updates are plain variables on the first
+    device, and the replicas' MirroredVariables are copies of those weights. "replicas": the
+    model and optimizer are MirroredVariables, one copy of weights and slots per replica.
+    """
+    if update == "primary":
+        with tf.device(strategy.extended.worker_devices[0]):
+            primary_model, optimizer = build_model_and_optimizer(config)
+        with strategy.scope():
+            model = build_mlp([weight.numpy() for weight in primary_model.weights])  # the replicas' copies
+        return model, optimizer, primary_model
+    with strategy.scope():
+        model, optimizer = build_model_and_optimizer(config)  # MirroredVariables: one copy per replica
+    return model, optimizer, None
+
+
+def memory_per_device(strategy, model, optimizer, primary_model: Optional[object]) -> List[DeviceMemory]:
+    """Bytes of weights and optimizer state on each device: every replica's copy of each
+    MirroredVariable, plus the first device's plain weights with "primary" (where the optimizer
+    state is plain too: experimental_local_results gives a plain variable back as itself)."""
+    def copies(variables):
+        return located_bytes(copy for variable in variables for copy in strategy.experimental_local_results(variable))
+    weights = copies(model.weights) + (located_bytes(primary_model.weights) if primary_model is not None else [])
+    return tally(weights, copies(optimizer.variables))
+
+
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train data-parallel with one replica per device and return the shared history record."""
     if config.clients > 1:
@@ -358,15 +387,7 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         log(f"{'mirrored':<10} {history.placement}; cross-device ops {history.details['cross_device_ops']}; "
             f"update {history.details['update']}; per-replica batch {history.details['per_replica_batch']}; "
             f"input {history.details['input']}")
-    primary_model = None
-    if update == "primary":  # the optimizer and the weights it updates: plain variables on the first device
-        with tf.device(strategy.extended.worker_devices[0]):
-            primary_model, optimizer = build_model_and_optimizer(config)
-        with strategy.scope():
-            model = build_mlp([weight.numpy() for weight in primary_model.weights])  # the replicas' copies
-    else:
-        with strategy.scope():
-            model, optimizer = build_model_and_optimizer(config)  # MirroredVariables: one copy per replica
+    model, optimizer, primary_model = build_models(strategy, config, update)
     state = TrainingState("mirrored", config, primary_model or model, optimizer, len(data.y_train), log)
     start_epoch = state.restore()  # --restore: epochs already trained; 0 without
     if primary_model is not None:
@@ -388,6 +409,7 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     test_batch_count = len(batch_slices(len(data.y_test), config.batch_size))
     for epoch in epochs:
         meter = EpochMeter(f"mirrored epoch {epoch + 1}/{config.epochs}", len(global_counts))
+        traces_before = train_step.experimental_get_tracing_count() + train_steps.experimental_get_tracing_count()
         counts = global_counts
         if epoch == start_epoch:  # the first step alone, on the pieces already taken: its time is the trace time
             started = time.perf_counter()
@@ -402,13 +424,16 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
                                            primary_model)
             meter.add_steps(losses, corrects, counts)
         finished = meter.finish()  # before evaluating: the epoch's time is training only
+        traces = (train_step.experimental_get_tracing_count() + train_steps.experimental_get_tracing_count()
+                  - traces_before)
         test_loss, test_accuracy = evaluate(strategy, model, test_steps, test_batch_count, len(data.y_test))
-        record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy)
+        record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy, traces)
         if not config.quiet:
             log(format_epoch_line("mirrored", record, config.epochs))
         state.save_epoch(epoch + 1)  # --checkpoint-dir
     history.details["replica_weight_spread"] = f"{replica_weight_spread(strategy, model):.3g}"
     history.final_weights = [w.numpy() for w in model.weights]
+    history.memory_per_device = memory_per_device(strategy, model, optimizer, primary_model)
     export_trainer(config, "mirrored", history.final_weights,  # --export
                    lambda x: predict_logits(strategy, model, x), data.x_test, history.details)
     return history

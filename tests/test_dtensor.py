@@ -22,6 +22,7 @@ BASE = Config(epochs=2, batch_size=64, quiet=True)
 STEPS = 2 * 5  # 4 batches of 64 and one of 45 per epoch
 MESHES = ["batch=1", "batch=2", "batch=8", "batch=4,model=2", "batch=2,model=4"]
 MULTI_DEVICE_MESHES = MESHES[1:]
+PADDED_MESH = "batch=1,model=8"  # 700 does not divide by 8: padded to 704 with zero units
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def run(devices, small):
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-@pytest.mark.parametrize("mesh", MESHES)
+@pytest.mark.parametrize("mesh", MESHES + [PADDED_MESH])
 def test_matches_the_reference_step_by_step(run, mesh, optimizer):
     history = run("dtensor", mesh=mesh, optimizer=optimizer)
     expected = run("reference", optimizer=optimizer)
@@ -83,6 +84,46 @@ def test_history_record_describes_the_run(run):
     assert [record.epoch for record in history.epochs] == [1, 2]
     assert history.trace_seconds > 0
     assert history.epochs[-1].train_loss < history.epochs[0].train_loss
+    # Epoch 2 groups its 4 full batches as epoch 1 does (first alone, then 3), so nothing traces in it:
+    # grouped 4 at once, it traced a new call shape inside the measured epoch.
+    assert history.epochs[0].traces > 0 and history.epochs[1].traces == 0
+    # Each of the 8 devices: half the first two layers (784x350, 350 and 350x500), all of the rest.
+    per_device = 4 * (784 * 350 + 350 + 350 * 500 + 500 + 500 * 10 + 10)
+    assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in history.memory_per_device] == \
+        [(f"CPU:{i}", per_device, 2 * per_device + 8) for i in range(8)]
+
+
+def test_padded_model_hands_out_the_unpadded_one(run):
+    history = run("dtensor", mesh=PADDED_MESH)
+    assert history.details["padding"] == "hidden 700 -> 704"
+    assert "[unsharded,model]" in history.details["layouts"]
+    shapes = [(784, 700), (700,), (700, 500), (500,), (500, 10), (10,)]
+    assert [w.shape for w in history.final_weights] == shapes
+    assert [g.shape for g in history.first_step_gradients] == shapes
+    per_device = 4 * (784 * 88 + 88 + 88 * 500 + 500 + 500 * 10 + 10)  # 704 / 8 = 88 units, 4 of them padding
+    assert {m.weight_bytes for m in history.memory_per_device} == {per_device}
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_padded_units_stay_exactly_zero(devices, small, optimizer):
+    """Zero in, zero bias, zero out: ReLU gives 0 with gradient 0, so no update ever moves them."""
+    from tensorflow.experimental import dtensor
+    from dtensor_impl.mesh import create_mesh, padded_sizes
+    from shared.model import initial_values, layer_sizes
+    spec, sizes = parse_mesh(PADDED_MESH, 8), layer_sizes((60, 32))
+    mesh = create_mesh(spec, devices)
+    model = dtensor_trainer.build_model(
+        dtensor_trainer.pad_values(initial_values(sizes, 22), padded_sizes(sizes, spec)), mesh)
+    optimizer_state = dtensor_trainer.build_optimizer(BASE.replace(optimizer=optimizer, hidden=(60, 32)), model, mesh)
+    batches = [dtensor_trainer.pack_batch(small.x_train[i:i + 64], small.y_train[i:i + 64], mesh)
+               for i in range(0, 256, 64)]
+    dtensor_trainer.train_steps(model, optimizer_state, batches)
+    w0, b0, w1 = (dtensor_trainer.to_numpy(v) for v in model.weights[:3])
+    assert w0.shape == (784, 64) and np.abs(w0[:, :60]).max() > 0
+    assert not w0[:, 60:].any() and not b0[60:].any() and not w1[60:, :].any()
+    if optimizer == "adam":
+        for slot in (optimizer_state.m[0], optimizer_state.v[0]):
+            assert dtensor_trainer.to_numpy(slot).any() and not dtensor_trainer.to_numpy(slot)[:, 60:].any()
 
 
 @pytest.mark.parametrize("mesh", MULTI_DEVICE_MESHES)
