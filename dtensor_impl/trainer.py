@@ -183,7 +183,8 @@ def copy_from_host(host_model: MLP, host_optimizer, model: MLP, optimizer) -> No
     for source, target in zip([*host_model.weights, *host_optimizer.variables],
                               [*model.weights, *optimizer.variables], strict=True):
         value = source.numpy()
-        value = np.pad(value, [(0, size - have) for size, have in zip(target.shape, value.shape)])
+        if value.ndim:  # not the scalar step count
+            value = np.pad(value, [(0, size - have) for size, have in zip(target.shape, value.shape)])
         target.assign(on_mesh(value, target.layout))
 
 

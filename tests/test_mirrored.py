@@ -74,6 +74,10 @@ def test_history_record(histories, uneven_slice, devices):
     assert mirrored.trace_seconds > 0
     assert [w.shape for w in mirrored.final_weights] == [(784, 700), (700,), (700, 500), (500,),
                                                          (500, 10), (10,)]
+    assert mirrored.epochs[0].traces > 0 and mirrored.epochs[1].traces == 0  # none in a measured epoch
+    weights = 4 * 905_010  # 784-700-500-10, float32
+    assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in mirrored.memory_per_device] == \
+        [("CPU:0", 2 * weights, 2 * weights + 8)] + [(f"CPU:{i}", weights, 0) for i in range(1, 8)]
 
     lines = []
     logged = trainer.fit(small_config(epochs=1, quiet=False), uneven_slice, devices[:1], log=lines.append)
