@@ -82,25 +82,30 @@ def test_history_record(histories, uneven_slice, devices):
     lines = []
     logged = trainer.fit(small_config(epochs=1, quiet=False), uneven_slice, devices[:1], log=lines.append)
     assert lines == ["mirrored   1 replica on CPU; cross-device ops ReductionToOneDevice; update primary; "
-                     "per-replica batch 60; input distribute_datasets_from_function",
+                     "per-replica batch 60; input distribute_datasets_from_function, one element per replica "
+                     "per epoch",
                      format_epoch_line("mirrored", logged.epochs[0], 1)]
     assert len(logged.step_times_ms) == 5
 
 
 def test_replicas_get_each_global_batch_in_order(uneven_slice, devices):
+    """One element per replica per epoch; step s's pieces, replica 0 first, make up global batch s."""
     strategy = tf.distribute.MirroredStrategy(devices=devices,
                                               cross_device_ops=tf.distribute.ReductionToOneDevice())
     x, y = uneven_slice.x_train, uneven_slice.y_train
-    expected = [batch for epoch in (0, 1)
-                for batch in epoch_batches(x, y, BATCH_SIZE, epoch, shuffle=True, seed=5)]
-    steps = iter(trainer.distribute_batches(strategy, x, y, BATCH_SIZE, [0, 1], shuffle=True, seed=5))
-    for x_batch, y_batch in expected:
-        x_pieces, y_pieces, global_counts = (strategy.experimental_local_results(value) for value in next(steps))
-        np.testing.assert_array_equal(np.concatenate([piece.numpy() for piece in x_pieces]), x_batch)
-        np.testing.assert_array_equal(np.concatenate([piece.numpy() for piece in y_pieces]), y_batch)
-        assert [int(count) for count in global_counts] == [len(y_batch)] * 8
-    assert [len(piece) for piece in y_pieces] == [1, 1, 1, 1, 1, 0, 0, 0]  # the final batch of 5
-    assert len(expected) == STEPS
+    chunks = iter(trainer.distribute_batches(strategy, x, y, BATCH_SIZE, [0, 1], shuffle=True, seed=5))
+    for epoch in (0, 1):
+        x_chunks, y_chunks, sizes, global_counts = (
+            [part.numpy() for part in strategy.experimental_local_results(value)] for value in next(chunks))
+        batches = list(epoch_batches(x, y, BATCH_SIZE, epoch, shuffle=True, seed=5))
+        assert [chunk.shape for chunk in x_chunks] == [(len(batches), 8, 784)] * 8  # pieces of up to 8 examples
+        for step, (x_batch, y_batch) in enumerate(batches):
+            pieces = [chunk[step, :size[step]] for chunk, size in zip(x_chunks, sizes)]
+            np.testing.assert_array_equal(np.concatenate(pieces), x_batch)
+            np.testing.assert_array_equal(np.concatenate([c[step, :n[step]] for c, n in zip(y_chunks, sizes)]), y_batch)
+            assert [int(count[step]) for count in global_counts] == [len(y_batch)] * 8
+        assert [int(size[-1]) for size in sizes] == [1, 1, 1, 1, 1, 0, 0, 0]  # the final batch of 5
+    assert len(batches) * 2 == STEPS
 
 
 def test_per_replica_loss_scaling_fails_sgd_parity(histories, uneven_slice, devices, monkeypatch):

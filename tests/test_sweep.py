@@ -20,7 +20,8 @@ def test_every_mesh_and_update_mode_at_each_count(devices):
         (8, "dtensor", "batch=1,model=8", ""),  # 700 is padded to 704
         (8, "mirrored", "primary", ""), (8, "mirrored", "replicas", "")]
     dtensor_config = points[5].config
-    assert (dtensor_config.devices, dtensor_config.mesh, dtensor_config.trainers) == (8, "batch=4,model=2", ("dtensor",))
+    assert (dtensor_config.devices, dtensor_config.mesh) == (8, "batch=4,model=2")
+    assert dtensor_config.trainers == ("dtensor",)  # the reference trains beside it anyway
     assert points[9].config.mirrored_update == "replicas" and points[9].config.trainers == ("mirrored",)
     assert all(p.config.quiet and p.config.checkpoint_dir is None and p.config.export is None for p in points)
 
