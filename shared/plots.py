@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display needed
 import numpy as np  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from shared.files import write_atomically  # noqa: E402
 from shared.history import throughput  # noqa: E402
@@ -92,12 +93,14 @@ def _sweep_plot(axes, sweep) -> None:
             axes.annotate(text + (" *" if entry.fastest_mesh else ""), (position, ratio), ha="center",
                           va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
             ticks.append(position)
-            labels.append(f"{count} dev\n{entry.label.replace(',', chr(10))}")
+            labels.append(f"{count} dev\n" + (entry.mesh.replace(",", "\n") if entry.mesh else f"update\n{entry.update}"))
             position += 1
         position += 0.8  # a gap between device counts
     axes.axhline(1.0, color="black", linestyle="--", label="reference (1 device) = 1")
-    axes.bar(0, 0, color="white", edgecolor="black", hatch="//", label="fastest DTensor mesh (*)")
-    axes.bar(0, 0, color="white", edgecolor="black", linewidth=2.5, label="faster approach (thick edge)")
+    handles, names = axes.get_legend_handles_labels()
+    handles += [Patch(facecolor="white", edgecolor="black", hatch="//"),
+                Patch(facecolor="white", edgecolor="black", linewidth=2.5)]
+    axes.legend(handles, names + ["fastest DTensor mesh (*)", "faster approach (thick edge)"], fontsize=8)
     axes.set_xticks(ticks)
     axes.set_xticklabels(labels, fontsize=7)
     axes.set_ylabel("throughput / the reference's, trained just before")
@@ -124,7 +127,7 @@ def _throughput_plot(run, sweep, directory: str) -> None:
         axes.set_title("Training throughput (first epoch excluded; bars show min-max)")
         axes.tick_params(axis="x", labelsize=8)
         axes.set_ylabel("training examples per second")
-    axes.legend(fontsize=8)
+        axes.legend(fontsize=8)
     axes.grid(alpha=0.3, axis="y")
     _save(figure, directory, "throughput.png")
 
