@@ -139,7 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--logdir", metavar="DIR", help="write TensorBoard scalars per trainer here (default: none)")
     add = group("speed").add_argument
     add("--sweep-devices", type=_int_list, default=None, metavar="N,N,...",
-        help="also measure throughput and parity at each device count, e.g. 1,2,4,8 (default: none)")
+        help="also measure throughput, parity and memory per device at each device count, e.g. 1,2,4,8; "
+             "each configuration beside its own reference run (default: none)")
+    add("--sweep-meshes", choices=("all", "batch"), default="all",
+        help="all: DTensor on every batch x model mesh of each count and MirroredStrategy in each update "
+             "mode; batch: DTensor on batch=N and MirroredStrategy's --mirrored-update only")
     add = group("checkpoints and export").add_argument
     add("--checkpoint-dir", metavar="DIR",
         help="after every epoch write each trainer's full state to DIR/<trainer>/epoch-N (default: none)")

@@ -18,6 +18,13 @@ Layouts (`layer_layouts`), for the MLP 784 -> h1 -> ... -> hk -> 10:
                   sharded and DTensor gathers its activations for the replicated output
                   layer: correct, one extra collective per step.
 
+Padding: a sharded width that the model axis does not divide is padded with zero units
+up to the next multiple (`padded_sizes`: 700 over model=8 becomes 704). A padded unit has
+zero incoming weights, zero bias and zero outgoing weights, so its ReLU output is 0, its
+gradients are 0 (TensorFlow's ReLU gradient at 0 is 0) and Adam and SGD leave it at 0: the
+padded model computes the unpadded one's function (tests/test_dtensor.py checks it by
+parity). Only the DTensor trainer sees the padding; it hands out the unpadded model.
+
 Every check here raises `UsageError` with one line that says what would work;
 `mesh_spec` runs them all without touching a device, so a caller can fail early.
 """
@@ -26,6 +33,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from tensorflow.experimental import dtensor
 
+from dtensor_impl import combining
 from shared.errors import UsageError
 
 BATCH_AXIS = "batch"
@@ -76,24 +84,22 @@ def _example_2d(device_count: int) -> str:
     return f"batch={device_count // 2},model=2" if device_count % 2 == 0 else f"batch={device_count}"
 
 
-def _one_of(values: Sequence[int]) -> str:
-    """[1, 2, 4] -> "1, 2 or 4"."""
-    names = [str(v) for v in values]
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+def padded_sizes(sizes: Sequence[int], spec: MeshSpec) -> Tuple[int, ...]:
+    """`sizes` with every width the model axis splits rounded up to a multiple of it (zero units added).
 
-
-def model_sharded_widths(sizes: Sequence[int]) -> List[int]:
-    """The layer widths that the model axis splits: the outputs of the column-sharded (even) hidden layers.
-
-    The row-sharded layer after each splits its input, which is the same width.
+    (784, 700, 500, 10) on model=8 -> (784, 704, 500, 10); unchanged without a model axis.
     """
-    hidden = sizes[1:-1]
-    return [hidden[i] for i in range(0, len(hidden), 2)]
+    if spec.model is None:
+        return tuple(sizes)
+    sharded = set(range(1, len(sizes) - 1, 2))  # indices in `sizes` of the even hidden layers' outputs
+    return tuple(-(-size // spec.model) * spec.model if i in sharded else size for i, size in enumerate(sizes))
 
 
-def check_mesh(spec: MeshSpec, mesh_text: Optional[str], device_count: int,
-               sizes: Sequence[int], batch_size: int) -> None:
-    """Raise UsageError unless `spec` covers the devices, divides the sharded widths and the batch."""
+def check_mesh(spec: MeshSpec, mesh_text: Optional[str], device_count: int, batch_size: int) -> None:
+    """Raise UsageError unless `spec` covers the devices and its batch axis divides the global batch.
+
+    A model axis that does not divide a sharded width is no error: that width is padded.
+    """
     shown = mesh_text or str(spec)
     if spec.device_count != device_count:
         suggestion = f"batch={device_count}"
@@ -103,14 +109,6 @@ def check_mesh(spec: MeshSpec, mesh_text: Optional[str], device_count: int,
             suggestion += f" or {_example_2d(device_count)}"
         raise UsageError(f"--mesh {shown} covers {spec.device_count} devices but there are {device_count}; "
                          f"the axis sizes must multiply to {device_count}, e.g. {suggestion}")
-    if spec.model is not None:
-        for width in model_sharded_widths(sizes):
-            if width % spec.model:
-                working = [m for m in range(1, device_count + 1) if device_count % m == 0
-                           and all(w % m == 0 for w in model_sharded_widths(sizes))]
-                raise UsageError(f"--mesh {shown}: the model axis of {spec.model} does not divide hidden "
-                                 f"width {width}, which it shards; use model={_one_of(working)}, "
-                                 f"or --hidden widths divisible by {spec.model}")
     if batch_size % spec.batch:
         lower, upper = batch_size // spec.batch * spec.batch, (batch_size // spec.batch + 1) * spec.batch
         options = f"{lower} or {upper}" if lower else f"{upper}"
@@ -118,15 +116,25 @@ def check_mesh(spec: MeshSpec, mesh_text: Optional[str], device_count: int,
                          f"(--mesh {shown}); use --batch-size {options}")
 
 
-def mesh_spec(mesh_text: Optional[str], device_count: int, sizes: Sequence[int], batch_size: int) -> MeshSpec:
-    """Parse and check `--mesh` for `device_count` devices, an MLP of `sizes` and a global batch."""
+def mesh_spec(mesh_text: Optional[str], device_count: int, batch_size: int) -> MeshSpec:
+    """Parse and check `--mesh` for `device_count` devices and a global batch."""
     spec = parse_mesh(mesh_text, device_count)
-    check_mesh(spec, mesh_text, device_count, sizes, batch_size)
+    check_mesh(spec, mesh_text, device_count, batch_size)
     return spec
+
+
+def every_mesh(device_count: int) -> List[MeshSpec]:
+    """Every batch x model factorisation of `device_count`: batch=N first, then growing model axes.
+
+    8 -> batch=8, batch=4,model=2, batch=2,model=4, batch=1,model=8 (the device sweep tries each).
+    """
+    return [MeshSpec(batch=device_count)] + [MeshSpec(batch=device_count // model, model=model)
+                                             for model in range(2, device_count + 1) if device_count % model == 0]
 
 
 def create_mesh(spec: MeshSpec, devices: Sequence[str]) -> dtensor.Mesh:
     """A batch-major mesh over exactly `devices` (e.g. "CPU:0".."CPU:7")."""
+    combining.settle(devices[0].split(":")[0])  # before DTensor starts: dtensor_impl/combining.py
     return dtensor.create_mesh(spec.axes, devices=list(devices))
 
 

@@ -30,7 +30,10 @@ Where it departs from the tutorial, and why:
     `--adam tutorial` keeps the tutorial's formulation so the parity check can be
     seen to catch it);
   * on CPU, DTensor's combining of all-reduces is turned off
-    (`all_reduce_each_gradient_on_cpu`): ~14% faster, and no stale reads.
+    before DTensor starts (dtensor_impl/combining.py): ~14% faster, and no stale reads.
+  * a hidden width that the model axis does not divide is padded with zero units
+    (dtensor_impl/mesh.py); the history's weights and gradients, checkpoints and the
+    export hold the unpadded model.
 
 Input modes. `pack` is the default: measured on 8 logical CPUs (embedded data, batch
 128) it was as fast as DTensorDataset with a batch-only mesh and ~1.7x faster with
@@ -48,19 +51,20 @@ all-reduce combining is on: `steps_per_call`), and the loop waits
 for the call's last loss (one host sync per call), so that step times are true; the
 other losses stay replicated DTensors until the epoch ends (EpochMeter reads them then,
 ~3 us each: `float()` / `.numpy()` of a replicated DTensor reads one device's copy).
-Tracing: one trace per group size and batch shape (e.g. 4 full batches, the 3 left
-over, and the padded last batch).
+Tracing: one trace per group size and batch shape (e.g. the first batch alone, 4 full
+batches, the 2 left over, the last batch), all in the first epoch: every epoch is grouped
+alike, so no measured epoch traces (`EpochRecord.traces` counts them).
 """
-import os
 import time
-from typing import Callable, Iterator, Sequence, Tuple
+from typing import Callable, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
+from dtensor_impl import combining
 from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_client_mesh, create_mesh,
-                               describe_layout, layer_layouts, mesh_spec)
+                               describe_layout, layer_layouts, mesh_spec, padded_sizes)
 from shared.checkpoint import TrainingState
 from shared.checksums import read_state_checksums, state_checksums, state_names, state_variables
 from shared.config import Config
@@ -69,7 +73,8 @@ from shared.errors import UsageError
 from shared.export import export_trainer
 from shared.history import EpochMeter, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
-from shared.model import MLP, initial_values, layer_sizes
+from shared.memory import DeviceMemory, located_bytes, tally
+from shared.model import MLP, build_model_and_optimizer, initial_values, layer_sizes
 from shared.optim import make_optimizer
 
 INPUT_MODES = ("pack", "dataset")
@@ -78,34 +83,19 @@ INPUT_MODES = ("pack", "dataset")
 # 25.5 ms at 8); calls of 8 gained ~0.2 ms more but doubled the trace time (3.3 s at 8).
 STEPS_PER_CALL = 4
 DATASET_PREFETCH = 2  # global batches DTensorDataset prepares ahead of the step
-COMBINE_ALL_REDUCES = "DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION"
+COMBINE_ALL_REDUCES = combining.VARIABLE
 
 
-def all_reduce_each_gradient_on_cpu(device_type: str) -> None:
-    """On CPUs, turn off DTensor's combining of the gradient all-reduces (unless the user set it).
-
-    By default DTensor copies all gradients into one buffer, all-reduces it and slices
-    them out again; on logical CPUs those copies cost more than the separate all-reduces
-    they save: with it off, a training epoch ran ~14% faster at 2 and at 8 devices
-    (embedded data, batch 128) with bit-identical losses. TensorFlow reads the variable
-    when it compiles a DTensor function, so this holds for every function compiled after.
-    GPUs keep TensorFlow's default (not measured here: no GPU was available).
-    """
-    if device_type == "CPU":
-        os.environ.setdefault(COMBINE_ALL_REDUCES, "0")
-
-
-def steps_per_call() -> int:
-    """STEPS_PER_CALL while DTensor's all-reduce combining is off, else 1.
+def steps_per_call(device_type: str) -> int:
+    """STEPS_PER_CALL while DTensor's all-reduce combining is off in this process, else 1.
 
     With the combining on (TensorFlow's default, kept on GPUs), a DVariable read after an
     assign in the same tf.function returns the value from before the assign: in a call of
     several steps, every step after the first would read the weights and slots from before
     the previous step's update (measured on 8 CPUs with the combining on: the fixed Adam's
     loss 0.79 off the reference's, from step 2; one step per call matched to 2.4e-7).
-    TensorFlow skips the pass only when the variable is exactly "0".
     """
-    return STEPS_PER_CALL if os.environ.get(COMBINE_ALL_REDUCES) == "0" else 1
+    return 1 if combining.settle(device_type) else STEPS_PER_CALL
 
 
 # --- the model -----------------------------------------------------------------------------
@@ -158,6 +148,53 @@ def build_optimizer(config: Config, model: MLP, mesh: dtensor.Mesh):
             dtensor.call_with_layout(tf.zeros, var.layout, shape=var.shape, dtype=var.dtype)),
         make_step=lambda: dtensor.DVariable(
             dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=(), dtype=tf.int64)))
+
+
+def pad_values(values: Sequence[np.ndarray], padded: Sequence[int]) -> List[np.ndarray]:
+    """[w0, b0, w1, b1, ...] zero-padded to the layer sizes `padded` (mesh.padded_sizes): a padded
+    width gets zero output columns in its weight, zero bias entries and zero input rows in the
+    next weight, so its units compute 0 and stay 0 (dtensor_impl/mesh.py)."""
+    result = []
+    for i, (weight, bias) in enumerate(zip(values[0::2], values[1::2])):
+        rows, columns = padded[i], padded[i + 1]
+        result += [np.pad(weight, ((0, rows - weight.shape[0]), (0, columns - weight.shape[1]))),
+                   np.pad(bias, (0, columns - bias.shape[0]))]
+    return result
+
+
+def unpadded(arrays: Sequence[np.ndarray], sizes: Sequence[int]) -> List[np.ndarray]:
+    """[w0, b0, ...] (weights or gradients) of the padded model cut back to the layer sizes `sizes`."""
+    return [array[:sizes[i // 2], :sizes[i // 2 + 1]] if array.ndim == 2 else array[:sizes[i // 2 + 1]]
+            for i, array in enumerate(arrays)]
+
+
+def copy_to_host(model: MLP, optimizer, host_model: MLP, host_optimizer) -> None:
+    """The padded mesh model's weights and optimizer state into the unpadded host copy (cut to its shapes).
+
+    tf.Module lists an optimizer's variables in attribute order, the same for both copies.
+    """
+    for source, target in zip([*model.weights, *optimizer.variables],
+                              [*host_model.weights, *host_optimizer.variables], strict=True):
+        target.assign(to_numpy(source)[tuple(slice(0, size) for size in target.shape)])
+
+
+def copy_from_host(host_model: MLP, host_optimizer, model: MLP, optimizer) -> None:
+    """The unpadded host copy (e.g. just restored) into the padded mesh model, zero-padded to its shapes."""
+    for source, target in zip([*host_model.weights, *host_optimizer.variables],
+                              [*model.weights, *optimizer.variables], strict=True):
+        value = source.numpy()
+        if value.ndim:  # not the scalar step count
+            value = np.pad(value, [(0, size - have) for size, have in zip(target.shape, value.shape)])
+        target.assign(on_mesh(value, target.layout))
+
+
+def memory_per_device(model: MLP, optimizer) -> List[DeviceMemory]:
+    """Bytes of weights and optimizer state on each mesh device, from every DVariable's per-device
+    components (padding included: it is held)."""
+    def components(variables):
+        return located_bytes(component for variable in variables
+                             for component in dtensor.unpack(variable.read_value()))
+    return tally(components(model.weights), components(optimizer.variables))
 
 
 # --- the input ------------------------------------------------------------------------------
@@ -310,7 +347,7 @@ def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: st
 def check_config(config: Config, devices: Sequence[str]) -> MeshSpec:
     """The mesh and input-mode checks, run before anything trains (compare.py runs them up front)."""
     # --clients: `devices` are this client's; the mesh spans every client's (shared/multiclient.py).
-    spec = mesh_spec(config.mesh, len(devices) * config.clients, layer_sizes(config.hidden), config.batch_size)
+    spec = mesh_spec(config.mesh, len(devices) * config.clients, config.batch_size)
     if config.clients > 1 and config.dtensor_input != "pack":
         raise UsageError(f"--dtensor-input {config.dtensor_input} is not supported with --clients "
                          f"{config.clients}; use --dtensor-input pack (each client packs its own shards)")
@@ -322,7 +359,7 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     """Train on a mesh over exactly `devices` and return the shared history record."""
     spec = check_config(config, devices)
     device_type = devices[0].split(":")[0]
-    all_reduce_each_gradient_on_cpu(device_type)
+    combining.settle(device_type)  # before anything starts DTensor in this process
     if config.clients > 1:  # multi-client: pack_batch then packs only this client's shards
         mesh = create_client_mesh(spec, device_type)
         placement = f"mesh {spec} over {config.clients} clients x {len(devices)} {device_type}"
@@ -331,31 +368,47 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         placement = f"mesh {spec} over {len(devices)} x {device_type}"
     history = History(trainer="dtensor", placement=placement, dtype=config.dtype)
 
-    model = build_model(initial_values(layer_sizes(config.hidden), config.seed, config.dtype), mesh)
+    sizes = layer_sizes(config.hidden)
+    padded = padded_sizes(sizes, spec)  # a width the model axis does not divide gets zero units
+    model = build_model(pad_values(initial_values(sizes, config.seed, config.dtype), padded), mesh)
     optimizer = build_optimizer(config, model, mesh)
     record_state = config.dtype == "float64"  # per-step state checksums: what parity names when it fails
     history.state_names = state_names(model, optimizer) if record_state else []
-    state = TrainingState("dtensor", config, model, optimizer, len(data.y_train), log)
+    # Checkpoints hold the unpadded model, so any trainer and mesh restores them: with padding, an
+    # unpadded copy on the host is what they read and write (one all-gather per save).
+    state_model, state_optimizer = model, optimizer
+    if padded != sizes:
+        with tf.device("CPU:0"):
+            state_model, state_optimizer = build_model_and_optimizer(config)
+    state = TrainingState("dtensor", config, state_model, state_optimizer, len(data.y_train), log)
     start_epoch = state.restore()  # --restore: epochs already trained; 0 without; relayouts any checkpoint
+    if start_epoch and state_model is not model:
+        copy_from_host(state_model, state_optimizer, model, optimizer)
     layouts = " ".join(f"{name}{i}{describe_layout(var.layout)}"
                        for i, layer in enumerate(model.layers) for name, var in (("w", layer.w), ("b", layer.b)))
     history.details = {"mesh": str(spec), "dtensor_input": config.dtensor_input, "layouts": layouts}
+    if padded != sizes:
+        history.details["padding"] = ", ".join(f"hidden {size} -> {padded_size}" for size, padded_size
+                                               in zip(sizes[1:-1], padded[1:-1]) if size != padded_size)
     if not config.quiet:
-        log(f"{'dtensor':<10} {history.placement}; input {config.dtensor_input}; layouts {layouts}")
+        log(f"{'dtensor':<10} {history.placement}; input {config.dtensor_input}; layouts {layouts}"
+            + (f"; padded with zero units: {history.details['padding']}" if padded != sizes else ""))
 
     first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch,
                                           config.shuffle, config.seed))
-    history.first_step_gradients = [to_numpy(g) for g in
-                                    compute_gradients(model, *pack_batch(first_x, first_y, mesh))]
+    history.first_step_gradients = unpadded([to_numpy(g) for g in
+                                             compute_gradients(model, *pack_batch(first_x, first_y, mesh))], sizes)
 
     batches = packed_batches if config.dtensor_input == "pack" else dataset_batches
     for epoch in range(start_epoch, config.epochs):
         meter = EpochMeter(f"dtensor epoch {epoch + 1}/{config.epochs}",
                            len(batch_slices(len(data.y_train), config.batch_size)))
         # The first call of the run takes one step: its time is the trace time plus one step's, as
-        # for the other trainers.
+        # for the other trainers. Every epoch is grouped alike, so every call shape is traced in the
+        # first epoch and none in a measured one (a new group size would cost a trace, ~1 s).
         groups = equal_shape_runs(batches(data, config, epoch, mesh), lambda item: item[0][0].shape,
-                                  steps_per_call(), first_alone=epoch == start_epoch)
+                                  steps_per_call(device_type), first_alone=True)
+        traces_before = train_steps.experimental_get_tracing_count()
         for call, group in enumerate(groups):
             started = time.perf_counter()
             losses, corrects, checksums = train_steps(model, optimizer, [batch for batch, _ in group], record_state)
@@ -367,14 +420,18 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
             meter.add_steps(losses, corrects, [real_count for _, real_count in group],
                             checksums if record_state else None)
         finished = meter.finish()  # before evaluating: the epoch's time is training only
+        traces = train_steps.experimental_get_tracing_count() - traces_before
         test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test, config.batch_size, mesh)
-        record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy)
+        record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy, traces)
         if not config.quiet:
             log(format_epoch_line("dtensor", record, config.epochs))
+        if config.checkpoint_dir and state_model is not model:
+            copy_to_host(model, optimizer, state_model, state_optimizer)
         state.save_epoch(epoch + 1)  # --checkpoint-dir
-    if record_state:
+    if record_state:  # padded units are zero: they add nothing to a checksum
         history.add_final_state(read_state_checksums(state_variables(model, optimizer)))
-    history.final_weights = [to_numpy(w) for w in model.weights]  # one all-gather per sharded weight
+    history.final_weights = unpadded([to_numpy(w) for w in model.weights], sizes)  # an all-gather per sharded one
+    history.memory_per_device = memory_per_device(model, optimizer)
     export_trainer(config, "dtensor", history.final_weights, lambda x: predict_logits(model, x, mesh),  # --export
                    data.x_test, history.details)
     return history

@@ -8,12 +8,13 @@ It reads like TensorFlow's "Custom training with tf.distribute.Strategy" tutoria
   is a MirroredVariable: one copy per replica (with `--mirrored-update replicas` the
   optimizer's slots and step count too).
 - Input: `strategy.distribute_datasets_from_function`, one dataset for the training run and
-  one for the test split. Each splits every global batch of `shared.data.epoch_batches`, in
-  order, into N contiguous per-replica pieces, and replica r gets piece r, one step each (in
-  one process each replica's pipeline runs on its own device: `pipeline_per_replica`). Pieces differ by at most
-  one example (44 over 8 replicas: 6,6,6,6,5,5,5,5); when the final partial batch has fewer
+  one for the test split. Every global batch of `shared.data.epoch_batches` is cut into N
+  contiguous per-replica pieces; each dataset element holds one replica's pieces of a whole
+  epoch (in one process each replica's pipeline runs on its own device: `pipeline_per_replica`),
+  and each step takes its piece out of it (`piece`). Pieces differ by at most one
+  example (44 over 8 replicas: 6,6,6,6,5,5,5,5); when the final partial batch has fewer
   examples than replicas, the last replicas get empty pieces of shape [0, 784], which add
-  zero to the loss sum and to the gradients. No data is dropped and nothing is padded.
+  zero to the loss sum and to the gradients. No data is dropped and no example is added.
 - Loss: each replica takes `shared.losses.mean_loss` of its piece with the number of real
   examples in the *global* batch (carried in every element), so the replicas' losses and
   gradients sum to the global mean's, however unevenly the batch split.
@@ -30,8 +31,10 @@ It reads like TensorFlow's "Custom training with tf.distribute.Strategy" tutoria
 - Metrics: the per-replica loss shares and correct counts are summed with `strategy.reduce`.
 - Step losses stay tensors until the epoch ends (`EpochMeter`): one host sync per epoch.
 - Speed: after the first step, an epoch is one `train_steps` call, whose loop in the graph
-  takes each step's pieces from the distributed iterator (`next(iterator)` inside the
-  tf.function), and the optimizer update is compiled by XLA (`shared.optim.apply_gradients_fused`).
+  cuts each step's pieces out of the epoch's element, and the optimizer update is compiled by
+  XLA (`shared.optim.apply_gradients_fused`). With an element per step instead (the tutorial's
+  shape), tf.data alone took 0.1-0.2 s of CPU time per epoch at 8 replicas, most of what a
+  whole reference epoch takes (docs/throughput.md).
   The forward and backward pass stay uncompiled: XLA compiles per piece shape and per replica,
   which cost minutes of tracing at 8 replicas.
 
@@ -56,7 +59,7 @@ in both, and the run matches the reference's.
 """
 import functools
 import time
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -69,6 +72,7 @@ from shared.errors import UsageError
 from shared.export import export_trainer
 from shared.history import EpochMeter, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
+from shared.memory import DeviceMemory, located_bytes, tally
 from shared.model import build_mlp, build_model_and_optimizer
 from shared.optim import apply_gradients_fused
 from shared.parity import max_abs_diff
@@ -172,49 +176,59 @@ def describe_pieces(global_count: int, num_replicas: int) -> str:
     return f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}"
 
 
-def replica_pieces(num_examples: int, batch_size: int, num_replicas: int, epochs: Sequence[int],
-                   shuffle: bool, seed: int) -> Tuple[np.ndarray, np.ndarray]:
-    """The global batches of `epoch_batches` for `epochs`, cut for the replicas: (order, pieces).
+def replica_chunks(num_examples: int, batch_size: int, num_replicas: int, epochs: Sequence[int],
+                   shuffle: bool, seed: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which examples each replica takes at each step, epoch by epoch: (indices, sizes, global_counts).
 
-    order lists example indices, global batch after global batch (epoch_batches applied to
-    the indices themselves); each row of pieces is (start in order, size, global count),
-    N rows per global batch, in replica order.
+    The global batches of `epoch_batches` for `epochs`, cut into `piece_sizes` contiguous pieces,
+    replica 0 first. indices [epochs, N, steps, P] holds replica r's piece of step s in its first
+    sizes[e, r, s] entries (P = the largest piece; the rest repeat example 0 and are cut off);
+    global_counts [epochs, N, steps] is the real example count of each global batch.
     """
-    indices = np.arange(num_examples)
-    order, pieces, start = [], [], 0
-    for epoch in epochs:
-        for index_batch, _ in epoch_batches(indices, indices, batch_size, epoch, shuffle, seed):
-            order.append(index_batch)
-            for size in piece_sizes(len(index_batch), num_replicas):
-                pieces.append((start, size, len(index_batch)))
+    steps = len(batch_slices(num_examples, batch_size))
+    width = -(-batch_size // num_replicas)
+    indices = np.zeros((len(epochs), num_replicas, steps, width), np.int64)
+    sizes = np.zeros((len(epochs), num_replicas, steps), np.int32)  # int32: sliced with the int32 step
+    global_counts = np.zeros((len(epochs), num_replicas, steps), np.int64)
+    example_ids = np.arange(num_examples)
+    for e, epoch in enumerate(epochs):
+        for step, (batch, _) in enumerate(epoch_batches(example_ids, example_ids, batch_size, epoch, shuffle, seed)):
+            start = 0
+            for replica, size in enumerate(piece_sizes(len(batch), num_replicas)):
+                indices[e, replica, step, :size] = batch[start:start + size]
+                sizes[e, replica, step], global_counts[e, replica, step] = size, len(batch)
                 start += size
-    order = np.concatenate(order) if order else np.zeros(0, dtype=np.int64)  # no epochs: no batches
-    return order, np.array(pieces, dtype=np.int64).reshape(-1, 3)
+    return indices, sizes, global_counts
 
 
 def distribute_batches(strategy, x: np.ndarray, y: np.ndarray, batch_size: int, epochs: Sequence[int],
                        shuffle: bool = False, seed: int = 0):
-    """The global batches of `epochs` as one distributed dataset of per-replica (x, y, global count).
+    """The global batches of `epochs` as one distributed dataset: per epoch, each replica's pieces of
+    every step, (x [steps, P, 784], y [steps, P], sizes [steps], global counts [steps]).
 
-    One dataset, so one iterator, for the whole run: creating a distributed iterator costs
-    ~0.3 s at 8 replicas, and creating one while another was alive and prefetching stalled
-    for up to 20 s here. Iterate it for exactly the known number of steps: asking for one
-    more waits for every replica's end of data (stalls of seconds here too).
+    One element per replica per epoch, not per step: tf.data's per-element work (the iterator,
+    the prefetch to each device) took most of a reference epoch's CPU time at 8 replicas
+    (docs/throughput.md); `piece` cuts each step's piece out in the step. An epoch's pieces are
+    padded to the largest (1.6 MB per replica at 8 replicas, default data); one epoch is
+    prepared ahead. One dataset, so one iterator, for the whole run: creating a distributed
+    iterator costs ~0.3 s at 8 replicas, and creating one while another was alive and prefetching
+    stalled for up to 20 s here. Take exactly one element per epoch: asking for one more waits
+    for every replica's end of data (stalls of seconds here too).
     """
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         num_replicas = input_context.num_replicas_in_sync
-        order, pieces = replica_pieces(len(y), batch_size, num_replicas, epochs, shuffle, seed)
-        # Each pipeline feeds only its own replicas' pieces: worker w's replicas w*L .. w*L+L-1 across
+        indices, sizes, global_counts = replica_chunks(len(y), batch_size, num_replicas, epochs, shuffle, seed)
+        # Each pipeline feeds only its own replicas: worker w's replicas w*L .. w*L+L-1 across
         # workers, one replica's in one process (pipeline_per_replica).
         local_replicas = num_replicas // input_context.num_input_pipelines
-        first_local = input_context.input_pipeline_id * local_replicas
-        pieces = pieces.reshape(-1, num_replicas, 3)[:, first_local:first_local + local_replicas].reshape(-1, 3)
-        images, labels, order = tf.constant(x), tf.constant(y), tf.constant(order)
+        local = slice(input_context.input_pipeline_id * local_replicas,
+                      (input_context.input_pipeline_id + 1) * local_replicas)
+        images, labels = tf.constant(x), tf.constant(y)
 
-        def take_piece(piece):
-            index = order[piece[0]:piece[0] + piece[1]]
-            return tf.gather(images, index), tf.gather(labels, index), piece[2]
-        pipeline = tf.data.Dataset.from_tensor_slices(pieces).map(take_piece).prefetch(2 * num_replicas)
+        def take_chunk(index, size, global_count):
+            return tf.gather(images, index), tf.gather(labels, index), size, global_count
+        chunks = tuple(array[:, local].reshape(-1, *array.shape[2:]) for array in (indices, sizes, global_counts))
+        pipeline = tf.data.Dataset.from_tensor_slices(chunks).map(take_chunk).prefetch(local_replicas)
         return pipeline.with_options(without_autotune())
     # Already per replica: a pipeline of L replicas hands L consecutive elements to them in order.
     return strategy.distribute_datasets_from_function(dataset_fn, pipeline_per_replica(strategy))
@@ -235,6 +249,12 @@ def pipeline_per_replica(strategy) -> Optional[tf.distribute.InputOptions]:
                                       experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA)
 
 
+def piece(chunk, step):
+    """In replica context: this replica's (x, y, global count) of step `step` from its epoch chunk."""
+    x, y, sizes, global_counts = chunk
+    return x[step, :sizes[step]], y[step, :sizes[step]], global_counts[step]
+
+
 def replica_loss_and_gradients(model, x, y, global_count):
     """(logits, this replica's loss share, its gradients of the global mean loss, not yet summed)."""
     with tf.GradientTape() as tape:
@@ -252,34 +272,34 @@ def all_reduced(grads):
 
 
 @tf.function
-def global_gradients(strategy, model, pieces):
+def global_gradients(strategy, model, chunk, step):
     """The gradients of the global mean loss at the current weights, as every replica sees them."""
-    def on_replica(x, y, global_count):
-        return all_reduced(replica_loss_and_gradients(model, x, y, global_count)[2])
-    return strategy.run(on_replica, args=pieces)
+    def on_replica(*replica_chunk):
+        return all_reduced(replica_loss_and_gradients(model, *piece(replica_chunk, step))[2])
+    return strategy.run(on_replica, args=chunk)
 
 
 @tf.function
-def train_step(strategy, model, optimizer, pieces, primary_model=None):
-    """One optimizer step on a global batch; returns (mean loss, correct count) before the update.
+def train_step(strategy, model, optimizer, chunk, step, primary_model=None):
+    """One optimizer step on global batch `step` of the epoch's `chunk`; returns (mean loss, correct
+    count) before the update.
 
     primary_model None ("replicas", the tf.distribute tutorial's pattern): the gradients are
     all-reduced and every replica applies the optimizer to its own copies. Otherwise
     ("primary"): the gradients are summed on the first device only, the optimizer updates
     `primary_model` there once, and its weights are copied to every replica's copy.
 
-    Trace it first with `get_concrete_function(..., distributed_dataset.element_spec)`, as
-    `fit` does for every step function: called with tensors, tf.function would trace the
-    first pieces' exact shapes and retrace for the final partial batch, and since strategy.run
-    traces once per replica, each retrace costs N times the reference's.
+    Every epoch's chunk has the same shapes and `step` is a tensor, so it traces once (per
+    replica: strategy.run traces its function N times); the pieces' sizes vary inside the graph.
     """
-    def on_replica(x, y, global_count):
+    def on_replica(*replica_chunk):
+        x, y, global_count = piece(replica_chunk, step)
         logits, loss, grads = replica_loss_and_gradients(model, x, y, global_count)
         if primary_model is None:
             apply_gradients_fused(optimizer, all_reduced(grads), model.weights)  # XLA; this replica's copies
             grads = []
         return loss, correct_count(logits, y), grads
-    losses, corrects, grads = strategy.run(on_replica, args=pieces)
+    losses, corrects, grads = strategy.run(on_replica, args=chunk)
     if primary_model is not None:
         primary = strategy.extended.worker_devices[0]
         summed = strategy.extended.batch_reduce_to(SUM, [(grad, primary) for grad in grads])
@@ -292,8 +312,8 @@ def train_step(strategy, model, optimizer, pieces, primary_model=None):
 
 
 @tf.function
-def train_steps(strategy, model, optimizer, iterator, steps, primary_model=None, record_state: bool = False):
-    """`train_step` on the next `steps` global batches of a distributed iterator, in one call.
+def train_steps(strategy, model, optimizer, chunk, first_step, steps, primary_model=None, record_state: bool = False):
+    """`train_step` on global batches first_step .. first_step + steps - 1 of the epoch's chunk, in one call.
 
     The loop runs in the graph (the tf.distribute guide's pattern for several steps per
     tf.function call); returns [steps] tensors of the per-step losses and correct counts,
@@ -308,25 +328,26 @@ def train_steps(strategy, model, optimizer, iterator, steps, primary_model=None,
     for i in tf.range(steps):
         if record_state:  # Python bool: decided when traced; cross-replica context reads replica 0's copy
             checksums = checksums.write(i, state_checksums(variables))
-        loss, correct = train_step(strategy, model, optimizer, next(iterator), primary_model)
+        loss, correct = train_step(strategy, model, optimizer, chunk, first_step + i, primary_model)
         losses, corrects = losses.write(i, loss), corrects.write(i, correct)
     return losses.stack(), corrects.stack(), checksums.stack()
 
 
 @tf.function
-def test_step(strategy, model, pieces):
-    def on_replica(x, y, global_count):
+def test_step(strategy, model, chunk, step):
+    def on_replica(*replica_chunk):
+        x, y, _ = piece(replica_chunk, step)
         logits = model(x)
         return loss_sum(logits, y), correct_count(logits, y)
-    loss_sums, corrects = strategy.run(on_replica, args=pieces)
+    loss_sums, corrects = strategy.run(on_replica, args=chunk)
     return strategy.reduce(SUM, loss_sums, axis=None), strategy.reduce(SUM, corrects, axis=None)
 
 
-def evaluate(strategy, model, steps, num_batches: int, num_examples: int):
-    """(mean loss, accuracy) over a whole split: the next `num_batches` of `steps`; one host sync."""
+def evaluate(strategy, model, chunk, num_batches: int, num_examples: int):
+    """(mean loss, accuracy) over a whole split: the `num_batches` global batches of `chunk`; one host sync."""
     total_loss, total_correct = 0.0, 0.0
-    for _ in range(num_batches):
-        batch_loss, batch_correct = test_step(strategy, model, next(steps))
+    for step in range(num_batches):
+        batch_loss, batch_correct = test_step(strategy, model, chunk, tf.constant(step))
         total_loss, total_correct = total_loss + batch_loss, total_correct + batch_correct
     return float(total_loss) / num_examples, float(total_correct) / num_examples
 
@@ -354,6 +375,34 @@ def replica_weight_spread(strategy, model) -> float:
     return max((max_abs_diff([copy.numpy() for copy in copies], first) for copies in replicas[1:]), default=0.0)
 
 
+def build_models(strategy, config: Config, update: str):
+    """(model, optimizer, primary_model) for the update mode; primary_model is None with "replicas".
+
+    "primary": the optimizer and the weights it updates are plain variables on the first
+    device, and the replicas' MirroredVariables are copies of those weights. "replicas": the
+    model and optimizer are MirroredVariables, one copy of weights and slots per replica.
+    """
+    if update == "primary":
+        with tf.device(strategy.extended.worker_devices[0]):
+            primary_model, optimizer = build_model_and_optimizer(config)
+        with strategy.scope():
+            model = build_mlp([weight.numpy() for weight in primary_model.weights])  # the replicas' copies
+        return model, optimizer, primary_model
+    with strategy.scope():
+        model, optimizer = build_model_and_optimizer(config)  # MirroredVariables: one copy per replica
+    return model, optimizer, None
+
+
+def memory_per_device(strategy, model, optimizer, primary_model: Optional[object]) -> List[DeviceMemory]:
+    """Bytes of weights and optimizer state on each device: every replica's copy of each
+    MirroredVariable, plus the first device's plain weights with "primary" (where the optimizer
+    state is plain too: experimental_local_results gives a plain variable back as itself)."""
+    def copies(variables):
+        return located_bytes(copy for variable in variables for copy in strategy.experimental_local_results(variable))
+    weights = copies(model.weights) + (located_bytes(primary_model.weights) if primary_model is not None else [])
+    return tally(weights, copies(optimizer.variables))
+
+
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train data-parallel with one replica per device and return the shared history record."""
     if config.clients > 1:
@@ -375,22 +424,14 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     history.details = {
         "cross_device_ops": cross_device_ops_name,
         "update": update,
-        "input": "distribute_datasets_from_function",
+        "input": "distribute_datasets_from_function, one element per replica per epoch",
         "per_replica_batch": describe_pieces(config.batch_size, num_replicas),
     }
     if not config.quiet:
         log(f"{'mirrored':<10} {history.placement}; cross-device ops {history.details['cross_device_ops']}; "
             f"update {history.details['update']}; per-replica batch {history.details['per_replica_batch']}; "
             f"input {history.details['input']}")
-    primary_model = None
-    if update == "primary":  # the optimizer and the weights it updates: plain variables on the first device
-        with tf.device(strategy.extended.worker_devices[0]):
-            primary_model, optimizer = build_model_and_optimizer(config)
-        with strategy.scope():
-            model = build_mlp([weight.numpy() for weight in primary_model.weights])  # the replicas' copies
-    else:
-        with strategy.scope():
-            model, optimizer = build_model_and_optimizer(config)  # MirroredVariables: one copy per replica
+    model, optimizer, primary_model = build_models(strategy, config, update)
     record_state = config.dtype == "float64"  # per-step state checksums: what parity names when it fails
     recorded = state_variables(primary_model or model, optimizer)  # replicas mode: replica 0's copies are read
     history.state_names = state_names(primary_model or model, optimizer) if record_state else []
@@ -404,34 +445,39 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
     train_batches = distribute_batches(strategy, data.x_train, data.y_train, config.batch_size, epochs or [0],
                                        config.shuffle, config.seed)
     test_batches = distribute_batches(strategy, data.x_test, data.y_test, config.batch_size, epochs)
-    global_gradients.get_concrete_function(strategy, model, train_batches.element_spec)  # see train_step
-    test_step.get_concrete_function(strategy, model, test_batches.element_spec)
-    train_iterator, test_steps = iter(train_batches), iter(test_batches)
-    first_pieces = next(train_iterator)
-    first_grads = global_gradients(strategy, model, first_pieces)
+    train_iterator, test_iterator = iter(train_batches), iter(test_batches)
+    chunk = next(train_iterator)  # the first epoch's pieces
+    first_step = tf.constant(0)
+    first_grads = global_gradients(strategy, model, chunk, first_step)
     history.first_step_gradients = [strategy.experimental_local_results(g)[0].numpy() for g in first_grads]
 
     global_counts = [part.stop - part.start for part in batch_slices(len(data.y_train), config.batch_size)]
     test_batch_count = len(batch_slices(len(data.y_test), config.batch_size))
     for epoch in epochs:
         meter = EpochMeter(f"mirrored epoch {epoch + 1}/{config.epochs}", len(global_counts))
-        counts = global_counts
-        if epoch == start_epoch:  # the first step alone, on the pieces already taken: its time is the trace time
+        traces_before = train_step.experimental_get_tracing_count() + train_steps.experimental_get_tracing_count()
+        if epoch != start_epoch:
+            chunk = next(train_iterator)  # prepared while the previous epoch trained
+        done = 0
+        if epoch == start_epoch:  # the first step alone: its time is the trace time
             initial_state = read_state_checksums(recorded) if record_state else None
             started = time.perf_counter()
-            train_step.get_concrete_function(strategy, model, optimizer, train_batches.element_spec, primary_model)
-            loss, correct = train_step(strategy, model, optimizer, first_pieces, primary_model)
+            loss, correct = train_step(strategy, model, optimizer, chunk, first_step, primary_model)
             float(loss)  # host sync, once
             history.trace_seconds = time.perf_counter() - started
-            meter.add(loss, correct, counts[0], initial_state)
-            counts = counts[1:]
-        if counts:  # the rest of the epoch in one call
-            losses, corrects, checksums = train_steps(strategy, model, optimizer, train_iterator,
-                                                      tf.constant(len(counts)), primary_model, record_state)
-            meter.add_steps(losses, corrects, counts, checksums if record_state else None)
+            meter.add(loss, correct, global_counts[0], initial_state)
+            done = 1
+        if done < len(global_counts):  # the rest of the epoch in one call
+            losses, corrects, checksums = train_steps(strategy, model, optimizer, chunk, tf.constant(done),
+                                                      tf.constant(len(global_counts) - done), primary_model,
+                                                      record_state)
+            meter.add_steps(losses, corrects, global_counts[done:], checksums if record_state else None)
         finished = meter.finish()  # before evaluating: the epoch's time is training only
-        test_loss, test_accuracy = evaluate(strategy, model, test_steps, test_batch_count, len(data.y_test))
-        record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy)
+        traces = (train_step.experimental_get_tracing_count() + train_steps.experimental_get_tracing_count()
+                  - traces_before)
+        test_loss, test_accuracy = evaluate(strategy, model, next(test_iterator), test_batch_count,
+                                            len(data.y_test))
+        record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy, traces)
         if not config.quiet:
             log(format_epoch_line("mirrored", record, config.epochs))
         state.save_epoch(epoch + 1)  # --checkpoint-dir
@@ -439,6 +485,7 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
         history.add_final_state(read_state_checksums(recorded))
     history.details["replica_weight_spread"] = f"{replica_weight_spread(strategy, model):.3g}"
     history.final_weights = [w.numpy() for w in model.weights]
+    history.memory_per_device = memory_per_device(strategy, model, optimizer, primary_model)
     export_trainer(config, "mirrored", history.final_weights,  # --export
                    lambda x: predict_logits(strategy, model, x), data.x_test, history.details)
     return history

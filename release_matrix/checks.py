@@ -137,9 +137,22 @@ def stale_read(combine: str) -> dict:
     return result
 
 
+def project_commit() -> str:
+    """The project's git commit, "+changes" when the working tree differs from it; "-" outside git."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "-"
+    return commit + ("+changes" if changed else "")
+
+
 def versions() -> dict:
-    """The installed versions that matter, read from package metadata (no TensorFlow import)."""
-    found = {"python": platform.python_version()}
+    """The installed versions that matter, read from package metadata (no TensorFlow import), and
+    the project's commit: the rows of one table may come from different runs."""
+    found = {"python": platform.python_version(), "project": project_commit()}
     for package in ("tensorflow", "tensorflow-cpu", "numpy", "keras", "protobuf", "tensorflow-datasets"):
         try:
             found[package] = metadata.version(package)

@@ -23,7 +23,8 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from dtensor_impl.mesh import MeshSpec, create_mesh
-from dtensor_impl.trainer import COMBINE_ALL_REDUCES, build_model, pack_batch
+from dtensor_impl.combining import VARIABLE as COMBINE_ALL_REDUCES
+from dtensor_impl.trainer import build_model, pack_batch
 from shared.data import load_data
 from shared.devices import configure_devices
 from shared.losses import mean_loss
@@ -35,7 +36,7 @@ BATCH = 128
 
 def check(combine: bool) -> dict:
     """Assign then read every slot once on a `batch=DEVICES` mesh; the facts as a dict."""
-    # DTensor reads the variable each time it compiles a function (only "0" turns combining off).
+    # DTensor reads the variable once, when it starts (only "0" turns combining off): set it first.
     os.environ[COMBINE_ALL_REDUCES] = "1" if combine else "0"
     mesh = create_mesh(MeshSpec(batch=DEVICES), configure_devices(DEVICES, "CPU"))
     model = build_model(initial_values(layer_sizes((700, 500)), seed=22), mesh)

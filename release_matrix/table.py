@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join("out", "releases")
 DOC_JSON = os.path.join("docs", "releases.json")
 DOC_MARKDOWN = os.path.join("docs", "releases.md")
-LOSS_TOLERANCE = 1e-4  # shared.parity.DEFAULT_TOLERANCE (tests/test_releases.py), here without numpy
+LOSS_TOLERANCE = 1e-4  # shared.parity.DEFAULT_TOLERANCE["float32"] (tests/test_releases.py), without numpy
 BEGIN, END = "<!-- release table: begin (release_matrix/table.py writes this part) -->", "<!-- release table: end -->"
 # (column, compare run, trainer): parity of the distributed trainers against the reference.
 PARITY_COLUMNS = [
@@ -34,7 +34,7 @@ PARITY_COLUMNS = [
 ]
 CHECK_COLUMNS = ["fast tests"] + [column for column, _, _ in PARITY_COLUMNS] + [
     "--adam tutorial caught", "DTensorDataset", "multi-client", "checkpoint cross-restore"]
-HEADERS = (["release", "verdict", "install s", "checks s"] + CHECK_COLUMNS[:6]
+HEADERS = (["release", "project commit", "verdict", "install s", "checks s"] + CHECK_COLUMNS[:6]
            + ["stale read after assign (combining on)"] + CHECK_COLUMNS[6:])
 
 
@@ -156,10 +156,11 @@ def render(rows: List[dict]) -> str:
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     for row in rows:
         if not row["checks"]:
-            lines.append("| " + " | ".join([row["release"], "not measured"] + [""] * (len(HEADERS) - 2)) + " |")
+            lines.append("| " + " | ".join([row["release"], "", "not measured"] + [""] * (len(HEADERS) - 3)) + " |")
             continue
         install = "-" if row["install_seconds"] is None else f"{row['install_seconds']:.0f}"
-        cells = [row["release"], row["verdict"], install, f"{row['run_seconds']:.0f}"]
+        cells = [row["release"], row["versions"].get("project", "-"), row["verdict"], install,
+                 f"{row['run_seconds']:.0f}"]
         cells += [row["checks"][name]["cell"] for name in CHECK_COLUMNS[:6]]
         cells += [row["stale_read"]["cell"]] + [row["checks"][name]["cell"] for name in CHECK_COLUMNS[6:]]
         lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")

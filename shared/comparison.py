@@ -11,13 +11,14 @@ from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from shared import checkpoint
+from shared import checkpoint, sweep
 from shared.benchmark import matmul_peak_gflops
 from shared.config import Config
 from shared.data import MnistData, load_data
 from shared.devices import configure_devices
 from shared.errors import UsageError
-from shared.history import History, throughput
+from shared.history import History
+from shared.memory import with_peaks
 from shared.parity import Parity, check_parity
 from shared.verdict import Verdict, judge
 
@@ -96,6 +97,10 @@ def train_one(name: str, config: Config, data: MnistData, devices: Sequence[str]
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''} " \
                  f"({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
         return TrainerResult(name, error=reason.strip())
+    if config.device_type == "GPU":  # TensorFlow's own peak per device, beside the bytes the trainer holds
+        history.memory_per_device = with_peaks(
+            history.memory_per_device, {device: tf.config.experimental.get_memory_info(device)["peak"]
+                                        for device in devices})
     return TrainerResult(name, history, peak_memory_mb=peak_memory_mb(config, devices))
 
 
@@ -133,11 +138,12 @@ def compare_results(config: Config, devices: Sequence[str], data: MnistData, res
 
 
 def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], MnistData):
-    """Configure the largest device count once, validate, load data; all before any training."""
+    """Configure the largest device count once, validate, load data; all before any training.
+
+    The sweep's configurations are checked when it is planned (a sweep configuration that
+    cannot run is skipped, with the reason, rather than stopping the run)."""
     all_devices = configure_devices(max([config.devices, *sweep_devices]), config.device_type)
     check_config(config, all_devices[:config.devices])
-    for count in sweep_devices:
-        check_config(config.replace(mesh=None, devices=count), all_devices[:count])
     data = load_data(config.data, config.train_examples, config.test_examples)
     return all_devices, data
 
@@ -147,53 +153,22 @@ def run(config: Config, args) -> int:
     from shared import report
     report.check_outputs(args)
     all_devices, data = prepare(config, args.sweep_devices or ())
+    plan = sweep.plan_sweep(config, args.sweep_devices or (), args.sweep_meshes, all_devices)
     devices = all_devices[:config.devices]
     print(report.header(config, devices, data))
     main_run = train_all(config, data, devices)
     main_run.matmul_peak_gflops = matmul_peak_gflops(devices[0])
-    sweep = []
-    if args.sweep_devices:
-        sweep = run_sweep(config, data, all_devices, args.sweep_devices, main_run)
-    return report.publish(args, main_run, sweep)
+    entries = run_sweep(config, data, all_devices, plan) if plan else []
+    return report.publish(args, main_run, entries)
 
 
-@dataclasses.dataclass
-class SweepEntry:
-    devices: int
-    trainer: str
-    throughput_examples_per_s: float
-    ratio_to_reference: float  # to reference_examples_per_s
-    parity_ok: bool
-    error: str = ""
-    reference_examples_per_s: float = 0.0  # the reference trained just before, in the same run as this entry
-
-
-def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], counts: Sequence[int],
-              main_run: RunResult) -> List[SweepEntry]:
-    """Every chosen distributed trainer at each device count (pure data parallel, mesh batch=N).
-
-    Each count trains its own reference just before its trainers, and each ratio is to that
-    reference: on a shared machine, throughput drifts by tens of percent within a minute,
-    so a ratio to a reference measured minutes earlier would measure the drift. Each side
-    counts its fastest epoch after the first (history.throughput says why).
-    """
+def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], plan: Sequence[sweep.SweepPoint],
+              log=print) -> List[sweep.SweepEntry]:
+    """Train each planned configuration beside a reference trained just before it (shared/sweep.py)."""
     entries = []
-    for count in counts:
-        sweep_config = config.replace(devices=count, mesh=None, quiet=True,
-                                      checkpoint_dir=None, export=None)  # those are the main run's
-        if count == config.devices and config.mesh is None:
-            run_at_count = main_run
-        else:
-            run_at_count = train_all(sweep_config, data, all_devices[:count])
-        reference = run_at_count.results["reference"]
-        reference_throughput = throughput(reference.history, len(data.y_train))[2] if not reference.failed else 0.0
-        for name, result in run_at_count.results.items():
-            if name == "reference" and count != counts[0]:
-                continue  # one device, whatever the count: listed once
-            value = throughput(result.history, len(data.y_train))[2] if not result.failed else 0.0  # fastest epoch
-            verdict = run_at_count.verdicts.get(name)
-            entries.append(SweepEntry(1 if name == "reference" else count, name, value,
-                                      value / reference_throughput if reference_throughput else 0.0,
-                                      (verdict.ok if verdict else not result.failed), result.error,
-                                      reference_throughput))
-    return entries
+    for point in plan:
+        run_at_point = None if point.skipped else train_all(point.config, data, all_devices[:point.devices])
+        entries.append(sweep.sweep_entry(point, run_at_point, len(data.y_train)))
+        if not config.quiet:
+            log(sweep.format_entry_line(entries[-1]))
+    return sweep.mark_fastest(entries)

@@ -196,6 +196,9 @@ def join_cluster(trainer: str, device_type: str) -> None:
     """Start this client's part of TensorFlow's distributed runtime, before anything else starts it."""
     if trainer == "dtensor":
         from tensorflow.experimental import dtensor
+
+        from dtensor_impl import combining
+        combining.settle(device_type)  # before DTensor starts: dtensor_impl/combining.py
         # Reads DTENSOR_*; in multi-client mode its shutdown_accelerator_system() raises, so it is
         # never called: the process exits instead.
         dtensor.initialize_accelerator_system(device_type)

@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display needed
 import numpy as np  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from shared.files import write_atomically  # noqa: E402
 from shared.history import throughput  # noqa: E402
@@ -96,26 +97,49 @@ def _loss_diff_plot(run, directory: str) -> None:
     _save(figure, directory, "loss_diff.png")
 
 
+def _sweep_plot(axes, sweep) -> None:
+    """Every configuration's ratio to the reference trained beside it, grouped by device count;
+    the fastest DTensor mesh and the faster approach at each count marked."""
+    colours = {"dtensor": "#1f77b4", "mirrored": "#ff7f0e"}
+    position, ticks, labels, seen = 0.0, [], [], set()
+    for count in dict.fromkeys(entry.devices for entry in sweep):
+        for entry in (e for e in sweep if e.devices == count):
+            ratio = entry.ratio_to_reference or 0.0  # skipped, failed or below the floor: no bar
+            legend = entry.trainer if entry.trainer not in seen else None
+            seen.add(entry.trainer)
+            axes.bar(position, ratio, color=colours.get(entry.trainer, "#777777"), label=legend,
+                     edgecolor="black", linewidth=2.5 if entry.faster_approach else 0.5,
+                     hatch="//" if entry.fastest_mesh else None)
+            text = "-" if entry.ratio_to_reference is None else f"{ratio:.2f}x"
+            axes.annotate(text + (" *" if entry.fastest_mesh else ""), (position, ratio), ha="center",
+                          va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+            ticks.append(position)
+            labels.append(f"{count} dev\n" + (entry.mesh.replace(",", "\n") if entry.mesh else f"update\n{entry.update}"))
+            position += 1
+        position += 0.8  # a gap between device counts
+    axes.axhline(1.0, color="black", linestyle="--", label="reference (1 device) = 1")
+    handles, names = axes.get_legend_handles_labels()
+    handles += [Patch(facecolor="white", edgecolor="black", hatch="//"),
+                Patch(facecolor="white", edgecolor="black", linewidth=2.5)]
+    axes.legend(handles, names + ["fastest DTensor mesh (*)", "faster approach (thick edge)"], fontsize=8)
+    axes.set_xticks(ticks)
+    axes.set_xticklabels(labels, fontsize=7)
+    axes.set_ylabel("throughput / the reference's, trained just before")
+    axes.set_title("Every configuration against device count (fastest epoch after the first)")
+
+
 def _throughput_plot(run, sweep, directory: str) -> None:
     train_examples = len(run.data.y_train)
+    figure, axes = plt.subplots(figsize=FIGURE_SIZE)
     if sweep:
-        figure, axes = plt.subplots(figsize=FIGURE_SIZE)
-        for name in dict.fromkeys(entry.trainer for entry in sweep):
-            points = [(e.devices, e.throughput_examples_per_s) for e in sweep if e.trainer == name]
-            if name == "reference":
-                axes.axhline(points[0][1], color="black", linestyle="--", label="reference (1 device)")
-                continue
-            axes.plot(*zip(*points), marker="o", label=name)
-        axes.set_xlabel("logical devices")
-        axes.set_xticks(sorted({e.devices for e in sweep}))
-        axes.set_title("Training throughput against device count")
+        _sweep_plot(axes, sweep)
     else:
-        figure, axes = plt.subplots(figsize=FIGURE_SIZE)
         names, values, errors = [], [], []
         for name, result in run.results.items():
-            if result.history is None:
+            figures = throughput(result.history, train_examples) if result.history is not None else None
+            if figures is None:  # failed, or below the timing floor
                 continue
-            median, low, high = throughput(result.history, train_examples)
+            median, low, high = figures
             names.append(f"{name}\n{result.history.placement}")
             values.append(median)
             errors.append((median - low, high - median))
@@ -123,8 +147,8 @@ def _throughput_plot(run, sweep, directory: str) -> None:
                  color=["#555555", "#1f77b4", "#ff7f0e"][:len(names)], label="median over epochs 2..")
         axes.set_title("Training throughput (first epoch excluded; bars show min-max)")
         axes.tick_params(axis="x", labelsize=8)
-    axes.set_ylabel("training examples per second")
-    axes.legend()
+        axes.set_ylabel("training examples per second")
+        axes.legend(fontsize=8)
     axes.grid(alpha=0.3, axis="y")
     _save(figure, directory, "throughput.png")
 

@@ -10,7 +10,7 @@ step alone, then runs of equal-size batches), each a loop in the graph with one 
 per epoch, and the optimizer update is compiled by XLA (`shared.optim.apply_gradients_fused`).
 """
 import time
-from typing import Callable, Sequence
+from typing import Callable, List, Sequence
 
 import tensorflow as tf
 
@@ -21,6 +21,7 @@ from shared.data import MnistData, batch_slices, epoch_batches, step_chunks
 from shared.export import export_trainer
 from shared.history import EpochMeter, History, format_epoch_line
 from shared.losses import correct_count, loss_sum, mean_loss
+from shared.memory import DeviceMemory, located_bytes, tally
 from shared.model import build_model_and_optimizer
 from shared.optim import apply_gradients_fused
 
@@ -80,6 +81,11 @@ def evaluate(model, x, y, batch_size: int):
     return float(total_loss) / len(y), float(total_correct) / len(y)
 
 
+def memory_per_device(model, optimizer) -> List[DeviceMemory]:
+    """Bytes of weights and optimizer state, from the variables themselves (all on one device)."""
+    return tally(located_bytes(model.weights), located_bytes(optimizer.variables))
+
+
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train on devices[0] and return the shared history record."""
     device = devices[0]
@@ -98,6 +104,7 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
             meter = EpochMeter(f"reference epoch {epoch + 1}/{config.epochs}",
                                len(batch_slices(len(data.y_train), config.batch_size)))
             batches = epoch_batches(data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed)
+            traces_before = train_steps.experimental_get_tracing_count()
             for chunk, (x_steps, y_steps) in enumerate(step_chunks(batches, first_alone=epoch == start_epoch)):
                 started = time.perf_counter()
                 if epoch == start_epoch and chunk == 0:  # one trace for every chunk length and batch size
@@ -110,14 +117,16 @@ def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable =
                 meter.add_steps(losses, corrects, [y_steps.shape[1]] * len(y_steps),
                                 checksums if record_state else None)
             finished = meter.finish()  # before evaluating: the epoch's time is training only
+            traces = train_steps.experimental_get_tracing_count() - traces_before
             test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test, config.batch_size)
-            record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy)
+            record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy, traces)
             if not config.quiet:
                 log(format_epoch_line("reference", record, config.epochs))
             state.save_epoch(epoch + 1)  # --checkpoint-dir
         if record_state:
             history.add_final_state(read_state_checksums(state_variables(model, optimizer)))
         history.final_weights = [w.numpy() for w in model.weights]
+        history.memory_per_device = memory_per_device(model, optimizer)
         export_trainer(config, "reference", history.final_weights, lambda x: model(x).numpy(),  # --export
                        data.x_test, history.details)
     return history

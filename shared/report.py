@@ -18,14 +18,18 @@ from mirrored_impl.trainer import describe_pieces
 from shared.benchmark import PEAK_MATMUL_SIZE, flops_per_example
 from shared.errors import UsageError
 from shared.files import check_writable_dir, write_atomically
-from shared.history import step_time_percentiles_ms, throughput
+from shared.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
+from shared.memory import MB, largest_total_bytes
 from shared.model import layer_sizes
 from shared.parity_report import (PARITY_HEADERS, float64_rerun_dict, last_line, parity_dict, parity_rows,
                                   parity_title)
 
 RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
-                  "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "peak MB"]
-SWEEP_HEADERS = ["devices", "trainer", "examples/s", "reference examples/s", "ratio to reference", "parity"]
+                  "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "memory/device MB", "peak MB"]
+SWEEP_HEADERS = ["devices", "trainer", "mesh / update", "examples/s", "reference examples/s", "ratio to reference",
+                 "memory/device MB", "parity", "fastest"]
+BELOW_FLOOR = (f"-: no epoch after the first ran {MIN_MEASURED_SECONDS:g} s or more without tracing (the timing "
+               f"floor, shared/history.py); use more --epochs or --train-examples")
 
 
 def check_outputs(args) -> None:
@@ -48,7 +52,8 @@ def header(config, devices: Sequence[str], data) -> str:
         f"({devices[0]} .. {devices[-1]})" + (f" per client x {config.clients} clients" if config.clients > 1 else "")
         + f"; DTensor mesh {config.mesh or f'batch={batch_axis}'}",
         f"global batch {config.batch_size}, per replica {config.batch_size // batch_axis} (DTensor) / "
-        f"{describe_pieces(config.batch_size, mirrored_replicas)} (MirroredStrategy); {config.epochs} epochs; "
+        f"{describe_pieces(config.batch_size, mirrored_replicas)} (MirroredStrategy); "
+        f"{config.epochs} epoch{'s' * (config.epochs != 1)}; "
         f"{config.optimizer} lr {config.learning_rate:g}" + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
         + f"; {config.dtype}; seed {config.seed}",
         data.describe(),
@@ -61,18 +66,19 @@ def result_rows(run) -> List[list]:
     for name, result in run.results.items():
         history = result.history
         if history is None:
-            rows.append([name, "-", "-", "-", "-", "-", f"FAILED: {result.error}", "-", "-", "-", "-"])
+            rows.append([name, "-", "-", "-", "-", "-", f"FAILED: {result.error}", "-", "-", "-", "-", "-"])
             continue
         last = history.epochs[-1] if history.epochs else None
-        median, low, high = throughput(history, train_examples)
-        p50, p95 = step_time_percentiles_ms(history)
+        figures = throughput(history, train_examples)
+        percentiles = step_time_percentiles_ms(history)
         rows.append([
             name, history.placement,
             *(f"{v:.4f}" for v in ((last.train_loss, last.train_accuracy, last.test_loss, last.test_accuracy)
                                    if last else (float("nan"),) * 4)),
-            f"{median:,.0f} ({low:,.0f}-{high:,.0f})",
-            f"{p50:.2f}", f"{p95:.2f}",
-            f"{history.trace_seconds:.2f}", f"{result.peak_memory_mb:,.0f}",
+            "-" if figures is None else f"{figures[0]:,.0f} ({figures[1]:,.0f}-{figures[2]:,.0f})",
+            *(("-", "-") if percentiles is None else (f"{percentiles[0]:.2f}", f"{percentiles[1]:.2f}")),
+            f"{history.trace_seconds:.2f}", f"{largest_total_bytes(history.memory_per_device) / MB:,.2f}",
+            f"{result.peak_memory_mb:,.0f}",
         ])
     return rows
 
@@ -81,40 +87,63 @@ def compute_facts(run) -> dict:
     """FLOPs per example, the measured matmul peak, and each trainer's achieved GFLOP/s (shared/benchmark.py)."""
     flops = flops_per_example(layer_sizes(run.config.hidden))
     train_examples = len(run.data.y_train)
-    achieved = {name: throughput(result.history, train_examples)[0] * flops / 1e9
-                for name, result in run.results.items() if result.history is not None}
+    achieved = {}
+    for name, result in run.results.items():
+        figures = throughput(result.history, train_examples) if result.history is not None else None
+        if result.history is not None:
+            achieved[name] = None if figures is None else figures[0] * flops / 1e9  # None: below the floor
     return {"flops_per_example": flops, "matmul_peak_gflops": run.matmul_peak_gflops,
             "achieved_gflops": achieved}
 
 
 def passed(run, sweep) -> bool:
     """The verdict: every trainer finished and matched the reference, in the main run and the sweep."""
-    return bool(run.ok and all(entry.parity_ok for entry in sweep))
+    return bool(run.ok and all(entry.ok for entry in sweep))
 
 
 def print_tables(run, sweep, out=sys.stdout) -> None:
     if run.parity or any(r.failed for n, r in run.results.items() if n != "reference"):
         print(f"\n{parity_title(run)}", file=out)
         print(tabulate(parity_rows(run), PARITY_HEADERS, tablefmt="github"), file=out)
-    print("\nResults (throughput excludes the first epoch, which traces; peak MB on CPU is the "
-          "process's peak RSS so far)", file=out)
-    print(tabulate(result_rows(run), RESULT_HEADERS, tablefmt="github"), file=out)
+    print("\nResults (throughput and step times from the epochs after the first, which traces; memory/device: "
+          "weights + optimizer state on the device that holds most; peak MB on CPU is the process's peak RSS "
+          "so far)", file=out)
+    rows = result_rows(run)
+    print(tabulate(rows, RESULT_HEADERS, tablefmt="github"), file=out)
     compute = compute_facts(run)
+    below_floor = any(row[6] == "-" for row in rows) or None in compute["achieved_gflops"].values()
     if compute["matmul_peak_gflops"]:
-        achieved = ", ".join(f"{name} {gflops:.0f} ({gflops / compute['matmul_peak_gflops']:.0%})"
+        achieved = ", ".join(f"{name} -" if gflops is None else
+                             f"{name} {gflops:.0f} ({gflops / compute['matmul_peak_gflops']:.0%})"
                              for name, gflops in compute["achieved_gflops"].items())
         print(f"\nGFLOP/s at {compute['flops_per_example'] / 1e6:.2f} MFLOP per example (3 x 2 x weights): "
               f"{achieved} of this run's float32 matmul peak {compute['matmul_peak_gflops']:.0f} GFLOP/s "
               f"({PEAK_MATMUL_SIZE}x{PEAK_MATMUL_SIZE}, one device)", file=out)
     if sweep:
-        print("\nThroughput against device count", file=out)
-        print(tabulate([[e.devices, e.trainer, f"{e.throughput_examples_per_s:,.0f}",
-                         f"{e.reference_examples_per_s:,.0f}", f"{e.ratio_to_reference:.2f}x",
-                         "ok" if e.parity_ok else f"FAILED {e.error}".strip()]
-                        for e in sweep], SWEEP_HEADERS, tablefmt="github"), file=out)
-        print("(fastest epoch after the first; each ratio is to the reference trained just before, in the "
-              "same run at that count)", file=out)
+        print("\nThroughput against device count: every configuration, each beside its own reference", file=out)
+        print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
+        print("(each trainer's fastest epoch after the first; each ratio is to the reference trained just before "
+              "it; fastest: the DTensor mesh with the best ratio at that count, and the faster approach)", file=out)
+        below_floor = below_floor or any(e.throughput_examples_per_s is None and not e.skipped for e in sweep)
+    if below_floor:
+        print(BELOW_FLOOR, file=out)
     print(f"\n{last_line(run, passed(run, sweep))}", file=out)
+
+
+def sweep_rows(sweep) -> List[list]:
+    def figure(value, text="{:,.0f}"):
+        return "-" if value is None else text.format(value)
+    rows = []
+    for e in sweep:
+        marks = [mark for mark, on in (("fastest mesh", e.fastest_mesh), ("faster approach", e.faster_approach)) if on]
+        if e.skipped:
+            verdict = f"skipped: {e.skipped}"
+        else:
+            verdict = "ok" if e.parity_ok else f"FAILED {e.error}".strip()
+        rows.append([e.devices, e.trainer, e.label, figure(e.throughput_examples_per_s),
+                     figure(e.reference_examples_per_s), figure(e.ratio_to_reference, "{:.2f}x"),
+                     "-" if e.skipped else f"{e.memory_per_device_bytes / MB:,.2f}", verdict, ", ".join(marks)])
+    return rows
 
 
 def report_dict(run, sweep) -> dict:
@@ -125,19 +154,20 @@ def report_dict(run, sweep) -> dict:
         if history is None:
             trainers[name] = {"failed": True, "error": result.error}
             continue
-        median, low, high = throughput(history, train_examples)
-        p50, p95 = step_time_percentiles_ms(history)
+        median, low, high = throughput(history, train_examples) or (None, None, None)  # None: below the floor
+        p50, p95 = step_time_percentiles_ms(history) or (None, None)
         trainers[name] = {
             "failed": False,
             "placement": history.placement,
             "step_losses": [float(v) for v in history.step_losses],
             "epochs": [dataclasses.asdict(record) for record in history.epochs],
             "throughput_examples_per_s": median,
-            "throughput_spread_examples_per_s": [low, high],
+            "throughput_spread_examples_per_s": None if low is None else [low, high],
             "step_time_ms_p50": p50,
             "step_time_ms_p95": p95,
             "trace_seconds": history.trace_seconds,
             "peak_memory_mb": result.peak_memory_mb,
+            "memory_per_device": [dataclasses.asdict(record) for record in history.memory_per_device],
             "details": history.details,
         }
     config = dataclasses.asdict(run.config)

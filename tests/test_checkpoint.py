@@ -32,7 +32,8 @@ TRAINERS = {"reference": reference, "dtensor": dtensor_trainer, "mirrored": mirr
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (written by, mesh, resumed by, mesh): the pairs.
 PAIRS = [("dtensor", "batch=8", "mirrored", None), ("mirrored", None, "dtensor", "batch=4,model=2"),
-         ("dtensor", "batch=8", "reference", None), ("mirrored", None, "reference", None)]
+         ("dtensor", "batch=8", "reference", None), ("mirrored", None, "reference", None),
+         ("mirrored", None, "dtensor", "batch=1,model=8")]  # unpadded into a mesh that pads 700 to 704
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def resumed(small, devices, written, tmp_path_factory):
     def resumed(writer, resumer, mesh):
         if (writer, resumer, mesh) not in histories:
             config = BASE.replace(restore=str(written[writer][1]), mesh=mesh,
-                                  export=str(export_root / f"{writer}-to-{resumer}"))
+                                  export=str(export_root / f"{writer}-to-{resumer}-{mesh or ''}"))
             histories[writer, resumer, mesh] = train(resumer, config, small, devices)
         return histories[writer, resumer, mesh]
     return resumed
@@ -104,6 +105,24 @@ def test_resumed_run_matches_the_uninterrupted_one(resumed, uninterrupted, write
     assert loss_diff <= TOLERANCES["float32"]["loss"].atol
     assert weight_diff <= TOLERANCES["float32"]["weight"].atol
     assert abs(history.epochs[0].test_loss - uninterrupted.epochs[2].test_loss) <= TOLERANCES["float32"]["loss"].atol
+
+
+def test_a_padded_mesh_checkpoints_the_unpadded_model_that_others_resume(small, devices, uninterrupted,
+                                                                        tmp_path_factory):
+    directory = tmp_path_factory.mktemp("padded")
+    written_padded = train("dtensor", BASE.replace(epochs=2, checkpoint_dir=str(directory), mesh="batch=1,model=8",
+                                                   export=str(directory / "exported")), small, devices)
+    # The export holds the unpadded weights and serves the padded mesh's own logits.
+    assert float(written_padded.details["export_max_abs_logit_diff"]) <= export.LOGIT_TOLERANCE
+    prefix = checkpoint.resolve(str(directory / "dtensor"))
+    for stored, final in zip(checkpoint.weights_of(prefix), written_padded.final_weights, strict=True):
+        np.testing.assert_array_equal(stored, final)  # (784, 700), (700,), (700, 500), ...: no padding
+    import tensorflow as tf
+    assert tf.train.load_checkpoint(prefix).get_tensor("optimizer/m/0/.ATTRIBUTES/VARIABLE_VALUE").shape == (784, 700)
+    history = train("reference", BASE.replace(restore=str(directory / "dtensor")), small, devices)
+    assert max_abs_diff(history.step_losses, uninterrupted.step_losses[-STEPS_PER_EPOCH:]) <= \
+        TOLERANCES["float32"]["loss"].atol
+    assert max_abs_diff(history.final_weights, uninterrupted.final_weights) <= TOLERANCES["float32"]["weight"].atol
 
 
 @pytest.fixture(scope="module")

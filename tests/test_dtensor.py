@@ -25,9 +25,8 @@ TRAIN_EXAMPLES, TEST_EXAMPLES = 301, 101
 BASE = Config(epochs=2, batch_size=64, quiet=True)
 STEPS = 2 * 5  # 4 batches of 64 and one of 45 per epoch
 MESHES = ["batch=1", "batch=2", "batch=8", "batch=4,model=2", "batch=2,model=4"]
-MULTI_DEVICE_MESHES = MESHES[1:]
-# float32 with the tutorial's widths: Adam on every mesh, SGD on two (float64 below runs both everywhere).
-FLOAT32_RUNS = [(mesh, "adam") for mesh in MESHES] + [("batch=8", "sgd"), ("batch=2,model=4", "sgd")]
+# float32 with the tutorial's widths: Adam on every mesh, SGD on one (float64 below runs both everywhere).
+FLOAT32_RUNS = [(mesh, "adam") for mesh in MESHES] + [("batch=2,model=4", "sgd")]
 # Every mesh of 8 devices whose model axis divides the sharded width 64, and the smaller batch meshes.
 FLOAT64_MESHES = ["batch=1", "batch=2", "batch=8", "batch=4,model=2", "batch=2,model=4", "batch=1,model=8"]
 SMALL_HIDDEN = (64, 32)
@@ -35,6 +34,8 @@ FLOAT32 = TOLERANCES["float32"]
 # float64 noise measured on these meshes: relative loss differences <= 3e-15 (docs/parity.md).
 # Asserting 1e-12 shows it stays far below the float64 tolerance, not just within it.
 FLOAT64_NOISE_BOUND = 1e-12
+PADDED_MESH = "batch=1,model=8"  # 700 does not divide by 8: padded to 704 with zero units
+FLOAT32_RUNS += [(PADDED_MESH, "adam")]
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +124,49 @@ def test_history_record_describes_the_run(run):
     assert [record.epoch for record in history.epochs] == [1, 2]
     assert history.trace_seconds > 0
     assert history.epochs[-1].train_loss < history.epochs[0].train_loss
+    # Epoch 2 groups its 4 full batches as epoch 1 does (first alone, then 3), so nothing traces in it:
+    # grouped 4 at once, it traced a new call shape inside the measured epoch.
+    assert history.epochs[0].traces > 0 and history.epochs[1].traces == 0
+    # Each of the 8 devices: half the first two layers (784x350, 350 and 350x500), all of the rest.
+    per_device = 4 * (784 * 350 + 350 + 350 * 500 + 500 + 500 * 10 + 10)
+    assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in history.memory_per_device] == \
+        [(f"CPU:{i}", per_device, 2 * per_device + 8) for i in range(8)]
 
 
-@pytest.mark.parametrize("mesh", MULTI_DEVICE_MESHES)
+def test_padded_model_hands_out_the_unpadded_one(run):
+    history = run("dtensor", mesh=PADDED_MESH)
+    assert history.details["padding"] == "hidden 700 -> 704"
+    assert "[unsharded,model]" in history.details["layouts"]
+    shapes = [(784, 700), (700,), (700, 500), (500,), (500, 10), (10,)]
+    assert [w.shape for w in history.final_weights] == shapes
+    assert [g.shape for g in history.first_step_gradients] == shapes
+    per_device = 4 * (784 * 88 + 88 + 88 * 500 + 500 + 500 * 10 + 10)  # 704 / 8 = 88 units, 4 of them padding
+    assert {m.weight_bytes for m in history.memory_per_device} == {per_device}
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_padded_units_stay_exactly_zero(devices, small, optimizer):
+    """Zero in, zero bias, zero out: ReLU gives 0 with gradient 0, so no update ever moves them."""
+    from tensorflow.experimental import dtensor
+    from dtensor_impl.mesh import create_mesh, padded_sizes
+    from shared.model import initial_values, layer_sizes
+    spec, sizes = parse_mesh(PADDED_MESH, 8), layer_sizes((60, 32))
+    mesh = create_mesh(spec, devices)
+    model = dtensor_trainer.build_model(
+        dtensor_trainer.pad_values(initial_values(sizes, 22), padded_sizes(sizes, spec)), mesh)
+    optimizer_state = dtensor_trainer.build_optimizer(BASE.replace(optimizer=optimizer, hidden=(60, 32)), model, mesh)
+    batches = [dtensor_trainer.pack_batch(small.x_train[i:i + 64], small.y_train[i:i + 64], mesh)
+               for i in range(0, 256, 64)]
+    dtensor_trainer.train_steps(model, optimizer_state, batches)
+    w0, b0, w1 = (dtensor_trainer.to_numpy(v) for v in model.weights[:3])
+    assert w0.shape == (784, 64) and np.abs(w0[:, :60]).max() > 0
+    assert not w0[:, 60:].any() and not b0[60:].any() and not w1[60:, :].any()
+    if optimizer == "adam":
+        for slot in (optimizer_state.m[0], optimizer_state.v[0]):
+            assert dtensor_trainer.to_numpy(slot).any() and not dtensor_trainer.to_numpy(slot)[:, 60:].any()
+
+
+@pytest.mark.parametrize("mesh", ["batch=8", "batch=2,model=4"])  # data parallel, and with a model axis
 def test_tutorial_adam_diverges_far_beyond_the_tolerance(run, mesh):
     """The tutorial's Python-float step count advances once per trace, and this run traces
     differently from the reference's (the padded final batch), so bias correction differs
@@ -142,6 +183,46 @@ def test_tutorial_adam_diverges_far_beyond_the_tolerance(run, mesh):
 def test_all_reduce_combining_is_off_on_cpu(run):
     run("dtensor", mesh="batch=2")
     assert os.environ[dtensor_trainer.COMBINE_ALL_REDUCES] == "0"
+    assert dtensor_trainer.steps_per_call("CPU") == dtensor_trainer.STEPS_PER_CALL
+
+
+# DTensor started by someone else's op before the trainer runs, the variable unset.
+STARTED_BEFORE = """
+import json
+from shared.devices import configure_devices
+devices = configure_devices(8, "CPU")
+import tensorflow as tf
+from tensorflow.experimental import dtensor
+mesh = dtensor.create_mesh([("batch", 8)], devices=devices)
+dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 1), shape=(2,))  # DTensor starts here
+from dtensor_impl import combining, trainer
+from shared import reference
+from shared.config import Config
+from shared.data import load_data
+data = load_data("embedded", 512, 64)
+config = Config(epochs=1, quiet=True)
+expected = reference.fit(config, data, devices[:1]).step_losses
+losses = trainer.fit(config, data, devices).step_losses
+print(json.dumps({"steps_per_call": trainer.steps_per_call("CPU"), "variable": combining.os.environ.get(combining.VARIABLE),
+                  "max_abs_loss_diff": max(abs(a - b) for a, b in zip(losses, expected))}))
+"""
+
+
+def test_dtensor_started_before_the_trainer_leaves_the_combining_on_and_the_trainer_one_step_per_call():
+    """DTensor reads the combining setting once, when it starts. Started before the trainer could
+    turn it off, it stays on, so the trainer must not unroll steps (it trained 0.53 off when it did)."""
+    import json
+    import subprocess
+    import sys
+    from tensorflow.dtensor.python import api
+    assert hasattr(api, "_dtensor_singleton")  # what combining._dtensor_started reads, on this release
+    env = {key: value for key, value in os.environ.items() if key != dtensor_trainer.COMBINE_ALL_REDUCES}
+    done = subprocess.run([sys.executable, "-c", STARTED_BEFORE], cwd=os.path.dirname(os.path.dirname(__file__)),
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts["steps_per_call"] == 1 and facts["variable"] is None
+    assert facts["max_abs_loss_diff"] <= FLOAT32["loss"].atol, facts
 
 
 @pytest.mark.parametrize("mesh", ["batch=8", "batch=4,model=2"])

@@ -8,7 +8,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from dtensor_impl import trainer
-from dtensor_impl.mesh import MeshSpec, create_mesh, mesh_spec, parse_mesh
+from dtensor_impl.mesh import MeshSpec, create_mesh, every_mesh, mesh_spec, padded_sizes, parse_mesh
 from shared.config import Config
 from shared.errors import UsageError
 from shared.model import initial_values, layer_sizes
@@ -24,7 +24,14 @@ def make_mesh(devices, text):
 
 def test_default_mesh_is_pure_data_parallel_over_all_devices():
     assert parse_mesh(None, 8) == MeshSpec(batch=8)
-    assert str(mesh_spec("batch=4,model=2", 8, SIZES, 64)) == "batch=4,model=2"
+    assert str(mesh_spec("batch=4,model=2", 8, 64)) == "batch=4,model=2"
+
+
+def test_every_mesh_lists_each_batch_by_model_factorisation():
+    assert [str(spec) for spec in every_mesh(8)] == ["batch=8", "batch=4,model=2", "batch=2,model=4",
+                                                     "batch=1,model=8"]
+    assert [str(spec) for spec in every_mesh(2)] == ["batch=2", "batch=1,model=2"]
+    assert [str(spec) for spec in every_mesh(1)] == ["batch=1"]
 
 
 @pytest.mark.parametrize("mesh, batch_size, message", [
@@ -36,9 +43,6 @@ def test_default_mesh_is_pure_data_parallel_over_all_devices():
      "e.g. batch=8 or batch=4,model=2"),
     ("batch=4,data=2", 64,
      "--mesh batch=4,data=2: unknown axis 'data'; the axes are batch and model, e.g. batch=8 or batch=4,model=2"),
-    ("batch=1,model=8", 64,
-     "--mesh batch=1,model=8: the model axis of 8 does not divide hidden width 700, which it shards; "
-     "use model=1, 2 or 4, or --hidden widths divisible by 8"),
     ("batch=8", 100,
      "global batch 100 does not divide over the batch axis of 8 (--mesh batch=8); use --batch-size 96 or 104"),
     (None, 4,
@@ -104,11 +108,22 @@ def test_deeper_mlp_alternates_column_and_row_sharding_and_keeps_the_output_repl
         ([U, "model"], ["model"]), (["model", U], [U]), ([U, "model"], ["model"]), ([U, U], [U])]
 
 
-def test_deeper_mlp_checks_every_width_the_model_axis_shards():
-    sizes = layer_sizes((64, 32, 18))
-    with pytest.raises(UsageError, match="does not divide hidden width 18, which it shards; use model=1 or 2,"):
-        mesh_spec("batch=2,model=4", 8, sizes, 64)
-    assert mesh_spec("batch=2,model=4", 8, layer_sizes((64, 30, 16)), 64).model == 4  # 30: row-sharded input of 64
+def test_a_width_the_model_axis_does_not_divide_is_padded_not_refused():
+    assert mesh_spec("batch=1,model=8", 8, 64).model == 8  # 700 does not divide by 8
+    assert padded_sizes(SIZES, MeshSpec(batch=1, model=8)) == (784, 704, 500, 10)  # 500 is row-sharded: whole
+    assert padded_sizes(layer_sizes((64, 30, 18)), MeshSpec(batch=2, model=4)) == (784, 64, 30, 20, 10)
+    assert padded_sizes(SIZES, MeshSpec(batch=8)) == SIZES
+
+
+def test_padded_values_add_zero_units_that_unpadded_removes():
+    values = initial_values(SIZES, seed=22)
+    padded = trainer.pad_values(values, (784, 704, 500, 10))
+    assert [v.shape for v in padded] == [(784, 704), (704,), (704, 500), (500,), (500, 10), (10,)]
+    np.testing.assert_array_equal(padded[0][:, 700:], 0)  # no input reaches a padded unit
+    np.testing.assert_array_equal(padded[1][700:], 0)
+    np.testing.assert_array_equal(padded[2][700:, :], 0)  # and it reaches no output
+    for restored, value in zip(trainer.unpadded(padded, SIZES), values, strict=True):
+        np.testing.assert_array_equal(restored, value)
 
 
 def test_initial_values_reach_every_layout_unchanged(devices):

@@ -35,6 +35,30 @@ def test_history_record_is_complete(history):
     assert history.epochs[0].train_loss == pytest.approx((first_epoch * counts).sum() / 4000, rel=1e-9)
     assert [g.shape for g in history.first_step_gradients] == [w.shape for w in history.final_weights]
     assert history.trace_seconds > 0 and all(r.train_seconds > 0 for r in history.epochs)
+    assert [r.traces > 0 for r in history.epochs] == [True, False, False]  # only the first epoch traces
+    assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in history.memory_per_device] == \
+        [("CPU:0", 4 * 905_010, 8 * 905_010 + 8)]  # weights; Adam's m, v and step
+
+
+def test_achieved_gflops_stay_below_the_measured_matmul_peak(history, embedded, devices):
+    """A figure above the machine's peak is a timing bug: one short epoch less its trace time once
+    printed 1497% of it. Figures come from whole epochs after the first, each at least the floor."""
+    from shared.benchmark import matmul_peak_gflops
+    from shared.comparison import RunResult, TrainerResult
+    from shared.report import compute_facts
+    config = Config(epochs=3, quiet=True)
+    short_data = embedded.__class__(embedded.x_train[:64], embedded.y_train[:64], embedded.x_test[:64],
+                                    embedded.y_test[:64], "embedded", "test slice")
+    # One step of 64 an epoch: ~2 ms, 50x below the floor (256 examples once took 0.107 s on a busy machine).
+    short = fit(config.replace(epochs=2, batch_size=64), short_data, devices)
+    peak = matmul_peak_gflops(devices[0])
+
+    def achieved(trained, data):
+        run = RunResult(config, devices[:1], data, {"reference": TrainerResult("reference", trained)}, {},
+                        matmul_peak_gflops=peak)
+        return compute_facts(run)["achieved_gflops"]["reference"]
+    assert 0 < achieved(history, embedded) <= peak, f"{achieved(history, embedded):.0f} against a peak of {peak:.0f}"
+    assert achieved(short, short_data) is None  # below the timing floor: no figure
 
 
 def test_reference_is_deterministic(devices, embedded):

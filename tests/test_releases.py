@@ -74,7 +74,7 @@ def measurement(tutorial_exit=1, dataset_losses=(2.3, 2.1)):
     """The shape release_matrix.checks writes, with figures as a passing release has them."""
     both = {"dtensor": parity(2.4e-7), "mirrored": parity(2.4e-7)}
     return {
-        "versions": {"python": "3.11.7", "tensorflow": "2.16.2"}, "install_seconds": 14.0, "run_seconds": 300.0,
+        "versions": {"python": "3.11.7", "tensorflow": "2.16.2", "project": "1a2b3c4"}, "install_seconds": 14.0, "run_seconds": 300.0,
         "fast_tests": {"exit_code": 0, "seconds": 200.0, "tests": 46, "failures": 0, "errors": 0, "skipped": 0,
                        "passed": 46, "failed_tests": []},
         "compare": {"adam": compare_run(**both), "sgd": compare_run(**both),
@@ -95,7 +95,7 @@ def measurement(tutorial_exit=1, dataset_losses=(2.3, 2.1)):
 
 def test_table_judges_restores_with_the_parity_tolerance():
     from shared.parity import DEFAULT_TOLERANCE
-    assert table.LOSS_TOLERANCE == DEFAULT_TOLERANCE
+    assert table.LOSS_TOLERANCE == DEFAULT_TOLERANCE["float32"]
 
 
 def test_table_judges_each_check_from_the_figures():
@@ -140,9 +140,9 @@ def test_table_writes_a_row_per_release_between_the_markers(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith(("| 2.", "| release"))]
     assert rows[0] == "| " + " | ".join(table.HEADERS) + " |"
     assert [row.split(" | ")[0][2:] for row in rows[1:]] == list(RELEASES)
-    assert rows[1].startswith(f"| {RELEASES[0]} | FAILED | 14 | 300 | 46/46 in 200 s | ok 2.4e-07")
+    assert rows[1].startswith(f"| {RELEASES[0]} | 1a2b3c4 | FAILED | 14 | 300 | 46/46 in 200 s | ok 2.4e-07")
     assert written_row_verdicts(docs) == ["FAILED"] + ["not measured"] * (len(RELEASES) - 1)
-    assert rows[2] == f"| {RELEASES[1]} | not measured" + " | " * (len(table.HEADERS) - 2) + " |"
+    assert rows[2] == f"| {RELEASES[1]} |  | not measured" + " | " * (len(table.HEADERS) - 3) + " |"
     written = json.loads((docs / "releases.json").read_text())
     assert [row["release"] for row in written["releases"]] == list(RELEASES)
     assert written["releases"][0]["failed_checks"] == ["checkpoint cross-restore"]
