@@ -163,12 +163,13 @@ def versions() -> dict:
 
 def measure(install_seconds=None) -> dict:
     started = time.perf_counter()
+    installed = versions()  # before the checks: the commit they run
     with tempfile.TemporaryDirectory(prefix="release-checks-") as directory:
         compare_runs = {name: run_compare(name, args, env, directory) for name, (args, env) in COMPARE_RUNS.items()}
         restore = cross_restore(directory, compare_runs["adam"])
         stale = {"combine_on": stale_read("on"), "combine_off": stale_read("off")}
         tests = fast_tests(directory)
-    return {"versions": versions(), "install_seconds": install_seconds,
+    return {"versions": installed, "install_seconds": install_seconds,
             "run_seconds": round(time.perf_counter() - started, 1),
             "fast_tests": tests, "compare": compare_runs, "cross_restore": restore, "stale_read": stale}
 
