@@ -158,3 +158,15 @@ def test_pack_batch_gives_each_device_its_batch_shard(devices):
     for device, component in enumerate(components):  # devices 2b and 2b+1 hold batch shard b
         np.testing.assert_array_equal(component, np.pad(y, (0, 3))[12 * (device // 2): 12 * (device // 2 + 1)])
     assert float(tf.reduce_sum(weights)) == 45.0
+
+
+def test_float64_on_a_multi_device_mesh_needs_a_release_whose_all_reduce_has_float64(monkeypatch):
+    """TensorFlow 2.12's DTensorAllReduce rejects float64 (measured by the release matrix): one line, exit 2."""
+    config = Config(dtype="float64", mesh="batch=2")
+    devices = [f"CPU:{i}" for i in range(2)]
+    assert trainer.check_config(config, devices)  # this release: fine
+    monkeypatch.setattr(trainer, "tensorflow_release", lambda: (2, 12))
+    with pytest.raises(UsageError, match="--dtype float64 on a DTensor mesh of 2 devices needs TensorFlow 2.13"):
+        trainer.check_config(config, devices)
+    trainer.check_config(config.replace(mesh="batch=1"), devices[:1])  # one device: no all-reduce
+    trainer.check_config(config.replace(dtype="float32"), devices)
