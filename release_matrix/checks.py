@@ -6,8 +6,8 @@ noxfile.py's `release` session runs this in each release's own environment; run 
 hand in any environment where the project is installed. Every check is its own process,
 as a user would start it (`compare.py ... --json`, pytest, `release_matrix.stale_read`),
 and records its exit code, wall time and figures; `release_matrix.table` turns the files
-into docs/releases.md. Costs (2.12.1, 2 cores shared with other jobs): 952 s, of which the
-fast tests 576 s and each compare.py run 28-55 s.
+into docs/releases.md. Costs (2 cores, one release at a time): 400-600 s, of which the fast
+tests (2 processes) 150-360 s and each compare.py run 25-75 s.
 """
 import argparse
 import json
@@ -28,7 +28,7 @@ COMBINE_ALL_REDUCES = "DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION"
 FAST_TESTS = ["tests/test_dtensor.py", "tests/test_mirrored.py", "tests/test_parity.py"]
 # TensorFlow's C++ log lines (and absl's notice about them): not the error a failed check ends with.
 LOG_LINE = re.compile(r"^([IWEF]\d{4} |WARNING: All log messages)")
-TIMEOUT_SECONDS = 900  # per process; the slowest check (the fast tests) takes ~4 minutes
+TIMEOUT_SECONDS = 900  # per process; the slowest check (the fast tests) takes 2.5-6 minutes
 # 512 embedded examples in batches of 128: 4 steps an epoch, 8 in the 2 epochs.
 SMALL = ["--data", "embedded", "--train-examples", "512", "--test-examples", "256", "--epochs", "2"]
 STEPS_PER_EPOCH = 4
