@@ -352,25 +352,30 @@ def check_config(config: Config, devices: Sequence[str]) -> MeshSpec:
         raise UsageError(f"--dtensor-input {config.dtensor_input} is not supported with --clients "
                          f"{config.clients}; use --dtensor-input pack (each client packs its own shards)")
     check_input_mode(config.dtensor_input, len(devices), devices[0].split(":")[0])
-    check_float64_all_reduce(config.dtype, spec.device_count)
+    check_float64_collectives(config.dtype, spec)
     return spec
 
 
 FLOAT64_ALL_REDUCE_SINCE = (2, 13)  # measured: 2.12.1 fails, 2.13.1 to 2.21.0 pass (docs/releases.md)
+FLOAT64_ALL_GATHER_SINCE = (2, 14)  # measured: 2.13.1 fails, 2.14.1 to 2.21.0 pass
 
 
 def tensorflow_release() -> Tuple[int, int]:
     return tuple(int(part) for part in tf.__version__.split(".")[:2])
 
 
-def check_float64_all_reduce(dtype: str, device_count: int) -> None:
-    """TensorFlow 2.12's DTensor all-reduce has no float64 ("'tf.DTensorAllReduce' op operand #0
-    must be tensor of bfloat16 or ... 64-bit integer ... values, but got 'tensor<784x64xf64>'"),
-    and every mesh of more than one device all-reduces."""
-    if dtype == "float64" and device_count > 1 and tensorflow_release() < FLOAT64_ALL_REDUCE_SINCE:
-        raise UsageError(f"--dtype float64 on a DTensor mesh of {device_count} devices needs TensorFlow "
-                         f"{'.'.join(map(str, FLOAT64_ALL_REDUCE_SINCE))} or later (this is {tf.__version__}: "
-                         f"its DTensor all-reduce has no float64); use --dtype float32 or a newer TensorFlow")
+def check_float64_collectives(dtype: str, spec: MeshSpec) -> None:
+    """Float64 needs DTensor collectives that older releases lack: 2.12's all-reduce ("'tf.DTensorAllReduce'
+    op operand #0 must be tensor of bfloat16 or ... 64-bit integer ... values, but got 'tensor<784x64xf64>'"),
+    which every mesh of more than one device uses, and 2.13's all-gather, which a model axis uses."""
+    if dtype != "float64":
+        return
+    needed = (FLOAT64_ALL_GATHER_SINCE if (spec.model or 1) > 1 else
+              FLOAT64_ALL_REDUCE_SINCE if spec.device_count > 1 else (0, 0))
+    if tensorflow_release() < needed:
+        raise UsageError(f"--dtype float64 on DTensor mesh {spec} needs TensorFlow "
+                         f"{'.'.join(map(str, needed))} or later (this is {tf.__version__}: its DTensor "
+                         f"collectives have no float64); use --dtype float32 or a newer TensorFlow")
 
 
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:

@@ -37,8 +37,8 @@ FLOAT64_NOISE_BOUND = 1e-12
 PADDED_MESH = "batch=1,model=8"  # 700 does not divide by 8: padded to 704 with zero units
 FLOAT32_RUNS += [(PADDED_MESH, "adam")]
 NEEDS_FLOAT64_ALL_REDUCE = pytest.mark.skipif(
-    dtensor_trainer.tensorflow_release() < dtensor_trainer.FLOAT64_ALL_REDUCE_SINCE,
-    reason="this TensorFlow's DTensor all-reduce has no float64 (2.12; docs/releases.md)")
+    dtensor_trainer.tensorflow_release() < dtensor_trainer.FLOAT64_ALL_GATHER_SINCE,
+    reason="this TensorFlow's DTensor collectives have no float64 (2.12, 2.13; docs/releases.md)")
 
 
 @pytest.fixture(scope="module")

@@ -160,13 +160,18 @@ def test_pack_batch_gives_each_device_its_batch_shard(devices):
     assert float(tf.reduce_sum(weights)) == 45.0
 
 
-def test_float64_on_a_multi_device_mesh_needs_a_release_whose_all_reduce_has_float64(monkeypatch):
-    """TensorFlow 2.12's DTensorAllReduce rejects float64 (measured by the release matrix): one line, exit 2."""
+def test_float64_on_a_multi_device_mesh_needs_a_release_whose_collectives_have_float64(monkeypatch):
+    """Measured by the release matrix: 2.12's DTensor all-reduce and 2.13's all-gather reject float64."""
     config = Config(dtype="float64", mesh="batch=2")
-    devices = [f"CPU:{i}" for i in range(2)]
-    assert trainer.check_config(config, devices)  # this release: fine
+    devices = [f"CPU:{i}" for i in range(4)]
+    assert trainer.check_config(config, devices[:2])  # this release: fine
+    assert trainer.check_config(config.replace(mesh="batch=2,model=2"), devices)
     monkeypatch.setattr(trainer, "tensorflow_release", lambda: (2, 12))
-    with pytest.raises(UsageError, match="--dtype float64 on a DTensor mesh of 2 devices needs TensorFlow 2.13"):
-        trainer.check_config(config, devices)
-    trainer.check_config(config.replace(mesh="batch=1"), devices[:1])  # one device: no all-reduce
-    trainer.check_config(config.replace(dtype="float32"), devices)
+    with pytest.raises(UsageError, match="--dtype float64 on DTensor mesh batch=2 needs TensorFlow 2.13"):
+        trainer.check_config(config, devices[:2])
+    trainer.check_config(config.replace(mesh="batch=1"), devices[:1])  # one device: no collective
+    trainer.check_config(config.replace(dtype="float32"), devices[:2])
+    monkeypatch.setattr(trainer, "tensorflow_release", lambda: (2, 13))
+    trainer.check_config(config, devices[:2])
+    with pytest.raises(UsageError, match="mesh batch=2,model=2 needs TensorFlow 2.14"):
+        trainer.check_config(config.replace(mesh="batch=2,model=2"), devices)
