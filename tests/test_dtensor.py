@@ -194,6 +194,7 @@ def test_all_reduce_combining_is_off_on_cpu(run):
 # DTensor started by someone else's op before the trainer runs, the variable unset.
 STARTED_BEFORE = """
 import json
+import os
 from shared.devices import configure_devices
 devices = configure_devices(8, "CPU")
 import tensorflow as tf
@@ -208,7 +209,7 @@ data = load_data("embedded", 512, 64)
 config = Config(epochs=1, quiet=True)
 expected = reference.fit(config, data, devices[:1]).step_losses
 losses = trainer.fit(config, data, devices).step_losses
-print(json.dumps({"steps_per_call": trainer.steps_per_call("CPU"), "variable": combining.os.environ.get(combining.VARIABLE),
+print(json.dumps({"steps_per_call": trainer.steps_per_call("CPU"), "variable": os.environ.get(combining.VARIABLE),
                   "max_abs_loss_diff": max(abs(a - b) for a, b in zip(losses, expected))}))
 """
 
