@@ -364,15 +364,20 @@ def tensorflow_release() -> Tuple[int, int]:
     return tuple(int(part) for part in tf.__version__.split(".")[:2])
 
 
+def float64_collectives_since(spec: MeshSpec) -> Tuple[int, int]:
+    """The oldest release whose DTensor collectives carry float64 on this mesh. 2.12's all-reduce
+    has none ("'tf.DTensorAllReduce' op operand #0 must be tensor of bfloat16 or ... 64-bit integer
+    ... values, but got 'tensor<784x64xf64>'"), and every mesh of more than one device all-reduces;
+    2.13's all-gather has none, and a model axis all-gathers."""
+    if (spec.model or 1) > 1:
+        return FLOAT64_ALL_GATHER_SINCE
+    return FLOAT64_ALL_REDUCE_SINCE if spec.device_count > 1 else (0, 0)
+
+
 def check_float64_collectives(dtype: str, spec: MeshSpec) -> None:
-    """Float64 needs DTensor collectives that older releases lack: 2.12's all-reduce ("'tf.DTensorAllReduce'
-    op operand #0 must be tensor of bfloat16 or ... 64-bit integer ... values, but got 'tensor<784x64xf64>'"),
-    which every mesh of more than one device uses, and 2.13's all-gather, which a model axis uses."""
-    if dtype != "float64":
-        return
-    needed = (FLOAT64_ALL_GATHER_SINCE if (spec.model or 1) > 1 else
-              FLOAT64_ALL_REDUCE_SINCE if spec.device_count > 1 else (0, 0))
-    if tensorflow_release() < needed:
+    """One line instead of DTensor's MLIR error when this release cannot run float64 on this mesh."""
+    needed = float64_collectives_since(spec)
+    if dtype == "float64" and tensorflow_release() < needed:
         raise UsageError(f"--dtype float64 on DTensor mesh {spec} needs TensorFlow "
                          f"{'.'.join(map(str, needed))} or later (this is {tf.__version__}: its DTensor "
                          f"collectives have no float64); use --dtype float32 or a newer TensorFlow")

@@ -19,6 +19,7 @@ from dtensor_impl import trainer as dtensor_trainer
 from dtensor_impl.mesh import parse_mesh
 from shared import reference
 from shared.config import Config
+from shared.errors import UsageError
 from shared.parity import TOLERANCES, check_parity
 
 TRAIN_EXAMPLES, TEST_EXAMPLES = 301, 101
@@ -36,9 +37,15 @@ FLOAT32 = TOLERANCES["float32"]
 FLOAT64_NOISE_BOUND = 1e-12
 PADDED_MESH = "batch=1,model=8"  # 700 does not divide by 8: padded to 704 with zero units
 FLOAT32_RUNS += [(PADDED_MESH, "adam")]
-NEEDS_FLOAT64_ALL_REDUCE = pytest.mark.skipif(
-    dtensor_trainer.tensorflow_release() < dtensor_trainer.FLOAT64_ALL_GATHER_SINCE,
-    reason="this TensorFlow's DTensor collectives have no float64 (2.12, 2.13; docs/releases.md)")
+
+
+def skip_without_float64_collectives(mesh: str) -> None:
+    """2.12's and 2.13's DTensor collectives have no float64 on some meshes: skip there (the
+    test below shows they really fail and that the trainer refuses them first)."""
+    needed = dtensor_trainer.float64_collectives_since(parse_mesh(mesh, 8))
+    if dtensor_trainer.tensorflow_release() < needed:
+        pytest.skip(f"float64 on {mesh} needs TensorFlow {needed[0]}.{needed[1]}: this release's DTensor "
+                    "collectives have none (docs/releases.md)")
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +91,10 @@ def test_matches_the_reference_step_by_step(run, mesh, optimizer):
         assert abs(record.test_accuracy - expected_record.test_accuracy) <= 1 / TEST_EXAMPLES
 
 
-@NEEDS_FLOAT64_ALL_REDUCE
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 @pytest.mark.parametrize("mesh", FLOAT64_MESHES)
 def test_float64_matches_the_reference_in_every_step_and_all_its_state(run, mesh, optimizer):
+    skip_without_float64_collectives(mesh)
     float64 = dict(optimizer=optimizer, dtype="float64", hidden=SMALL_HIDDEN, epochs=1)
     history = run("dtensor", mesh=mesh, **float64)
     parity = check_parity(history, run("reference", **float64))
@@ -99,10 +106,27 @@ def test_float64_matches_the_reference_in_every_step_and_all_its_state(run, mesh
     assert parity.max_rel_loss_diff <= FLOAT64_NOISE_BOUND
 
 
-@NEEDS_FLOAT64_ALL_REDUCE
+def test_float64_is_refused_exactly_where_this_releases_dtensor_collectives_reject_it(run, monkeypatch):
+    """On 2.12 and 2.13 (the release matrix runs this): each mesh the trainer refuses in float64 really
+    fails in DTensor without the check, with DTensor's own error naming the collective."""
+    float64 = dict(dtype="float64", hidden=SMALL_HIDDEN, epochs=1)
+    refused = [mesh for mesh in FLOAT64_MESHES if dtensor_trainer.tensorflow_release() <
+               dtensor_trainer.float64_collectives_since(parse_mesh(mesh, 8))]
+    if not refused:
+        pytest.skip(f"TensorFlow {dtensor_trainer.tf.__version__}: DTensor's collectives have float64 on every mesh")
+    for mesh in refused:
+        with pytest.raises(UsageError, match=f"--dtype float64 on DTensor mesh {mesh} needs TensorFlow 2.1[34]"):
+            run("dtensor", mesh=mesh, **float64)
+    monkeypatch.setattr(dtensor_trainer, "check_float64_collectives", lambda dtype, spec: None)
+    for mesh in refused:
+        with pytest.raises(Exception, match=r"tf\.DTensorAll(Reduce|Gather)' op operand #0 must be"):
+            run("dtensor", mesh=mesh, **float64)
+
+
 def test_a_long_tensor_parallel_run_matches_in_float64_on_every_step(devices, embedded):
     """104 steps on batch=2,model=4 (208 examples in batches of 16, 8 epochs): in float32 this is where
     compounded noise can leave the tolerance; float64 stays within it on every step, with no window."""
+    skip_without_float64_collectives("batch=2,model=4")
     data = dataclasses.replace(embedded, x_train=embedded.x_train[:208], y_train=embedded.y_train[:208],
                                x_test=embedded.x_test[:16], y_test=embedded.y_test[:16])
     config = Config(epochs=8, batch_size=16, hidden=SMALL_HIDDEN, dtype="float64", quiet=True)
