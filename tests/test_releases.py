@@ -105,8 +105,16 @@ def test_table_judges_each_check_from_the_figures():
     assert row["checks"]["--adam tutorial caught"]["cell"] == "yes (exit 1, loss 7.4e-01)"
     assert row["checks"]["DTensorDataset"]["ok"] and row["checks"]["multi-client"]["ok"]
     assert row["stale_read"]["cell"] == "yes, 5 of 6 variables (off: 0)"
+    assert row["checks"]["fast tests"]["ok"] and row["checks"]["fast tests"]["cell"] == "46/46 in 200 s"
     # 3e-4 after restoring onto the 2-D mesh is beyond the 1e-4 tolerance: the only failure.
     assert row["failed_checks"] == ["checkpoint cross-restore"] and not row["ok"]
+
+    skips = measurement()
+    skips["fast_tests"].update(passed=35, skipped=11)  # a release whose DTensor has no float64 all-reduce
+    fast = table.summarize("2.12.1", skips)["checks"]["fast tests"]
+    assert fast["ok"] and fast["cell"] == "35/46, 11 skipped in 200 s"
+    skips["fast_tests"].update(passed=34, failures=1, exit_code=1)
+    assert table.summarize("2.12.1", skips)["checks"]["fast tests"]["cell"] == "FAILED 34/46, 11 skipped in 200 s (exit 1)"
 
     missed = table.summarize("2.16.2", measurement(tutorial_exit=0, dataset_losses=(2.3, 2.2)))
     assert missed["checks"]["--adam tutorial caught"]["cell"].startswith("NO (exit 0")
