@@ -34,6 +34,9 @@ SMALL = ["--data", "embedded", "--train-examples", "512", "--test-examples", "25
 STEPS_PER_EPOCH = 4
 # name: (compare.py arguments, environment). Each runs the reference too; the exit code is the verdict.
 COMPARE_RUNS = {
+    # What a new user runs: compare.py's defaults (--data auto: tfds if it can load MNIST, else the
+    # embedded images), in small slices; it fails where tensorflow-datasets does not import.
+    "defaults": (["--train-examples", "512", "--test-examples", "256", "--epochs", "2"], {}),
     "adam": (SMALL, {}),  # DTensor batch=8 and MirroredStrategy, 8 replicas
     "sgd": (SMALL + ["--optimizer", "sgd"], {}),
     "mesh_2d": (SMALL + ["--trainers", "dtensor", "--mesh", "batch=4,model=2"], {}),
@@ -77,6 +80,7 @@ def run_compare(name: str, args, env, directory: str) -> dict:
     with open(report_path) as file:
         report = json.load(file)
     result["ok"] = report["ok"]
+    result["data"] = {"source": report["environment"]["data_source"], "reason": report["environment"]["data_reason"]}
     result["parity"] = {trainer: {key: parity[key] for key in
                                   ("max_abs_loss_diff", "max_abs_grad_diff", "max_abs_weight_diff", "ok")
                                   + (("verdict",) if "verdict" in parity else ())}

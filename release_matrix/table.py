@@ -32,8 +32,10 @@ PARITY_COLUMNS = [
     ("Mirrored 8 replicas, Adam", "adam", "mirrored"),
     ("Mirrored 8 replicas, SGD", "sgd", "mirrored"),
 ]
+DEFAULTS_COLUMN = "compare.py defaults (--data auto)"
+BROKEN_TFDS = "tensorflow_datasets does not work here"  # shared.data's reason when it cannot import
 CHECK_COLUMNS = ["fast tests"] + [column for column, _, _ in PARITY_COLUMNS] + [
-    "--adam tutorial caught", "DTensorDataset", "multi-client", "checkpoint cross-restore"]
+    "--adam tutorial caught", "DTensorDataset", "multi-client", "checkpoint cross-restore", DEFAULTS_COLUMN]
 HEADERS = (["release", "project commit", "verdict", "install s", "checks s"] + CHECK_COLUMNS[:6]
            + ["stale read after assign (combining on)"] + CHECK_COLUMNS[6:])
 
@@ -118,6 +120,23 @@ def restore_check(restore: dict) -> dict:
     return {"ok": not failures, "max_abs_loss_diff_to_uninterrupted": diffs, "cell": cell[:160]}
 
 
+def defaults_check(run: Optional[dict]) -> dict:
+    """compare.py with its defaults: exit 0, both trainers' parity, and tensorflow-datasets working (with
+    no MNIST prepared and no network, --data auto then uses the embedded images, as it should)."""
+    if run is None:  # measured before this check existed
+        return {"ok": None, "cell": "- (not run)"}
+    check = multi_client_check(run)
+    data = run.get("data", {})
+    tfds_works = bool(data) and BROKEN_TFDS not in data["reason"]
+    check.update(ok=check["ok"] and tfds_works, data=data)
+    if not tfds_works and data:
+        check["cell"] = f"FAILED: {data['reason']}"[:160]
+    elif check["ok"]:
+        offline = "; no network" if "did not answer" in data["reason"] else ""
+        check["cell"] += ", data tfds" if data["source"] == "tfds" else f", data {data['source']} (tfds works{offline})"
+    return check
+
+
 def stale_read_fact(stale: dict) -> dict:
     """Not a pass or fail: whether DTensor's reads after assign are stale, combining on (and off)."""
     on, off = stale["combine_on"], stale["combine_off"]
@@ -143,7 +162,8 @@ def summarize(release: str, measured: Optional[dict]) -> dict:
     checks["DTensorDataset"] = dataset_check(compare["dtensor_dataset"], compare["adam"])
     checks["multi-client"] = multi_client_check(compare["multi_client"])
     checks["checkpoint cross-restore"] = restore_check(measured["cross_restore"])
-    failed = [name for name, check in checks.items() if not check["ok"] and check.get("finished", True)]
+    checks[DEFAULTS_COLUMN] = defaults_check(compare.get("defaults"))
+    failed = [name for name, check in checks.items() if check["ok"] is False and check.get("finished", True)]
     unfinished = [name for name, check in checks.items() if not check.get("finished", True)]
     verdict = "FAILED" if failed else "incomplete" if unfinished else "ok"
     return {"release": release, "ok": verdict == "ok", "verdict": verdict, "failed_checks": failed,

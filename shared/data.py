@@ -186,8 +186,11 @@ def _host_answers(host: str, port: int = 443, seconds: float = PROBE_SECONDS) ->
 
 def tfds_availability() -> Tuple[bool, str]:
     """Whether `tfds.load("mnist")` can succeed without the ~205 s offline retry, and why."""
-    import tensorflow_datasets as tfds
-    builder = tfds.builder("mnist")
+    try:
+        import tensorflow_datasets as tfds
+        builder = tfds.builder("mnist")
+    except Exception as error:  # noqa: BLE001 - a broken install: its import logs the cause and leaves no `builder`
+        return False, f"tensorflow_datasets does not work here ({type(error).__name__}: {error})"
     if builder.is_prepared():
         return True, f"MNIST is prepared in {builder.data_dir}"
     if _host_answers(TFDS_HOST):

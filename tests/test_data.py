@@ -1,6 +1,7 @@
 """Data sources, preprocessing, bad input, and the batch sequence every trainer sees."""
 import gzip
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -110,6 +111,29 @@ def test_tfds_without_network_fails_fast_and_auto_falls_back(monkeypatch, tmp_pa
     data = load_data("auto", 100, 10)
     assert data.source == "embedded" and data.reason.startswith("auto: MNIST is not prepared")
     assert time.perf_counter() - started < 20
+
+
+def test_tensorflow_datasets_imports_here():
+    """tensorflow-datasets swallows its own import error and leaves a module without `builder`: it did
+    with tensorflow-metadata 1.21.0 on protobuf < 6.31 (TensorFlow 2.12-2.19; pyproject excludes it)."""
+    from importlib import metadata
+    import tensorflow_datasets as tfds
+    assert hasattr(tfds, "builder"), (f"tensorflow-datasets {metadata.version('tensorflow-datasets')} did not import "
+                                      f"(protobuf {metadata.version('protobuf')}, tensorflow-metadata "
+                                      f"{metadata.version('tensorflow-metadata')}): see the error it logged")
+
+
+def test_a_broken_tensorflow_datasets_is_one_line_for_tfds_and_a_fallback_for_auto(monkeypatch):
+    """The state a failed tfds import leaves (a module without `builder`, as on TensorFlow 2.16 with
+    tensorflow-metadata 1.21.0): --data tfds says so in one line, auto uses the embedded images."""
+    import types
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", types.ModuleType("tensorflow_datasets"))
+    with pytest.raises(UsageError, match=r"^--data tfds: tensorflow_datasets does not work here \(AttributeError: "
+                                         r".*'builder'\); use --data embedded") as error:
+        load_data("tfds")
+    assert "\n" not in str(error.value)
+    data = load_data("auto", 100, 10)
+    assert data.source == "embedded" and data.reason.startswith("auto: tensorflow_datasets does not work here")
 
 
 def test_batch_sequence_keeps_the_partial_batch():

@@ -70,6 +70,9 @@ def compare_run(exit_code=0, losses=(2.3, 2.1), **trainers):
             "parity": trainers, "failed_trainers": {}, "step_losses": {name: list(losses) for name in trainers}}
 
 
+OFFLINE = "auto: MNIST is not prepared in /root/tensorflow_datasets and storage.googleapis.com did not answer within 3 s"
+
+
 def measurement(tutorial_exit=1, dataset_losses=(2.3, 2.1)):
     """The shape release_matrix.checks writes, with figures as a passing release has them."""
     both = {"dtensor": parity(2.4e-7), "mirrored": parity(2.4e-7)}
@@ -77,7 +80,8 @@ def measurement(tutorial_exit=1, dataset_losses=(2.3, 2.1)):
         "versions": {"python": "3.11.7", "tensorflow": "2.16.2", "project": "1a2b3c4"}, "install_seconds": 14.0, "run_seconds": 300.0,
         "fast_tests": {"exit_code": 0, "seconds": 200.0, "tests": 46, "failures": 0, "errors": 0, "skipped": 0,
                        "passed": 46, "failed_tests": []},
-        "compare": {"adam": compare_run(**both), "sgd": compare_run(**both),
+        "compare": {"defaults": {**compare_run(**both), "data": {"source": "embedded", "reason": OFFLINE}},
+                    "adam": compare_run(**both), "sgd": compare_run(**both),
                     "mesh_2d": compare_run(dtensor=parity(1e-7)),
                     "dtensor_dataset": compare_run(losses=dataset_losses, dtensor=parity(2.4e-7)),
                     "adam_tutorial": compare_run(tutorial_exit, dtensor=parity(0.74, ok=tutorial_exit != 1)),
@@ -119,6 +123,24 @@ def test_table_judges_each_check_from_the_figures():
     missed = table.summarize("2.16.2", measurement(tutorial_exit=0, dataset_losses=(2.3, 2.2)))
     assert missed["checks"]["--adam tutorial caught"]["cell"].startswith("NO (exit 0")
     assert missed["checks"]["DTensorDataset"]["cell"].endswith("losses differ from pack's")
+
+
+def test_the_defaults_run_fails_where_tensorflow_datasets_does_not_import():
+    """compare.py still exits 0 there (auto falls back to the embedded images), but a user with a
+    network would not get tfds: the row fails. Rows measured before the check leave it unjudged."""
+    assert table.summarize("2.16.2", measurement())["checks"][table.DEFAULTS_COLUMN]["cell"] == \
+        "ok 2.4e-07 / 2.4e-07, data embedded (tfds works; no network)"
+    broken = measurement()
+    broken["compare"]["defaults"]["data"]["reason"] = ("auto: tensorflow_datasets does not work here "
+                                                       "(AttributeError: module 'tensorflow_datasets' has no attribute 'builder')")
+    row = table.summarize("2.16.2", broken)
+    assert row["checks"][table.DEFAULTS_COLUMN]["cell"].startswith("FAILED: auto: tensorflow_datasets does not work")
+    assert "compare.py defaults (--data auto)" in row["failed_checks"] and row["verdict"] == "FAILED"
+    older = measurement()
+    del older["compare"]["defaults"]
+    row = table.summarize("2.16.2", older)
+    assert row["checks"][table.DEFAULTS_COLUMN] == {"ok": None, "cell": "- (not run)"}
+    assert table.DEFAULTS_COLUMN not in row["failed_checks"] + row["unfinished_checks"]
 
 
 def written_row_verdicts(docs):
