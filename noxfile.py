@@ -10,7 +10,7 @@ installed as the README says (timed), then `python -m release_matrix.checks`, wh
 writes out/releases/V.json. Session `table` turns those files into docs/releases.json and
 docs/releases.md and prints the table; it exits 1 if a release failed a check.
 Costs per release on 2 cores, one release at a time: 4-6 s to install from uv's cache (13-44 s
-cold), 6-8 minutes of checks (360-458 s), so 69 minutes for the ten (docs/releases.md).
+cold), 6-8 minutes of checks (360-458 s), so about 70 minutes for the ten (docs/releases.md).
 """
 import os
 import sys
