@@ -33,7 +33,7 @@ PARITY_COLUMNS = [
     ("Mirrored 8 replicas, SGD", "sgd", "mirrored"),
 ]
 DEFAULTS_COLUMN = "compare.py defaults (--data auto)"
-BROKEN_TFDS = "tensorflow_datasets does not work here"  # shared.data's reason when it cannot import
+TFDS_BROKEN = "tensorflow_datasets does not work here"  # shared.data.TFDS_BROKEN (tests/test_releases.py), without numpy
 CHECK_COLUMNS = ["fast tests"] + [column for column, _, _ in PARITY_COLUMNS] + [
     "--adam tutorial caught", "DTensorDataset", "multi-client", "checkpoint cross-restore", DEFAULTS_COLUMN]
 HEADERS = (["release", "project commit", "verdict", "install s", "checks s"] + CHECK_COLUMNS[:6]
@@ -127,7 +127,7 @@ def defaults_check(run: Optional[dict]) -> dict:
         return {"ok": None, "cell": "- (not run)"}
     check = multi_client_check(run)
     data = run.get("data", {})
-    tfds_works = bool(data) and BROKEN_TFDS not in data["reason"]
+    tfds_works = bool(data) and TFDS_BROKEN not in data["reason"]
     check.update(ok=check["ok"] and tfds_works, data=data)
     if not tfds_works and data:
         check["cell"] = f"FAILED: {data['reason']}"[:160]

@@ -30,6 +30,7 @@ TFDS_DEFAULT_EXAMPLES = 5000  # the tutorial's train[:5000] and test[:5000]
 EMBEDDED_TEST_PER_CLASS = 100  # 500 images per digit: 400 train, 100 test
 TFDS_HOST = "storage.googleapis.com"  # where tensorflow-datasets downloads MNIST from
 PROBE_SECONDS = 3.0
+TFDS_BROKEN = "tensorflow_datasets does not work here"  # the reason's start; release_matrix.table matches it
 
 IDX_FILES = {
     "train_images": "train-images-idx3-ubyte",
@@ -190,7 +191,7 @@ def tfds_availability() -> Tuple[bool, str]:
         import tensorflow_datasets as tfds
         builder = tfds.builder("mnist")
     except Exception as error:  # noqa: BLE001 - a broken install: its import logs the cause and leaves no `builder`
-        return False, f"tensorflow_datasets does not work here ({type(error).__name__}: {error})"
+        return False, f"{TFDS_BROKEN} ({type(error).__name__}: {error})"
     if builder.is_prepared():
         return True, f"MNIST is prepared in {builder.data_dir}"
     if _host_answers(TFDS_HOST):

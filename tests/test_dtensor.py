@@ -39,11 +39,16 @@ PADDED_MESH = "batch=1,model=8"  # 700 does not divide by 8: padded to 704 with 
 FLOAT32_RUNS += [(PADDED_MESH, "adam")]
 
 
+def lacks_float64_collectives(mesh: str) -> bool:
+    """2.12's and 2.13's DTensor collectives have no float64 on some meshes."""
+    return dtensor_trainer.tensorflow_release() < dtensor_trainer.float64_collectives_since(parse_mesh(mesh, 8))
+
+
 def skip_without_float64_collectives(mesh: str) -> None:
-    """2.12's and 2.13's DTensor collectives have no float64 on some meshes: skip there (the
-    test below shows they really fail and that the trainer refuses them first)."""
-    needed = dtensor_trainer.float64_collectives_since(parse_mesh(mesh, 8))
-    if dtensor_trainer.tensorflow_release() < needed:
+    """Skip where this release lacks them (the test below shows they really fail and that the
+    trainer refuses them first)."""
+    if lacks_float64_collectives(mesh):
+        needed = dtensor_trainer.float64_collectives_since(parse_mesh(mesh, 8))
         pytest.skip(f"float64 on {mesh} needs TensorFlow {needed[0]}.{needed[1]}: this release's DTensor "
                     "collectives have none (docs/releases.md)")
 
@@ -110,8 +115,7 @@ def test_float64_is_refused_exactly_where_this_releases_dtensor_collectives_reje
     """On 2.12 and 2.13 (the release matrix runs this): each mesh the trainer refuses in float64 really
     fails in DTensor without the check, with DTensor's own error naming the collective."""
     float64 = dict(dtype="float64", hidden=SMALL_HIDDEN, epochs=1)
-    refused = [mesh for mesh in FLOAT64_MESHES if dtensor_trainer.tensorflow_release() <
-               dtensor_trainer.float64_collectives_since(parse_mesh(mesh, 8))]
+    refused = [mesh for mesh in FLOAT64_MESHES if lacks_float64_collectives(mesh)]
     if not refused:
         pytest.skip(f"TensorFlow {dtensor_trainer.tf.__version__}: DTensor's collectives have float64 on every mesh")
     for mesh in refused:

@@ -102,6 +102,11 @@ def test_table_judges_restores_with_the_parity_tolerance():
     assert table.LOSS_TOLERANCE == DEFAULT_TOLERANCE["float32"]
 
 
+def test_table_knows_the_reason_data_gives_for_a_broken_tensorflow_datasets():
+    from shared.data import TFDS_BROKEN
+    assert table.TFDS_BROKEN == TFDS_BROKEN
+
+
 def test_table_judges_each_check_from_the_figures():
     row = table.summarize("2.16.2", measurement())
     adam = row["checks"]["DTensor batch=8, Adam"]
