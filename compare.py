@@ -115,7 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="training examples (default: tfds/IDX 5000, embedded 4000)")
     add("--test-examples", type=_positive_int, default=None,
         help="test examples (default: tfds/IDX 5000, embedded 1000)")
-    add("--hidden", type=_int_list, default=",".join(map(str, defaults.hidden)), help="hidden layer sizes")
+    add("--model", default=defaults.model,
+        help="mlp (the tutorial's), vit (a small Vision Transformer), or FILE.py:FUNCTION returning a "
+             "shared.model.ModelDefinition (examples/my_model.py)")
+    add("--hidden", type=_int_list, default=None, help="the MLP's hidden layer sizes (default: 700,500)")
     add("--shuffle", action="store_true", help="reshuffle the training set every epoch from --seed")
     add = group("how each approach distributes").add_argument
     add("--dtensor-input", choices=("pack", "dataset"), default=defaults.dtensor_input,
@@ -168,7 +171,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         mesh=args.mesh,
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
         seed=args.seed, optimizer=args.optimizer, adam=args.adam, data=args.data,
-        train_examples=args.train_examples, test_examples=args.test_examples, hidden=args.hidden,
+        train_examples=args.train_examples, test_examples=args.test_examples, model=args.model,
+        hidden=args.hidden,
         shuffle=args.shuffle, dtensor_input=args.dtensor_input, mirrored_update=args.mirrored_update,
         dtype=args.dtype, tolerance=args.tolerance, explain=args.explain,
         quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,

@@ -1,31 +1,10 @@
-"""The DTensor mesh that `--mesh` asks for, the layer layouts on it, and the checks that reject a bad one.
+"""The DTensor mesh that `--mesh` asks for, each variable's layout on it, and the checks that reject a bad one.
 
-`--mesh batch=B[,model=M]` (default `batch=N` over the N devices) names a mesh of
-B x M devices, batch-major: device b * M + m sits at batch index b, model index m.
-
-Layouts (`layer_layouts`), for the MLP 784 -> h1 -> ... -> hk -> 10:
-  batch=B only    every weight and bias replicated; only the data is sharded (the
-                  Core API tutorial: pure data parallelism).
-  batch=B,model=M the hidden layers in pairs, as in the "Distributed training with
-                  DTensors" tutorial (Megatron's column- then row-parallel pattern):
-                    even hidden layer: weight [UNSHARDED, "model"], bias ["model"]
-                      (each device computes a slice of the output features, no comms)
-                    odd hidden layer:  weight ["model", UNSHARDED], bias replicated
-                      (each device contracts its slice; one all-reduce sums them)
-                  the output layer replicated. With the default 700,500 this is the
-                  tutorial's: 784x700 [U, model], 700x500 [model, U], 500x10 replicated.
-                  With an odd number of hidden layers the last hidden layer is column
-                  sharded and DTensor gathers its activations for the replicated output
-                  layer: correct, one extra collective per step.
-
-Padding: a sharded width that the model axis does not divide is padded with zero units
-up to the next multiple (`padded_sizes`: 700 over model=8 becomes 704). A padded unit has
-zero incoming weights, zero bias and zero outgoing weights, so its ReLU output is 0, its
-gradients are 0 (TensorFlow's ReLU gradient at 0 is 0) and Adam and SGD leave it at 0: the
-padded model computes the unpadded one's function (tests/test_dtensor.py checks it by
-parity). Only the DTensor trainer sees the padding; it hands out the unpadded model.
-
-Every check here raises `UsageError` with one line that says what would work;
+`--mesh batch=B[,model=M]` (default `batch=N` over the N devices) names a mesh of B x M
+devices, batch-major: device b * M + m sits at batch index b, model index m. The batch axis
+splits the data; on a mesh with a model axis each variable is split as its model says
+(shared/model.py `Variable.layout`: the MLP's Megatron pairs, the ViT's heads), and replicated
+on a mesh without one. Every check raises `UsageError` with one line that says what would work;
 `mesh_spec` runs them all without touching a device, so a caller can fail early.
 """
 import dataclasses
@@ -35,9 +14,9 @@ from tensorflow.experimental import dtensor
 
 from dtensor_impl import combining
 from shared.errors import UsageError
+from shared.model import MODEL_AXIS
 
 BATCH_AXIS = "batch"
-MODEL_AXIS = "model"
 MESH_FORMAT = "batch=B[,model=M]"
 
 
@@ -84,21 +63,10 @@ def _example_2d(device_count: int) -> str:
     return f"batch={device_count // 2},model=2" if device_count % 2 == 0 else f"batch={device_count}"
 
 
-def padded_sizes(sizes: Sequence[int], spec: MeshSpec) -> Tuple[int, ...]:
-    """`sizes` with every width the model axis splits rounded up to a multiple of it (zero units added).
-
-    (784, 700, 500, 10) on model=8 -> (784, 704, 500, 10); unchanged without a model axis.
-    """
-    if spec.model is None:
-        return tuple(sizes)
-    sharded = set(range(1, len(sizes) - 1, 2))  # indices in `sizes` of the even hidden layers' outputs
-    return tuple(-(-size // spec.model) * spec.model if i in sharded else size for i, size in enumerate(sizes))
-
-
 def check_mesh(spec: MeshSpec, mesh_text: Optional[str], device_count: int, batch_size: int) -> None:
     """Raise UsageError unless `spec` covers the devices and its batch axis divides the global batch.
 
-    A model axis that does not divide a sharded width is no error: that width is padded.
+    A model axis that does not divide a split width is checked by the model (shared/model.py).
     """
     shown = mesh_text or str(spec)
     if spec.device_count != device_count:
@@ -148,16 +116,12 @@ def create_client_mesh(spec: MeshSpec, device_type: str) -> dtensor.Mesh:
     return dtensor.create_distributed_mesh(spec.axes, device_type=device_type)
 
 
-def layer_layouts(mesh: dtensor.Mesh, num_layers: int) -> List[Tuple[dtensor.Layout, dtensor.Layout]]:
-    """(weight layout, bias layout) per dense layer, as the module docstring describes."""
-    unsharded = dtensor.UNSHARDED
-    replicated = (dtensor.Layout.replicated(mesh, 2), dtensor.Layout.replicated(mesh, 1))
-    if MODEL_AXIS not in mesh.dim_names:
-        return [replicated] * num_layers
-    column = (dtensor.Layout([unsharded, MODEL_AXIS], mesh), dtensor.Layout([MODEL_AXIS], mesh))
-    row = (dtensor.Layout([MODEL_AXIS, unsharded], mesh), dtensor.Layout([unsharded], mesh))
-    hidden = [column if i % 2 == 0 else row for i in range(num_layers - 1)]
-    return hidden + [replicated]
+def variable_layout(mesh: dtensor.Mesh, variable) -> dtensor.Layout:
+    """A model variable's layout: its `layout` where the mesh has a model axis, else replicated."""
+    rank = len(variable.shape)
+    if MODEL_AXIS not in mesh.dim_names or not variable.layout:
+        return dtensor.Layout.replicated(mesh, rank)
+    return dtensor.Layout(list(variable.layout), mesh)
 
 
 def batch_layout(mesh: dtensor.Mesh, rank: int) -> dtensor.Layout:

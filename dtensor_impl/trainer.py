@@ -3,60 +3,15 @@
     python compare.py --trainers reference,dtensor --data embedded
     python compare.py --trainers dtensor --mesh batch=4,model=2 --dtensor-input dataset
 
-Reads top to bottom like the tutorial: a mesh over the given devices, a
-`DenseLayer(tf.Module)` whose weight and bias are `dtensor.DVariable`s with layouts
-(dtensor_impl/mesh.py says which), an MLP, the shared Adam or SGD with slots that
-are DVariables in their weight's layout, and `train_step` / `test_step` as
-`tf.function`s (`train_steps` calls `train_step` on up to 4 batches at once). Every
-global batch from `shared.data.epoch_batches` becomes DTensors sharded on the mesh's
-batch axis, either by splitting it on the host and calling `dtensor.pack` (the
-tutorial; `--dtensor-input pack`) or through `dtensor.DTensorDataset`
-(`--dtensor-input dataset`).
-
-With `--clients C` (shared/multiclient.py) the mesh spans the devices of C processes
-(`dtensor.create_distributed_mesh`) and `pack_batch` packs only this client's shards of
-each global batch; the rest is unchanged.
-
-Where it departs from the tutorial, and why:
-  * initial values come from `shared.model.initial_values` and are copied onto the
-    mesh, then sliced to the weight's layout: a stateless random op run under a
-    sharded layout would draw different numbers than the reference;
-  * a final partial batch that does not divide over the batch axis is padded with
-    zero-weight examples, and the loss is the sum over real examples divided by the
-    global real count (shared.losses), so no example is dropped and nothing changes
-    the mean; DTensorDataset needs drop_remainder=True, so its remainder is packed;
-  * the default Adam never reads a slot after writing it in the same step (on
-    DTensor that read returned stale zeros while its all-reduce combining was on;
-    `--adam tutorial` keeps the tutorial's formulation so the parity check can be
-    seen to catch it);
-  * on CPU, DTensor's combining of all-reduces is turned off
-    before DTensor starts (dtensor_impl/combining.py): ~14% faster, and no stale reads.
-  * a hidden width that the model axis does not divide is padded with zero units
-    (dtensor_impl/mesh.py); the history's weights and gradients, checkpoints and the
-    export hold the unpadded model.
-
-Input modes. `pack` is the default: measured on 8 logical CPUs (embedded data, batch
-128) it was as fast as DTensorDataset with a batch-only mesh and ~1.7x faster with
-batch=4,model=2, where DTensorDataset copies each batch shard per model device in
-tf.data. DTensorDataset also needs care: it sizes its sharding from all logical
-devices of the process, so it is refused on a mesh over fewer (it would repeat
-batches); running its iterator to the end poisons the DTensor executor, so exactly
-the full batches are taken; and tf.data autotuning is turned off for it (see
-`shared.data.without_autotune`).
-
-Costs: per step, for `pack`, one small host copy per device; one all-reduce per
-gradient and Adam's update on every device, unfused (docs/throughput.md). Per call,
-`train_steps` runs up to STEPS_PER_CALL steps of equal batch shape (one while DTensor's
-all-reduce combining is on: `steps_per_call`), and the loop waits
-for the call's last loss (one host sync per call), so that step times are true; the
-other losses stay replicated DTensors until the epoch ends (EpochMeter reads them then,
-~3 us each: `float()` / `.numpy()` of a replicated DTensor reads one device's copy).
-Tracing: one trace per group size and batch shape (e.g. the first batch alone, 4 full
-batches, the 2 left over, the last batch), all in the first epoch: every epoch is grouped
-alike, so no measured epoch traces (`EpochRecord.traces` counts them).
+Top to bottom like the tutorial: a mesh over the devices, the model's variables as
+`dtensor.DVariable`s in their layouts (the model says which dimension the `model` axis splits;
+a width it does not divide gets zero units where the model allows), the shared Adam or SGD with
+slots in their weight's layout, and `train_step` / `test_step` as tf.functions, up to
+STEPS_PER_CALL steps per call. Each global batch becomes DTensors sharded on the batch axis:
+split + `dtensor.pack` (`--dtensor-input pack`, the tutorial's) or `dtensor.DTensorDataset`.
+Where it departs from the tutorial, and what each choice costs: docs/trainers.md.
 """
-import time
-from typing import Callable, Iterator, List, Sequence, Tuple
+from typing import Callable, Iterator, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -64,17 +19,17 @@ from tensorflow.experimental import dtensor
 
 from dtensor_impl import combining
 from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_client_mesh, create_mesh,
-                               describe_layout, layer_layouts, mesh_spec, padded_sizes)
-from shared.checkpoint import TrainingState
-from shared.checksums import read_state_checksums, state_checksums, state_names, state_variables
+                               describe_layout, mesh_spec, variable_layout)
+from shared import training
+from shared.checksums import state_checksums, state_variables
 from shared.config import Config
-from shared.data import MnistData, batch_slices, epoch_batches, epoch_order, equal_shape_runs, without_autotune
+from shared.data import MnistData, epoch_batches, epoch_order, equal_shape_runs, without_autotune
 from shared.errors import UsageError
-from shared.export import export_trainer
-from shared.history import EpochMeter, History, format_epoch_line
+from shared.history import History
 from shared.losses import correct_count, loss_sum, mean_loss
-from shared.memory import DeviceMemory, located_bytes, tally
-from shared.model import MLP, build_model_and_optimizer, initial_values, layer_sizes
+from shared.memory import located_bytes, tally
+from shared.model import Model
+from shared.models import build_model_and_optimizer, definition_for
 from shared.optim import make_optimizer
 
 INPUT_MODES = ("pack", "dataset")
@@ -82,12 +37,18 @@ INPUT_MODES = ("pack", "dataset")
 # step took 8.2 ms in one call per step and 6.9 ms in calls of 4 at 2 devices (27.3 and
 # 25.5 ms at 8); calls of 8 gained ~0.2 ms more but doubled the trace time (3.3 s at 8).
 STEPS_PER_CALL = 4
+UNROLL_MAX_OPERATIONS = 1000  # see steps_per_call
 DATASET_PREFETCH = 2  # global batches DTensorDataset prepares ahead of the step
 COMBINE_ALL_REDUCES = combining.VARIABLE
 
 
-def steps_per_call(device_type: str) -> int:
-    """STEPS_PER_CALL while DTensor's all-reduce combining is off in this process, else 1.
+def steps_per_call(device_type: str, step_operations: int = 0) -> int:
+    """STEPS_PER_CALL while DTensor's all-reduce combining is off in this process and one step's graph
+    has at most UNROLL_MAX_OPERATIONS operations, else 1.
+
+    Tracing grows with the unrolled graph: the ViT's one-step call traced in 11.5 s on 8 CPUs and its
+    3-step call in ~57 s, for no gain (a step takes ~350 ms, where a dispatch saved is ~1 ms); the
+    MLP's 4-step call traces in ~3 s and saves 16% a step (STEPS_PER_CALL).
 
     With the combining on (TensorFlow's default, kept on GPUs), a DVariable read after an
     assign in the same tf.function returns the value from before the assign: in a call of
@@ -95,7 +56,9 @@ def steps_per_call(device_type: str) -> int:
     the previous step's update (measured on 8 CPUs with the combining on: the fixed Adam's
     loss 0.79 off the reference's, from step 2; one step per call matched to 2.4e-7).
     """
-    return 1 if combining.settle(device_type) else STEPS_PER_CALL
+    if combining.settle(device_type) or step_operations > UNROLL_MAX_OPERATIONS:
+        return 1
+    return STEPS_PER_CALL
 
 
 # --- the model -----------------------------------------------------------------------------
@@ -117,30 +80,13 @@ def to_numpy(tensor) -> np.ndarray:
     return dtensor.relayout(tensor, dtensor.Layout.replicated(layout.mesh, layout.rank)).numpy()
 
 
-class DenseLayer(tf.Module):
-    """y = activation(x @ w + b) with w and b DVariables laid out on the mesh."""
-
-    def __init__(self, weight: np.ndarray, bias: np.ndarray, weight_layout: dtensor.Layout,
-                 bias_layout: dtensor.Layout, activation: Callable = tf.identity):
-        super().__init__()
-        self.w = dtensor.DVariable(on_mesh(weight, weight_layout), name="w")
-        self.b = dtensor.DVariable(on_mesh(bias, bias_layout), name="b")
-        self.activation = activation
-
-    def __call__(self, x):
-        return self.activation(tf.matmul(x, self.w) + self.b)
+def build_model(definition, values: Sequence[np.ndarray], mesh: dtensor.Mesh) -> Model:
+    """The model's variables as DVariables holding `values`, each in its layout on `mesh`."""
+    return Model(definition, values,
+                 lambda value, variable: dtensor.DVariable(on_mesh(value, variable_layout(mesh, variable))))
 
 
-def build_model(values: Sequence[np.ndarray], mesh: dtensor.Mesh) -> MLP:
-    """The shared MLP (ReLU between layers, logits out) over DenseLayers holding `values` ([w0, b0, ...])."""
-    count = len(values) // 2
-    layouts = layer_layouts(mesh, count)
-    return MLP([DenseLayer(values[2 * i], values[2 * i + 1], *layouts[i],
-                           activation=tf.nn.relu if i < count - 1 else tf.identity)
-                for i in range(count)])
-
-
-def build_optimizer(config: Config, model: MLP, mesh: dtensor.Mesh):
+def build_optimizer(config: Config, model: Model, mesh: dtensor.Mesh):
     """The shared Adam/SGD; Adam's m and v slots take their weight's layout, the step is replicated."""
     return make_optimizer(
         config.optimizer, config.adam, model.weights, config.learning_rate,
@@ -150,25 +96,7 @@ def build_optimizer(config: Config, model: MLP, mesh: dtensor.Mesh):
             dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=(), dtype=tf.int64)))
 
 
-def pad_values(values: Sequence[np.ndarray], padded: Sequence[int]) -> List[np.ndarray]:
-    """[w0, b0, w1, b1, ...] zero-padded to the layer sizes `padded` (mesh.padded_sizes): a padded
-    width gets zero output columns in its weight, zero bias entries and zero input rows in the
-    next weight, so its units compute 0 and stay 0 (dtensor_impl/mesh.py)."""
-    result = []
-    for i, (weight, bias) in enumerate(zip(values[0::2], values[1::2])):
-        rows, columns = padded[i], padded[i + 1]
-        result += [np.pad(weight, ((0, rows - weight.shape[0]), (0, columns - weight.shape[1]))),
-                   np.pad(bias, (0, columns - bias.shape[0]))]
-    return result
-
-
-def unpadded(arrays: Sequence[np.ndarray], sizes: Sequence[int]) -> List[np.ndarray]:
-    """[w0, b0, ...] (weights or gradients) of the padded model cut back to the layer sizes `sizes`."""
-    return [array[:sizes[i // 2], :sizes[i // 2 + 1]] if array.ndim == 2 else array[:sizes[i // 2 + 1]]
-            for i, array in enumerate(arrays)]
-
-
-def copy_to_host(model: MLP, optimizer, host_model: MLP, host_optimizer) -> None:
+def copy_to_host(model: Model, optimizer, host_model: Model, host_optimizer) -> None:
     """The padded mesh model's weights and optimizer state into the unpadded host copy (cut to its shapes).
 
     tf.Module lists an optimizer's variables in attribute order, the same for both copies.
@@ -178,7 +106,7 @@ def copy_to_host(model: MLP, optimizer, host_model: MLP, host_optimizer) -> None
         target.assign(to_numpy(source)[tuple(slice(0, size) for size in target.shape)])
 
 
-def copy_from_host(host_model: MLP, host_optimizer, model: MLP, optimizer) -> None:
+def copy_from_host(host_model: Model, host_optimizer, model: Model, optimizer) -> None:
     """The unpadded host copy (e.g. just restored) into the padded mesh model, zero-padded to its shapes."""
     for source, target in zip([*host_model.weights, *host_optimizer.variables],
                               [*model.weights, *optimizer.variables], strict=True):
@@ -188,7 +116,7 @@ def copy_from_host(host_model: MLP, host_optimizer, model: MLP, optimizer) -> No
         target.assign(on_mesh(value, target.layout))
 
 
-def memory_per_device(model: MLP, optimizer) -> List[DeviceMemory]:
+def memory_per_device(model: Model, optimizer):
     """Bytes of weights and optimizer state on each mesh device, from every DVariable's per-device
     components (padding included: it is held)."""
     def components(variables):
@@ -310,20 +238,6 @@ def test_step(model, x, y, example_weights):
     return loss_sum(logits, y, example_weights), correct_count(logits, y, example_weights)
 
 
-def evaluate(model, x, y, batch_size: int, mesh: dtensor.Mesh):
-    """(mean loss, accuracy) over a whole split; one host sync at the end."""
-    results = [test_step(model, *pack_batch(x_batch, y_batch, mesh))
-               for x_batch, y_batch in epoch_batches(x, y, batch_size)]
-    total_loss = sum(float(batch_loss) for batch_loss, _ in results)  # host sync point
-    total_correct = sum(float(batch_correct) for _, batch_correct in results)
-    return total_loss / len(y), total_correct / len(y)
-
-
-def predict_logits(model, x: np.ndarray, mesh: dtensor.Mesh) -> np.ndarray:
-    """Logits for host images, computed on the mesh: what --export checks its SavedModel against."""
-    images, _, _ = pack_batch(x, np.zeros(len(x), np.int64), mesh)
-    return to_numpy(model(images))[:len(x)]
-
 
 # --- the loop -------------------------------------------------------------------------------
 
@@ -353,6 +267,7 @@ def check_config(config: Config, devices: Sequence[str]) -> MeshSpec:
                          f"{config.clients}; use --dtensor-input pack (each client packs its own shards)")
     check_input_mode(config.dtensor_input, len(devices), devices[0].split(":")[0])
     check_float64_collectives(config.dtype, spec)
+    definition_for(config).split_sizes(spec.model)  # a width the model axis cannot split, and no padding
     return spec
 
 
@@ -383,83 +298,115 @@ def check_float64_collectives(dtype: str, spec: MeshSpec) -> None:
                          f"collectives have no float64); use --dtype float32 or a newer TensorFlow")
 
 
+class DTensorTrainer:
+    """The parts shared.training.fit calls, on a mesh over exactly `devices` (every client's with --clients)."""
+    name = "dtensor"
+
+    def __init__(self, config: Config, data: MnistData, devices: Sequence[str], log: Callable = print):
+        spec = check_config(config, devices)
+        self.config, self.data = config, data
+        self.device_type = devices[0].split(":")[0]
+        combining.settle(self.device_type)  # before anything starts DTensor in this process
+        if config.clients > 1:  # multi-client: pack_batch then packs only this client's shards
+            self.mesh = create_client_mesh(spec, self.device_type)
+            self.placement = f"mesh {spec} over {config.clients} clients x {len(devices)} {self.device_type}"
+        else:
+            self.mesh = create_mesh(spec, devices)
+            self.placement = f"mesh {spec} over {len(devices)} x {self.device_type}"
+        self.definition = definition_for(config)
+        sizes = self.definition.split_sizes(spec.model)  # a width the model axis does not divide gets zero units
+        values = self.definition.pad(self.definition.initial_values(config.seed, config.dtype), sizes)
+        self.model = build_model(self.definition, values, self.mesh)
+        self.optimizer = build_optimizer(config, self.model, self.mesh)
+        self.steps_per_call = None  # decided by the first call's graph (steps_per_call)
+        # Checkpoints hold the unpadded model, so any trainer and mesh restores them: with padding, an
+        # unpadded copy on the host is what they read and write (one all-gather per save).
+        self.checkpointed = (self.model, self.optimizer)
+        padding = [f"{name} {size} -> {sizes[name]}" for name, size in self.definition.sizes.items()
+                   if sizes[name] != size]
+        if padding:
+            with tf.device("CPU:0"):
+                self.checkpointed = build_model_and_optimizer(config)
+        layouts = [f"{variable.name}{describe_layout(weight.layout)}"
+                   for variable, weight in zip(self.definition.variables, self.model.weights)]
+        split = [layout for layout in layouts if "model" in layout.split("[", 1)[1]]
+        self.details = {"mesh": str(spec), "dtensor_input": config.dtensor_input, "layouts": " ".join(layouts)}
+        if padding:
+            self.details["padding"] = ", ".join(padding)
+        if not config.quiet:
+            log(f"{'dtensor':<10} {self.placement}; input {config.dtensor_input}; "
+                + (f"{len(split)} of {len(layouts)} variables split on the model axis" if split
+                   else "every variable replicated")
+                + (f"; padded with zero units: {self.details['padding']}" if padding else ""))
+
+    def gradients(self, x, y):
+        return self.definition.unpad([to_numpy(g) for g in
+                                      compute_gradients(self.model, *pack_batch(x, y, self.mesh))])
+
+    def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
+        # Every epoch is grouped alike, the first batch alone: its call's time is the trace time plus a
+        # step's, and every call shape traces in the first epoch, none in a measured one.
+        batches = packed_batches if self.config.dtensor_input == "pack" else dataset_batches
+        items = iter(batches(self.data, self.config, epoch, self.mesh))
+        self.call([next(items)], meter, record_state)
+        if self.steps_per_call is None:
+            self.steps_per_call = steps_per_call(self.device_type, self.traced_operations(record_state))
+        for group in equal_shape_runs(items, lambda item: item[0][0].shape, self.steps_per_call):
+            self.call(group, meter, record_state)
+
+    def call(self, group, meter, record_state: bool):
+        losses, corrects, checksums = train_steps(self.model, self.optimizer, [batch for batch, _ in group],
+                                                  record_state)
+        # Wait for the call's last step: a call of several steps can return before they have
+        # run, and the step times would then be dispatch times (measured: ~3% of throughput).
+        float(losses[-1])
+        meter.add_steps(losses, corrects, [real_count for _, real_count in group],
+                        checksums if record_state else None)
+
+    def traced_operations(self, record_state: bool) -> int:
+        """Operations in the traced one-step call (deterministic, unlike its trace time)."""
+        first_batch, _ = next(iter(packed_batches(self.data, self.config, 0, self.mesh)))
+        graph = train_steps.get_concrete_function(self.model, self.optimizer, [first_batch],
+                                                  record_state).graph.as_graph_def()
+        return len(graph.node) + sum(len(function.node_def) for function in graph.library.function)
+
+    def trace_count(self) -> int:
+        return train_steps.experimental_get_tracing_count()
+
+    def evaluate(self, x, y):
+        """(mean loss, accuracy) over a whole split; one host sync at the end."""
+        results = [test_step(self.model, *pack_batch(x_batch, y_batch, self.mesh))
+                   for x_batch, y_batch in epoch_batches(x, y, self.config.batch_size)]
+        total_loss = sum(float(batch_loss) for batch_loss, _ in results)  # host sync point
+        total_correct = sum(float(batch_correct) for _, batch_correct in results)
+        return total_loss / len(y), total_correct / len(y)
+
+    def state(self):
+        return state_variables(self.model, self.optimizer)  # padded units are zero: they add nothing to a checksum
+
+    def final_weights(self):
+        return self.definition.unpad([to_numpy(w) for w in self.model.weights])  # an all-gather per sharded one
+
+    def memory_per_device(self):
+        return memory_per_device(self.model, self.optimizer)
+
+    def predict_logits(self, x: np.ndarray) -> np.ndarray:
+        """Logits for host images, computed on the mesh: what --export checks its SavedModel against."""
+        images, _, _ = pack_batch(x, np.zeros(len(x), np.int64), self.mesh)
+        return to_numpy(self.model(images))[:len(x)]
+
+    def begin(self, start_epoch: int):
+        if start_epoch and self.checkpointed[0] is not self.model:  # restored into the host copy
+            copy_from_host(*self.checkpointed, self.model, self.optimizer)
+
+    def finish(self, history: History):
+        history.details["steps_per_call"] = str(self.steps_per_call or 1)
+
+    def before_save(self):
+        if self.checkpointed[0] is not self.model:
+            copy_to_host(self.model, self.optimizer, *self.checkpointed)
+
+
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train on a mesh over exactly `devices` and return the shared history record."""
-    spec = check_config(config, devices)
-    device_type = devices[0].split(":")[0]
-    combining.settle(device_type)  # before anything starts DTensor in this process
-    if config.clients > 1:  # multi-client: pack_batch then packs only this client's shards
-        mesh = create_client_mesh(spec, device_type)
-        placement = f"mesh {spec} over {config.clients} clients x {len(devices)} {device_type}"
-    else:
-        mesh = create_mesh(spec, devices)
-        placement = f"mesh {spec} over {len(devices)} x {device_type}"
-    history = History(trainer="dtensor", placement=placement, dtype=config.dtype)
-
-    sizes = layer_sizes(config.hidden)
-    padded = padded_sizes(sizes, spec)  # a width the model axis does not divide gets zero units
-    model = build_model(pad_values(initial_values(sizes, config.seed, config.dtype), padded), mesh)
-    optimizer = build_optimizer(config, model, mesh)
-    record_state = config.dtype == "float64"  # per-step state checksums: what parity names when it fails
-    history.state_names = state_names(model, optimizer) if record_state else []
-    # Checkpoints hold the unpadded model, so any trainer and mesh restores them: with padding, an
-    # unpadded copy on the host is what they read and write (one all-gather per save).
-    state_model, state_optimizer = model, optimizer
-    if padded != sizes:
-        with tf.device("CPU:0"):
-            state_model, state_optimizer = build_model_and_optimizer(config)
-    state = TrainingState("dtensor", config, state_model, state_optimizer, len(data.y_train), log)
-    start_epoch = state.restore()  # --restore: epochs already trained; 0 without; relayouts any checkpoint
-    if start_epoch and state_model is not model:
-        copy_from_host(state_model, state_optimizer, model, optimizer)
-    layouts = " ".join(f"{name}{i}{describe_layout(var.layout)}"
-                       for i, layer in enumerate(model.layers) for name, var in (("w", layer.w), ("b", layer.b)))
-    history.details = {"mesh": str(spec), "dtensor_input": config.dtensor_input, "layouts": layouts}
-    if padded != sizes:
-        history.details["padding"] = ", ".join(f"hidden {size} -> {padded_size}" for size, padded_size
-                                               in zip(sizes[1:-1], padded[1:-1]) if size != padded_size)
-    if not config.quiet:
-        log(f"{'dtensor':<10} {history.placement}; input {config.dtensor_input}; layouts {layouts}"
-            + (f"; padded with zero units: {history.details['padding']}" if padded != sizes else ""))
-
-    first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch,
-                                          config.shuffle, config.seed))
-    history.first_step_gradients = unpadded([to_numpy(g) for g in
-                                             compute_gradients(model, *pack_batch(first_x, first_y, mesh))], sizes)
-
-    batches = packed_batches if config.dtensor_input == "pack" else dataset_batches
-    for epoch in range(start_epoch, config.epochs):
-        meter = EpochMeter(f"dtensor epoch {epoch + 1}/{config.epochs}",
-                           len(batch_slices(len(data.y_train), config.batch_size)))
-        # The first call of the run takes one step: its time is the trace time plus one step's, as
-        # for the other trainers. Every epoch is grouped alike, so every call shape is traced in the
-        # first epoch and none in a measured one (a new group size would cost a trace, ~1 s).
-        groups = equal_shape_runs(batches(data, config, epoch, mesh), lambda item: item[0][0].shape,
-                                  steps_per_call(device_type), first_alone=True)
-        traces_before = train_steps.experimental_get_tracing_count()
-        for call, group in enumerate(groups):
-            started = time.perf_counter()
-            losses, corrects, checksums = train_steps(model, optimizer, [batch for batch, _ in group], record_state)
-            # Wait for the call's last step: a call of several steps can return before they have
-            # run, and the step times would then be dispatch times (measured: ~3% of throughput).
-            float(losses[-1])
-            if epoch == start_epoch and call == 0:
-                history.trace_seconds = time.perf_counter() - started  # the first call's: tracing included
-            meter.add_steps(losses, corrects, [real_count for _, real_count in group],
-                            checksums if record_state else None)
-        finished = meter.finish()  # before evaluating: the epoch's time is training only
-        traces = train_steps.experimental_get_tracing_count() - traces_before
-        test_loss, test_accuracy = evaluate(model, data.x_test, data.y_test, config.batch_size, mesh)
-        record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy, traces)
-        if not config.quiet:
-            log(format_epoch_line("dtensor", record, config.epochs))
-        if config.checkpoint_dir and state_model is not model:
-            copy_to_host(model, optimizer, state_model, state_optimizer)
-        state.save_epoch(epoch + 1)  # --checkpoint-dir
-    if record_state:  # padded units are zero: they add nothing to a checksum
-        history.add_final_state(read_state_checksums(state_variables(model, optimizer)))
-    history.final_weights = unpadded([to_numpy(w) for w in model.weights], sizes)  # an all-gather per sharded one
-    history.memory_per_device = memory_per_device(model, optimizer)
-    export_trainer(config, "dtensor", history.final_weights, lambda x: predict_logits(model, x, mesh),  # --export
-                   data.x_test, history.details)
-    return history
+    return training.fit(DTensorTrainer(config, data, devices, log), config, data, log)

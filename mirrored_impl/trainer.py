@@ -58,22 +58,21 @@ compiled update, traced once (every batch's gradients have the weights' shapes):
 in both, and the run matches the reference's.
 """
 import functools
-import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from shared.checkpoint import TrainingState
-from shared.checksums import read_state_checksums, state_checksums, state_names, state_variables
+from shared import training
+from shared.checksums import read_state_checksums, state_checksums, state_variables
 from shared.config import Config
 from shared.data import MnistData, batch_slices, epoch_batches, without_autotune
 from shared.errors import UsageError
-from shared.export import export_trainer
-from shared.history import EpochMeter, History, format_epoch_line
+from shared.history import History
 from shared.losses import correct_count, loss_sum, mean_loss
 from shared.memory import DeviceMemory, located_bytes, tally
-from shared.model import build_mlp, build_model_and_optimizer
+from shared.model import Model
+from shared.models import build_model_and_optimizer
 from shared.optim import apply_gradients_fused
 from shared.parity import max_abs_diff
 
@@ -386,7 +385,7 @@ def build_models(strategy, config: Config, update: str):
         with tf.device(strategy.extended.worker_devices[0]):
             primary_model, optimizer = build_model_and_optimizer(config)
         with strategy.scope():
-            model = build_mlp([weight.numpy() for weight in primary_model.weights])  # the replicas' copies
+            model = Model(primary_model.definition, [weight.numpy() for weight in primary_model.weights])  # copies
         return model, optimizer, primary_model
     with strategy.scope():
         model, optimizer = build_model_and_optimizer(config)  # MirroredVariables: one copy per replica
@@ -403,89 +402,99 @@ def memory_per_device(strategy, model, optimizer, primary_model: Optional[object
     return tally(weights, copies(optimizer.variables))
 
 
+class MirroredTrainer:
+    """The parts shared.training.fit calls, with one replica per device (per worker with --clients)."""
+    name = "mirrored"
+
+    def __init__(self, config: Config, data: MnistData, devices: Sequence[str], log: Callable = print):
+        if config.clients > 1:
+            self.strategy = multi_worker_strategy()  # first: before anything starts TensorFlow's runtime
+            check_config(config, devices)
+            cross_device_ops_name = "CollectiveAllReduce (RING, multi-worker)"
+        else:
+            check_config(config, devices)
+            cross_device_ops = choose_cross_device_ops(devices)
+            self.strategy = tf.distribute.MirroredStrategy(devices=[f"/device:{device}" for device in devices],
+                                                           cross_device_ops=cross_device_ops)
+            cross_device_ops_name = type(cross_device_ops).__name__
+        self.config, self.data = config, data
+        num_replicas = self.strategy.num_replicas_in_sync
+        self.placement = (f"{num_replicas} replica{'s' * (num_replicas > 1)} on {devices[0].split(':')[0]}"
+                          + (f" ({config.clients} workers)" if config.clients > 1 else ""))
+        update = update_mode(config)
+        self.details = {
+            "cross_device_ops": cross_device_ops_name,
+            "update": update,
+            "input": "distribute_datasets_from_function, one element per replica per epoch",
+            "per_replica_batch": describe_pieces(config.batch_size, num_replicas),
+        }
+        if not config.quiet:
+            log(f"{'mirrored':<10} {self.placement}; cross-device ops {cross_device_ops_name}; update {update}; "
+                f"per-replica batch {self.details['per_replica_batch']}; input {self.details['input']}")
+        self.model, self.optimizer, self.primary_model = build_models(self.strategy, config, update)
+        self.checkpointed = (self.primary_model or self.model, self.optimizer)
+        self.global_counts = [part.stop - part.start for part in batch_slices(len(data.y_train), config.batch_size)]
+
+    def begin(self, start_epoch: int):
+        """After --restore: the replicas' copies from the primary weights, and the run's input pipelines."""
+        if self.primary_model is not None:
+            for copies, weight in zip(self.model.weights, self.primary_model.weights):
+                copies.assign(weight)  # every replica's copy from the restored (or initial) weights
+        config, data = self.config, self.data
+        epochs = range(start_epoch, config.epochs)
+        self.train_iterator = iter(distribute_batches(self.strategy, data.x_train, data.y_train, config.batch_size,
+                                                      epochs or [0], config.shuffle, config.seed))
+        self.test_iterator = iter(distribute_batches(self.strategy, data.x_test, data.y_test, config.batch_size,
+                                                     epochs))
+        self.chunk = next(self.train_iterator)  # the first epoch's pieces
+
+    def gradients(self, x, y):
+        """At the current weights, on the first global batch of the chunk: the same batch as x, y."""
+        grads = global_gradients(self.strategy, self.model, self.chunk, tf.constant(0))
+        return [self.strategy.experimental_local_results(g)[0].numpy() for g in grads]
+
+    def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
+        if not first:
+            self.chunk = next(self.train_iterator)  # prepared while the previous epoch trained
+        done = 0
+        if first:  # the first step alone: its time is the trace time
+            initial_state = read_state_checksums(self.state()) if record_state else None
+            loss, correct = train_step(self.strategy, self.model, self.optimizer, self.chunk, tf.constant(0),
+                                       self.primary_model)
+            float(loss)  # host sync, once
+            meter.add(loss, correct, self.global_counts[0], initial_state)
+            done = 1
+        if done < len(self.global_counts):  # the rest of the epoch in one call
+            losses, corrects, checksums = train_steps(self.strategy, self.model, self.optimizer, self.chunk,
+                                                      tf.constant(done), tf.constant(len(self.global_counts) - done),
+                                                      self.primary_model, record_state)
+            meter.add_steps(losses, corrects, self.global_counts[done:], checksums if record_state else None)
+
+    def trace_count(self) -> int:
+        return train_step.experimental_get_tracing_count() + train_steps.experimental_get_tracing_count()
+
+    def evaluate(self, x, y):
+        """The test split's pieces for this epoch come from the test pipeline (x, y are the same examples)."""
+        return evaluate(self.strategy, self.model, next(self.test_iterator),
+                        len(batch_slices(len(y), self.config.batch_size)), len(y))
+
+    def state(self):
+        """The primary copy with "primary"; with "replicas" replica 0's copies are read."""
+        return state_variables(self.primary_model or self.model, self.optimizer)
+
+    def final_weights(self):
+        return [w.numpy() for w in self.model.weights]
+
+    def memory_per_device(self):
+        return memory_per_device(self.strategy, self.model, self.optimizer, self.primary_model)
+
+    def predict_logits(self, x: np.ndarray) -> np.ndarray:
+        return predict_logits(self.strategy, self.model, x)
+
+    def finish(self, history: History):
+        history.details["replica_weight_spread"] = f"{replica_weight_spread(self.strategy, self.model):.3g}"
+
+
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train data-parallel with one replica per device and return the shared history record."""
-    if config.clients > 1:
-        strategy = multi_worker_strategy()  # first: before anything starts TensorFlow's runtime
-        check_config(config, devices)
-        cross_device_ops_name = "CollectiveAllReduce (RING, multi-worker)"
-    else:
-        check_config(config, devices)
-        cross_device_ops = choose_cross_device_ops(devices)
-        strategy = tf.distribute.MirroredStrategy(devices=[f"/device:{device}" for device in devices],
-                                                  cross_device_ops=cross_device_ops)
-        cross_device_ops_name = type(cross_device_ops).__name__
-    num_replicas = strategy.num_replicas_in_sync  # one per device (per worker with --clients)
-    device_type = devices[0].split(":")[0]
-    history = History(trainer="mirrored",
-                      placement=f"{num_replicas} replica{'s' * (num_replicas > 1)} on {device_type}"
-                      + (f" ({config.clients} workers)" if config.clients > 1 else ""), dtype=config.dtype)
-    update = update_mode(config)
-    history.details = {
-        "cross_device_ops": cross_device_ops_name,
-        "update": update,
-        "input": "distribute_datasets_from_function, one element per replica per epoch",
-        "per_replica_batch": describe_pieces(config.batch_size, num_replicas),
-    }
-    if not config.quiet:
-        log(f"{'mirrored':<10} {history.placement}; cross-device ops {history.details['cross_device_ops']}; "
-            f"update {history.details['update']}; per-replica batch {history.details['per_replica_batch']}; "
-            f"input {history.details['input']}")
-    model, optimizer, primary_model = build_models(strategy, config, update)
-    record_state = config.dtype == "float64"  # per-step state checksums: what parity names when it fails
-    recorded = state_variables(primary_model or model, optimizer)  # replicas mode: replica 0's copies are read
-    history.state_names = state_names(primary_model or model, optimizer) if record_state else []
-    state = TrainingState("mirrored", config, primary_model or model, optimizer, len(data.y_train), log)
-    start_epoch = state.restore()  # --restore: epochs already trained; 0 without
-    if primary_model is not None:
-        for copies, weight in zip(model.weights, primary_model.weights):
-            copies.assign(weight)  # every replica's copy from the restored (or initial) weights
-
-    epochs = range(start_epoch, config.epochs)
-    train_batches = distribute_batches(strategy, data.x_train, data.y_train, config.batch_size, epochs or [0],
-                                       config.shuffle, config.seed)
-    test_batches = distribute_batches(strategy, data.x_test, data.y_test, config.batch_size, epochs)
-    train_iterator, test_iterator = iter(train_batches), iter(test_batches)
-    chunk = next(train_iterator)  # the first epoch's pieces
-    first_step = tf.constant(0)
-    first_grads = global_gradients(strategy, model, chunk, first_step)
-    history.first_step_gradients = [strategy.experimental_local_results(g)[0].numpy() for g in first_grads]
-
-    global_counts = [part.stop - part.start for part in batch_slices(len(data.y_train), config.batch_size)]
-    test_batch_count = len(batch_slices(len(data.y_test), config.batch_size))
-    for epoch in epochs:
-        meter = EpochMeter(f"mirrored epoch {epoch + 1}/{config.epochs}", len(global_counts))
-        traces_before = train_step.experimental_get_tracing_count() + train_steps.experimental_get_tracing_count()
-        if epoch != start_epoch:
-            chunk = next(train_iterator)  # prepared while the previous epoch trained
-        done = 0
-        if epoch == start_epoch:  # the first step alone: its time is the trace time
-            initial_state = read_state_checksums(recorded) if record_state else None
-            started = time.perf_counter()
-            loss, correct = train_step(strategy, model, optimizer, chunk, first_step, primary_model)
-            float(loss)  # host sync, once
-            history.trace_seconds = time.perf_counter() - started
-            meter.add(loss, correct, global_counts[0], initial_state)
-            done = 1
-        if done < len(global_counts):  # the rest of the epoch in one call
-            losses, corrects, checksums = train_steps(strategy, model, optimizer, chunk, tf.constant(done),
-                                                      tf.constant(len(global_counts) - done), primary_model,
-                                                      record_state)
-            meter.add_steps(losses, corrects, global_counts[done:], checksums if record_state else None)
-        finished = meter.finish()  # before evaluating: the epoch's time is training only
-        traces = (train_step.experimental_get_tracing_count() + train_steps.experimental_get_tracing_count()
-                  - traces_before)
-        test_loss, test_accuracy = evaluate(strategy, model, next(test_iterator), test_batch_count,
-                                            len(data.y_test))
-        record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy, traces)
-        if not config.quiet:
-            log(format_epoch_line("mirrored", record, config.epochs))
-        state.save_epoch(epoch + 1)  # --checkpoint-dir
-    if record_state:
-        history.add_final_state(read_state_checksums(recorded))
-    history.details["replica_weight_spread"] = f"{replica_weight_spread(strategy, model):.3g}"
-    history.final_weights = [w.numpy() for w in model.weights]
-    history.memory_per_device = memory_per_device(strategy, model, optimizer, primary_model)
-    export_trainer(config, "mirrored", history.final_weights,  # --export
-                   lambda x: predict_logits(strategy, model, x), data.x_test, history.details)
-    return history
+    return training.fit(MirroredTrainer(config, data, devices, log), config, data, log)

@@ -28,7 +28,7 @@ from dtensor_impl.trainer import build_model, pack_batch
 from shared.data import load_data
 from shared.devices import configure_devices
 from shared.losses import mean_loss
-from shared.model import initial_values, layer_sizes
+from shared.mlp import mlp
 
 DEVICES = 8
 BATCH = 128
@@ -39,7 +39,8 @@ def check(combine: bool) -> dict:
     # DTensor reads the variable once, when it starts (only "0" turns combining off): set it first.
     os.environ[COMBINE_ALL_REDUCES] = "1" if combine else "0"
     mesh = create_mesh(MeshSpec(batch=DEVICES), configure_devices(DEVICES, "CPU"))
-    model = build_model(initial_values(layer_sizes((700, 500)), seed=22), mesh)
+    definition = mlp()
+    model = build_model(definition, definition.initial_values(seed=22), mesh)
     slots = [dtensor.DVariable(dtensor.call_with_layout(tf.zeros, w.layout, shape=w.shape, dtype=w.dtype))
              for w in model.weights]
     data = load_data("embedded", train_examples=BATCH, test_examples=1)

@@ -1,26 +1,17 @@
-"""The machine's float32 matmul peak and the MLP's FLOPs: what compare.py prints under its tables.
+"""The machine's float32 matmul peak: what compare.py prints beside each trainer's achieved GFLOP/s.
 
-    achieved GFLOP/s = examples/s x flops_per_example / 1e9
+    achieved GFLOP/s = examples/s x the model's flops_per_example / 1e9
 
-`flops_per_example` counts forward and backward as 3 x 2 x sum(in x out) (one multiply-add
-per weight forward, two backward); it ignores biases, activations, the loss and Adam, and
-counts the first layer's input gradient, which nobody computes, so it is the usual
-convention, not a measurement. The peak is a 2048 x 2048 float32 matmul in a tf.function
+Each model counts its own FLOPs per example (shared/mlp.py: 3 x 2 x weights, the usual
+convention, not a measurement). The peak is a 2048 x 2048 float32 matmul in a tf.function
 on one device, best of a few repeats: ~1 s, run in the same process as the trainers, so a
 loaded machine lowers both.
 """
 import time
-from typing import Sequence
-
 import tensorflow as tf
 
 PEAK_MATMUL_SIZE = 2048
 PEAK_REPEATS = 5
-
-
-def flops_per_example(sizes: Sequence[int]) -> int:
-    """Forward + backward FLOPs of one example through the MLP `sizes` (784, 700, 500, 10: 5.43 M)."""
-    return 3 * 2 * sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
 
 
 def matmul_peak_gflops(device: str = "CPU:0", size: int = PEAK_MATMUL_SIZE, repeats: int = PEAK_REPEATS) -> float:

@@ -7,12 +7,12 @@ Every trainer writes the same object graph with `tf.train.Checkpoint`, so any tr
 restores what any other wrote, whatever the mesh, layout or mirroring (TensorFlow
 saves each variable whole and lays it out again on restore):
 
-    model/layers/<i>/{w,b}             the weights
+    model/<variable name>              the weights, e.g. model/layers/0/w (shared/model.py)
     optimizer/{m,v}/<i>, optimizer/step  Adam's slots and int64 step count (SGD has none;
                                          --adam tutorial's Python-float step is not state)
     progress/{epoch,batch,step}        epochs completed, batches of the next epoch done (0:
                                          trainers save at epoch ends), optimizer steps so far
-    progress/{layer_sizes,optimizer,dtype}  what the state is for: checked before restoring, so
+    progress/{model,optimizer,dtype}   what the state is for: checked before restoring, so
                                          a mismatch is one line, not a shape error (a float32
                                          checkpoint does not restore into a --dtype float64 run)
 
@@ -31,12 +31,12 @@ Retention: after each write, epochs older than the newest `--keep-checkpoints` N
 are deleted. tf.train.CheckpointManager's max_to_keep is not used: it writes its checkpoints
 in place, as file prefixes in one directory with a state file, which the rename of a
 complete directory above cannot wrap.
-Cost: a checkpoint of the default 784-700-500-10 MLP with Adam is 11 MB.
+Cost: a checkpoint of the default 784-700-500-10 MLP with Adam is 11 MB; of the ViT, 0.9 MB.
 """
 import os
 import re
 import shutil
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -45,7 +45,7 @@ from shared.config import Config
 from shared.data import batch_slices
 from shared.errors import UsageError
 from shared.files import check_writable_dir, partial_path, publish_directory
-from shared.model import layer_sizes
+from shared.models import definition_for
 
 PREFIX = "ckpt"  # the file prefix inside a checkpoint directory: ckpt.index, ckpt.data-*
 EPOCH_DIR = re.compile(r"^epoch-(\d+)$")
@@ -55,20 +55,20 @@ _KEY = "progress/{}/.ATTRIBUTES/VARIABLE_VALUE"  # how tf.train.Checkpoint names
 class Progress(tf.Module):
     """Where the run is and what it is for, as plain host variables (any trainer can hold them)."""
 
-    def __init__(self, sizes: Sequence[int], optimizer: str, dtype: str):
+    def __init__(self, model: str, optimizer: str, dtype: str):
         super().__init__()
         with tf.device("CPU:0"):
             self.dtype = tf.Variable(dtype, trainable=False)  # "float32" or "float64" (--dtype)
             self.epoch = tf.Variable(tf.constant(0, tf.int64), trainable=False)  # epochs completed
             self.batch = tf.Variable(tf.constant(0, tf.int64), trainable=False)  # of the next epoch, done
             self.step = tf.Variable(tf.constant(0, tf.int64), trainable=False)  # optimizer steps so far
-            self.layer_sizes = tf.Variable(tf.constant(sizes, tf.int64), trainable=False)
+            self.model = tf.Variable(model, trainable=False)  # ModelDefinition.name, e.g. "mlp 784-700-500-10"
             self.optimizer = tf.Variable(optimizer, trainable=False)  # "adam" or "sgd"
 
 
-def hidden_text(sizes: Sequence[int]) -> str:
-    """(784, 700, 500, 10) -> "700,500", as --hidden takes it."""
-    return ",".join(str(int(size)) for size in sizes[1:-1])
+def hidden_text(model_name: str) -> str:
+    """"mlp 784-700-500-10" -> "700,500", as --hidden takes it."""
+    return ",".join(model_name.split(" ", 1)[1].split("-")[1:-1])
 
 
 def latest(directory: str) -> Optional[str]:
@@ -102,8 +102,10 @@ def read_progress(prefix: str) -> dict:
     """The progress record of a checkpoint, without restoring anything."""
     try:
         reader = tf.train.load_checkpoint(prefix)
-        progress = {name: reader.get_tensor(_KEY.format(name))
-                    for name in ("epoch", "batch", "step", "layer_sizes", "optimizer")}
+        progress = {name: reader.get_tensor(_KEY.format(name)) for name in ("epoch", "batch", "step", "optimizer")}
+        # Checkpoints from before --model recorded the MLP's layer sizes instead of the model's name.
+        progress["model"] = reader.get_tensor(_KEY.format("model")) if reader.has_tensor(_KEY.format("model")) \
+            else ("mlp " + "-".join(str(size) for size in reader.get_tensor(_KEY.format("layer_sizes")))).encode()
         # Checkpoints from before --dtype hold float32 state and no dtype record.
         progress["dtype"] = reader.get_tensor(_KEY.format("dtype")) if reader.has_tensor(_KEY.format("dtype")) \
             else b"float32"
@@ -118,11 +120,13 @@ def check_restore(config: Config) -> Tuple[str, dict]:
     prefix = resolve(config.restore)
     progress = read_progress(prefix)
     shown = os.path.dirname(prefix)
-    written_sizes = tuple(int(size) for size in progress["layer_sizes"])
-    if written_sizes != layer_sizes(config.hidden):
-        raise UsageError(f"checkpoint {shown} was written for hidden {hidden_text(written_sizes)} but --hidden "
-                         f"{hidden_text(layer_sizes(config.hidden))} was given; use --hidden "
-                         f"{hidden_text(written_sizes)}")
+    written_model, model = progress["model"].decode(), definition_for(config).name
+    if written_model != model and written_model.startswith("mlp ") and model.startswith("mlp "):
+        raise UsageError(f"checkpoint {shown} was written for hidden {hidden_text(written_model)} but --hidden "
+                         f"{hidden_text(model)} was given; use --hidden {hidden_text(written_model)}")
+    if written_model != model:
+        raise UsageError(f"checkpoint {shown} holds the model {written_model!r}, not this run's {model!r}; "
+                         f"restore it with the --model (and --hidden) that wrote it")
     written_optimizer = progress["optimizer"].decode()
     if written_optimizer != config.optimizer:
         raise UsageError(f"checkpoint {shown} holds {written_optimizer} state but --optimizer {config.optimizer} "
@@ -171,7 +175,7 @@ class TrainingState:
         check_clients(config)
         self.trainer, self.config, self.log = trainer, config, log
         self.steps_per_epoch = len(batch_slices(train_examples, config.batch_size))
-        self.progress = Progress(layer_sizes(config.hidden), config.optimizer, config.dtype)
+        self.progress = Progress(model.definition.name, config.optimizer, config.dtype)
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, progress=self.progress)
         self.trained_state = tf.train.Checkpoint(model=model, optimizer=optimizer)  # what restore reads
 
@@ -227,9 +231,7 @@ def remove_older(directory: str, last_removed: int) -> None:
             shutil.rmtree(os.path.join(directory, name))
 
 
-def weights_of(prefix: str) -> List[np.ndarray]:
-    """The model weights stored in a checkpoint, [w0, b0, w1, b1, ...] (for tests and inspection)."""
+def weights_of(prefix: str, definition) -> List[np.ndarray]:
+    """The model weights stored in a checkpoint, in the definition's order (for tests and inspection)."""
     reader = tf.train.load_checkpoint(prefix)
-    count = len(read_progress(prefix)["layer_sizes"]) - 1
-    return [reader.get_tensor(f"model/layers/{i}/{name}/.ATTRIBUTES/VARIABLE_VALUE")
-            for i in range(count) for name in ("w", "b")]
+    return [reader.get_tensor(f"model/{name}/.ATTRIBUTES/VARIABLE_VALUE") for name in definition.names]

@@ -1,7 +1,7 @@
 """Per-step checksums of the training state: what names the first variable that differs.
 
-Comparing the whole state after every step would mean 905k parameters x (weight, Adam m,
-Adam v) per step. Instead, a trainer that records them (float64 runs; shared/parity.py
+Comparing the whole state after every step would mean every parameter x (weight, Adam m,
+Adam v) per step (905k for the MLP). Instead, a trainer that records them (float64 runs; shared/parity.py
 compares them) computes, in the graph and in float64, one number per state variable:
 sum |x|, for every weight, bias and Adam slot. A sum of non-negative terms does not
 cancel, so a relative tolerance judges it, and any change of any element moves it
@@ -17,6 +17,7 @@ run ~40% slower); float32 runs record none, so their speed is unchanged.
 """
 from typing import List
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -25,11 +26,17 @@ def state_variables(model, optimizer) -> list:
     return list(model.weights) + list(getattr(optimizer, "m", [])) + list(getattr(optimizer, "v", []))
 
 
-def state_names(model, optimizer) -> List[str]:
+def state_names(definition, optimizer) -> List[str]:
     """What each row of `state_checksums` is, for messages: "layer 0 weight", "layer 1 bias Adam v"."""
-    names = [f"layer {i} {kind}" for i in range(len(model.layers)) for kind in ("weight", "bias")]
+    names = definition.labels
     slots = [f"{name} Adam {slot}" for slot in ("m", "v") for name in names] if hasattr(optimizer, "m") else []
     return names + slots
+
+
+def state_sizes(definition, optimizer) -> List[int]:
+    """The number of elements of each row of `state_checksums` (unpadded)."""
+    sizes = [int(np.prod(definition.shape(variable))) for variable in definition.variables]
+    return sizes + (sizes * 2 if hasattr(optimizer, "m") else [])
 
 
 def state_checksums(variables) -> tf.Tensor:

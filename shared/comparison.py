@@ -19,6 +19,7 @@ from shared.devices import configure_devices
 from shared.errors import UsageError
 from shared.history import History
 from shared.memory import with_peaks
+from shared.models import definition_for
 from shared.parity import Parity, check_parity
 from shared.verdict import Verdict, judge
 
@@ -69,6 +70,7 @@ def check_config(config: Config, devices: Sequence[str]) -> None:
     """Each chosen trainer's own checks (a mesh, a batch over replicas) before anything trains."""
     if config.batch_size < 1 or config.epochs < 0:
         raise UsageError("--batch-size must be positive and --epochs not negative")
+    definition_for(config)  # --model: a user's definition is loaded and checked here, once
     for name in config.trainers:
         check = getattr(trainer_module(name), "check_config", None)
         if check is not None:

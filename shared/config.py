@@ -26,7 +26,8 @@ class Config:
     data: str = "auto"  # "auto", "tfds", "embedded" or a directory of MNIST IDX files
     train_examples: Optional[int] = None  # None: the source's default (tfds/IDX 5000, embedded 4000)
     test_examples: Optional[int] = None  # None: the source's default (tfds/IDX 5000, embedded 1000)
-    hidden: Tuple[int, ...] = (700, 500)
+    model: str = "mlp"  # "mlp", "vit", or FILE.py:FUNCTION returning a ModelDefinition (shared/models.py)
+    hidden: Optional[Tuple[int, ...]] = None  # the MLP's hidden layer sizes; None: the tutorial's 700,500
     shuffle: bool = False  # the tutorial does not shuffle; True reshuffles every epoch from `seed`
     dtensor_input: str = "pack"  # "pack" (tutorial: split + dtensor.pack) or "dataset" (DTensorDataset)
     mirrored_update: str = "auto"  # "primary", "replicas", or auto: primary in one process, replicas with --clients

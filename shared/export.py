@@ -6,7 +6,7 @@
 tf.saved_model accepts only fully replicated DTensor models and drops every layout,
 and a MirroredStrategy model saves its strategy's variables; so each trainer hands
 over its final weights as arrays (a sharded DVariable all-gathered first), and they
-are saved as plain tf.Variables in the shared MLP (shared/model.py). The signature
+are saved as plain tf.Variables in the run's model (shared/model.py). The signature
 `serving_default` takes `images`, float32 [None, 784] in [0, 1], and returns
 `logits` [None, 10] and `probabilities` (their softmax).
 
@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from shared.files import partial_path, publish_directory
 from shared.data import IMAGE_PIXELS
-from shared.model import build_mlp
+from shared.model import Model
 
 PROBE_EXAMPLES = 100
 PROBE_FILE = os.path.join("assets.extra", "probe.npz")
@@ -36,11 +36,11 @@ LOGIT_TOLERANCE = 1e-4
 
 
 class ServingModel(tf.Module):
-    """The trained MLP with plain variables and one serving function."""
+    """The trained model with plain float32 variables and one serving function."""
 
-    def __init__(self, weights: Sequence[np.ndarray]):
+    def __init__(self, definition, weights: Sequence[np.ndarray]):
         super().__init__()
-        self.model = build_mlp([np.asarray(w, np.float32) for w in weights])
+        self.model = Model(definition, [np.asarray(w, np.float32) for w in weights])
 
     @tf.function(input_signature=[tf.TensorSpec([None, IMAGE_PIXELS], tf.float32, name="images")])
     def serve(self, images) -> Dict[str, tf.Tensor]:
@@ -48,14 +48,14 @@ class ServingModel(tf.Module):
         return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
 
 
-def export_model(directory: str, weights: Sequence[np.ndarray], trainer_logits: Callable,
+def export_model(directory: str, definition, weights: Sequence[np.ndarray], trainer_logits: Callable,
                  probe_images: np.ndarray) -> float:
     """Write a SavedModel of `weights` to `directory`; returns the largest |logit| difference
     between it and `trainer_logits(probe_images)`, the trainer's own forward pass."""
     probe_images = np.asarray(probe_images[:PROBE_EXAMPLES], np.float32)
     expected = np.asarray(trainer_logits(probe_images), np.float32)
     with tf.device("CPU:0"):  # not on a mesh or under a strategy; SavedModel does not record the device
-        serving = ServingModel(weights)
+        serving = ServingModel(definition, weights)
         served = serving.serve(tf.constant(probe_images))["logits"].numpy()
     os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
     partial = partial_path(directory)
@@ -66,13 +66,13 @@ def export_model(directory: str, weights: Sequence[np.ndarray], trainer_logits: 
     return float(np.max(np.abs(served - expected))) if len(expected) else 0.0
 
 
-def export_trainer(config, trainer: str, weights: Sequence[np.ndarray], trainer_logits: Callable,
+def export_trainer(config, trainer: str, definition, weights: Sequence[np.ndarray], trainer_logits: Callable,
                    probe_images: np.ndarray, details: dict) -> None:
     """--export DIR: write DIR/<trainer> and record where and how close in `details`."""
     if not config.export:
         return
     directory = os.path.join(config.export, trainer)
-    difference = export_model(directory, weights, trainer_logits, probe_images)
+    difference = export_model(directory, definition, weights, trainer_logits, probe_images)
     details["export"] = directory
     details["export_max_abs_logit_diff"] = f"{difference:.3g}"
 

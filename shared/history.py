@@ -40,6 +40,7 @@ class History:
     # that each step starts from, then of the final state (steps + 1 entries), and what each row is.
     step_state_checksums: List[np.ndarray] = dataclasses.field(default_factory=list)
     state_names: List[str] = dataclasses.field(default_factory=list)
+    state_sizes: List[int] = dataclasses.field(default_factory=list)  # elements of each, for shared.parity.state_atol
 
     def add_final_state(self, checksums) -> None:
         """The state checksums after the last step (float64 runs; shared/checksums.py)."""
@@ -116,6 +117,7 @@ class EpochMeter:
 
     def __init__(self, label: str = "", total_steps: int = 0):
         self.losses, self.corrects, self.counts, self.step_times_ms = [], [], [], []
+        self.call_seconds = []  # the wall time of each add: a trainer's call of one or more steps
         self.state_checksums = []  # per call: [steps] of [variables], each at a step's start (float64 runs)
         self.start = self._last = time.perf_counter()
         # A progress bar on a terminal only (tqdm); logs and pipes get the epoch lines alone.
@@ -135,6 +137,7 @@ class EpochMeter:
         if state_checksums is not None:
             self.state_checksums.append(state_checksums)
         now = time.perf_counter()
+        self.call_seconds.append(now - self._last)
         self.step_times_ms += [(now - self._last) * 1e3 / len(counts)] * len(counts)
         self._last = now
         self.losses.append(mean_losses)

@@ -1,100 +1,206 @@
-"""The MLP: its layer sizes, its initial values, and a plain tf.Module version of it.
+"""What a model is to every trainer: named variables with initial values, one forward, a layout each.
 
-The tutorial meant 784 -> 700 (ReLU) -> 500 (ReLU) -> 10 (logits); it overwrites
-`hidden_layer_2_size` with 10 and so builds 784-700-10-10. We build what it meant.
-
-Initial values are drawn once, unsharded, exactly as the tutorial draws them, and
-every trainer starts from these arrays: a stateless random op under a sharded
-DTensor layout draws different values than the same op unsharded.
+A `ModelDefinition` is values plus one function (flax's `apply_model`): each `Variable` has a
+name (its checkpoint key under `model/`), a shape, an initializer run once on the host from the
+run's seed, and the dimension a DTensor mesh's `model` axis splits. `forward(variables, images)`
+is pure and the same on one device, under MirroredStrategy and on a mesh. `Model` holds one set
+of the variables, made by whatever the trainer makes variables with. Built-in definitions:
+shared/mlp.py, shared/vit.py; `--model FILE.py:FUNCTION` loads yours (shared/models.py).
 """
-from typing import Callable, List, Sequence, Tuple
+import dataclasses
+import re
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
 
-from shared.config import DTYPES
-from shared.data import IMAGE_PIXELS, NUM_CLASSES
 from shared.errors import UsageError
 
+MODEL_AXIS = "model"
+UNSHARDED = "unsharded"  # dtensor.UNSHARDED
+Shape = Tuple[Union[int, str], ...]  # ints, or names of ModelDefinition.sizes (a named size may be padded)
+Initializer = Callable[[Tuple[int, ...], int], np.ndarray]  # (shape, the run's seed) -> float32 values
+# Attributes of tf.Module that a variable's first name component would shadow.
+RESERVED_NAMES = frozenset({"name", "name_scope", "variables", "trainable_variables", "non_trainable_variables",
+                            "submodules", "weights", "definition", "with_name_scope"})
+NAME_PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*|\d+)$")
 
-def layer_sizes(hidden: Sequence[int]) -> Tuple[int, ...]:
-    return (IMAGE_PIXELS, *hidden, NUM_CLASSES)
+
+def zeros(shape, seed):
+    return np.zeros(shape, np.float32)
 
 
-def initial_values(sizes: Sequence[int], seed: int, dtype: str = "float32") -> List[np.ndarray]:
-    """[w0, b0, w1, b1, ...]: Xavier-uniform weights with the tutorial's stateless draw, zero biases.
+def ones(shape, seed):
+    return np.ones(shape, np.float32)
 
-    Each layer draws `stateless_uniform((in, out), seed=(seed, seed + 1))` with
-    limit sqrt(6) / sqrt(in + out), as the tutorial's DenseLayer does (seed 22 gives (22, 23)).
-    The draw is always float32; `dtype` "float64" widens those numbers exactly, so both
-    precisions train the same model from the same start.
+
+def truncated_normal(stddev: float, stream: int) -> Initializer:
+    """Stateless truncated normal * stddev from seed (seed, stream): each variable its own stream."""
+    def draw(shape, seed):
+        with tf.device("/CPU:0"):
+            return (tf.random.stateless_truncated_normal(shape, seed=(seed, stream)) * stddev).numpy()
+    return draw
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    name: str  # "layers/0/w": its checkpoint key under model/ ("/"-separated identifiers or indices)
+    shape: Shape
+    init: Initializer = zeros
+    # On a mesh with a model axis: "model" or "unsharded" per dimension, at most one "model"; () replicated.
+    layout: Tuple[str, ...] = ()
+    label: str = ""  # how parity messages name it ("layer 0 weight"); the name when empty
+
+    @property
+    def split_dim(self) -> Optional[int]:
+        return self.layout.index(MODEL_AXIS) if MODEL_AXIS in self.layout else None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, as tf.function arguments are
+class ModelDefinition:
+    name: str  # what a checkpoint records and restore checks, e.g. "mlp 784-700-500-10"
+    variables: Tuple[Variable, ...]
+    # (variables by name, images [N, 784] in the variables' dtype) -> logits [N, 10]
+    forward: Callable[[Dict[str, tf.Tensor], tf.Tensor], tf.Tensor]
+    flops_per_example: int  # forward + backward, for the GFLOP/s figure
+    sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # the named dimensions of `shape`s
+    paddable: FrozenSet[str] = frozenset()  # named sizes that zero units may extend: they compute 0 and stay 0
+    description: str = ""  # one line for the header
+
+    def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
+        sizes = self.sizes if sizes is None else sizes
+        return tuple(sizes[dim] if isinstance(dim, str) else dim for dim in variable.shape)
+
+    @property
+    def names(self) -> List[str]:
+        return [variable.name for variable in self.variables]
+
+    @property
+    def labels(self) -> List[str]:
+        return [variable.label or variable.name for variable in self.variables]
+
+    def parameter_count(self) -> int:
+        return sum(int(np.prod(self.shape(variable))) for variable in self.variables)
+
+    def initial_values(self, seed: int, dtype: str = "float32") -> List[np.ndarray]:
+        """Every variable's initial value, drawn once in float32 from `seed`; "float64" widens those
+        numbers exactly, so both precisions train the same model from the same start."""
+        values = []
+        for variable in self.variables:
+            value = np.asarray(variable.init(self.shape(variable), seed), np.float32)
+            if value.shape != self.shape(variable):
+                raise UsageError(f"model {self.name}: variable {variable.name}'s initializer gave shape "
+                                 f"{value.shape}, not {self.shape(variable)}; fix its init")
+            values.append(value.astype(dtype))
+        return values
+
+    def split_sizes(self, model_axis: Optional[int]) -> Dict[str, int]:
+        """The named sizes with every one that `model_axis` splits and does not divide padded up to a
+        multiple of it; UsageError for a size that may not be padded."""
+        padded = dict(self.sizes)
+        for variable in self.variables:
+            dim = variable.split_dim
+            if not model_axis or dim is None:
+                continue
+            size = variable.shape[dim]
+            length = self.sizes[size] if isinstance(size, str) else size
+            if length % model_axis == 0:
+                continue
+            if size not in self.paddable:
+                divisors = ", ".join(str(d) for d in range(1, length + 1) if length % d == 0)
+                raise UsageError(f"model {self.name}: variable {variable.name} dimension {dim} ({length}) does not "
+                                 f"divide over the model axis of {model_axis}, and the model allows no padding "
+                                 f"for it; use a model axis of {divisors}")
+            padded[size] = -(-length // model_axis) * model_axis
+        return padded
+
+    def pad(self, values: Sequence[np.ndarray], sizes: Mapping[str, int]) -> List[np.ndarray]:
+        """`values` zero-padded at the end of every dimension whose named size `sizes` makes larger."""
+        return [np.pad(value, [(0, want - have) for want, have in zip(self.shape(variable, sizes), value.shape)])
+                for variable, value in zip(self.variables, values, strict=True)]
+
+    def unpad(self, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
+        """Padded values or gradients cut back to the variables' own shapes."""
+        return [np.asarray(array)[tuple(slice(0, size) for size in self.shape(variable))]
+                for variable, array in zip(self.variables, arrays, strict=True)]
+
+
+class Model(tf.Module):
+    """One set of a definition's variables and its forward pass: `model(images)`, `model.weights`.
+
+    `make_variable(value, variable)` makes each one: tf.Variable (the default; under a strategy
+    scope a MirroredVariable) or a DVariable in its layout. They are attributes along their names,
+    so a checkpoint's keys are model/<name> whichever trainer wrote it.
     """
-    if dtype not in DTYPES:
-        raise UsageError(f"--dtype {dtype!r} is unknown; use {' or '.join(DTYPES)}")
-    values = []
-    with tf.device("/CPU:0"):
-        for in_dim, out_dim in zip(sizes[:-1], sizes[1:]):
-            limit = tf.sqrt(6.0) / tf.sqrt(tf.cast(in_dim + out_dim, tf.float32))
-            weight = tf.random.stateless_uniform((in_dim, out_dim), seed=(seed, seed + 1),
-                                                 minval=-limit, maxval=limit)
-            values += [weight.numpy(), np.zeros(out_dim, np.float32)]
-    return [value.astype(dtype) for value in values]
 
-
-def parameter_count(sizes: Sequence[int]) -> int:
-    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
-
-
-class DenseLayer(tf.Module):
-    """y = activation(x @ w + b) with plain tf.Variables (MirroredVariables under a strategy scope)."""
-
-    def __init__(self, weight, bias, activation: Callable = tf.identity, make_variable=tf.Variable):
+    def __init__(self, definition: ModelDefinition, values: Sequence[np.ndarray], make_variable=None):
         super().__init__()
-        self.w = make_variable(weight, name="w")
-        self.b = make_variable(bias, name="b")
-        self.activation = activation
-
-    def __call__(self, x):
-        return self.activation(tf.matmul(x, self.w) + self.b)
-
-
-class MLP(tf.Module):
-    """Layers applied in order; ReLU on every layer but the last, which gives logits."""
-
-    def __init__(self, layers):
-        super().__init__()
-        self.layers = layers
-
-    def __call__(self, x):
-        x = tf.cast(x, self.layers[0].w.dtype)  # float32 images into a float64 model: widened exactly, per batch
-        for layer in self.layers:
-            x = layer(x)
-        return x
+        self.definition = definition
+        make_variable = make_variable or (lambda value, variable: tf.Variable(value))
+        tree: dict = {}
+        for variable, value in zip(definition.variables, values, strict=True):
+            *path, leaf = variable.name.split("/")
+            node = tree
+            for part in path:
+                node = node.setdefault(part, {})
+            node[leaf] = make_variable(value, variable)
+        for key, node in tree.items():
+            setattr(self, key, _trackable(node))
 
     @property
     def weights(self) -> list:
-        """[w0, b0, w1, b1, ...], the order of `initial_values` (tf.Module sorts by name instead)."""
-        return [v for layer in self.layers for v in (layer.w, layer.b)]
+        """The variables in the definition's order (tf.Module's `variables` sorts by name instead)."""
+        found = []
+        for name in self.definition.names:
+            node = self
+            for part in name.split("/"):
+                node = node[int(part)] if part.isdigit() else getattr(node, part)
+            found.append(node)
+        return found
+
+    def __call__(self, images):
+        weights = self.weights
+        # float32 images into a float64 model: widened exactly, per batch
+        return self.definition.forward(dict(zip(self.definition.names, weights)), tf.cast(images, weights[0].dtype))
 
 
-def build_mlp(values: Sequence[np.ndarray], make_variable=tf.Variable) -> MLP:
-    """An MLP whose variables hold `values` ([w0, b0, ...]), made by `make_variable`."""
-    count = len(values) // 2
-    return MLP([DenseLayer(values[2 * i], values[2 * i + 1],
-                           tf.nn.relu if i < count - 1 else tf.identity, make_variable)
-                for i in range(count)])
+def _trackable(node):
+    """A name tree as tf.Module attributes: digit keys 0..n-1 become a list, others a sub-module."""
+    if not isinstance(node, dict):
+        return node
+    if all(key.isdigit() for key in node) and sorted(map(int, node)) == list(range(len(node))):
+        return [_trackable(node[str(index)]) for index in range(len(node))]
+    module = tf.Module()
+    for key, child in node.items():
+        setattr(module, key, _trackable(child))
+    return module
 
 
-def build_model_and_optimizer(config):
-    """The MLP from the shared initial values and its optimizer, all as plain tf.Variables.
-
-    Under `strategy.scope()` they become MirroredVariables; under `tf.device` they live there.
-    (DTensor builds its own: its variables are DVariables with layouts.)
-    """
-    from shared.optim import make_optimizer
-    model = build_mlp(initial_values(layer_sizes(config.hidden), config.seed, config.dtype))
-    optimizer = make_optimizer(
-        config.optimizer, config.adam, model.weights, config.learning_rate,
-        zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
-        make_step=lambda: tf.Variable(0, dtype=tf.int64))
-    return model, optimizer
+def check_definition(definition, source: str) -> ModelDefinition:
+    """UsageError in one line, naming the variable, for a definition no trainer could build."""
+    if not isinstance(definition, ModelDefinition):
+        raise UsageError(f"--model {source} returned {type(definition).__name__}, not a shared.model.ModelDefinition")
+    if not definition.variables:
+        raise UsageError(f"--model {source}: the model has no variables")
+    seen = set()
+    for variable in definition.variables:
+        parts = variable.name.split("/")
+        if not all(NAME_PART.match(part) for part in parts) or parts[0] in RESERVED_NAMES or parts[0].isdigit():
+            raise UsageError(f"--model {source}: variable name {variable.name!r} must be '/'-separated identifiers "
+                             f"or indices, not starting with an index or one of {', '.join(sorted(RESERVED_NAMES))}")
+        if variable.name in seen:
+            raise UsageError(f"--model {source}: variable {variable.name} is defined twice")
+        seen.add(variable.name)
+        unknown = [dim for dim in variable.shape if isinstance(dim, str) and dim not in definition.sizes]
+        if unknown:
+            raise UsageError(f"--model {source}: variable {variable.name} has dimension {unknown[0]!r}, which the "
+                             f"model's sizes do not name")
+        if variable.layout and len(variable.layout) != len(variable.shape):
+            raise UsageError(f"--model {source}: variable {variable.name} has a layout of rank {len(variable.layout)} "
+                             f"{list(variable.layout)} for its shape of rank {len(variable.shape)} "
+                             f"{list(definition.shape(variable))}; give one entry per dimension")
+        wrong = [axis for axis in variable.layout if axis not in (MODEL_AXIS, UNSHARDED)]
+        if wrong or variable.layout.count(MODEL_AXIS) > 1:
+            raise UsageError(f"--model {source}: variable {variable.name} has layout {list(variable.layout)}; use "
+                             f"'{MODEL_AXIS}' on at most one dimension and '{UNSHARDED}' on the others")
+    return definition

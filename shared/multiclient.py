@@ -302,7 +302,7 @@ class ClientGroup:
             with open(self.stdout_files[client], "wb") as out, open(self.stderr_files[client], "wb") as err:
                 self.processes.append(subprocess.Popen(
                     command, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                    cwd=os.path.dirname(COMPARE_PY), start_new_session=True, preexec_fn=_die_with_parent))
+                    cwd=os.getcwd(), start_new_session=True, preexec_fn=_die_with_parent))  # paths as given
         print(f"{self.trainer}: {self.count} clients on {HOST}:{','.join(map(str, ports))}, "
               f"pids {','.join(str(p.pid) for p in self.processes)}", flush=True)
 

@@ -12,6 +12,7 @@ through Adam, and what tells it from a bug is the float64 rerun (shared/verdict.
 not a window of early steps.
 """
 import dataclasses
+import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -44,7 +45,7 @@ def tolerances(dtype: str, override: Optional[float] = None) -> Dict[str, Tolera
     bound = DEFAULT_TOLERANCE[dtype] if override is None else override
     weight = WEIGHT_TOLERANCE_FACTOR * bound
     return {"loss": Tolerance(bound, bound), "gradient": Tolerance(bound, bound),
-            "weight": Tolerance(weight, weight), "state": Tolerance(0.0, bound)}
+            "weight": Tolerance(weight, weight), "state": Tolerance(0.0, bound)}  # atol per variable: state_atol
 
 
 TOLERANCES = {dtype: tolerances(dtype) for dtype in DEFAULT_TOLERANCE}
@@ -131,6 +132,8 @@ def first_step_beyond(loss_beyond: np.ndarray, grads_beyond: bool, state_beyond:
 def summarise_state(names: Sequence[str], all_names: Sequence[str]) -> str:
     """State names, grouped: "every weight, bias and Adam slot", "every weight and bias, every Adam m",
     "every weight, layer 0, 1 bias Adam v"."""
+    if not all(LAYER_LABEL.match(name) for name in all_names):
+        return summarise_named_state(names, all_names)
     if all_names and set(names) == set(all_names):
         return "every weight, bias" + (" and Adam slot" if any("Adam" in name for name in all_names) else "")
     layer_count = len({name.split(" ", 2)[1] for name in all_names})
@@ -147,6 +150,28 @@ def summarise_state(names: Sequence[str], all_names: Sequence[str]) -> str:
             kinds.setdefault(kind, []).append(layer)
         groups += [f"every {kind}" if len(layers) == layer_count else f"layer {', '.join(layers)} {kind}"
                    for kind, layers in kinds.items()]
+    return ", ".join(groups)
+
+
+LAYER_LABEL = re.compile(r"^layer \d+ (weight|bias)( Adam [mv])?$")  # the MLP's labels (shared/mlp.py)
+NAMES_SHOWN = 4
+
+
+def summarise_named_state(names: Sequence[str], all_names: Sequence[str]) -> str:
+    """Any model's state names, grouped where a whole group differs: "every variable and Adam slot",
+    "every variable, blocks/0/mlp/w1 Adam m, ... and 3 more"."""
+    groups = []
+    for label, slot in (("every variable", lambda n: " Adam " not in n), ("every Adam m", lambda n: n.endswith(" Adam m")),
+                        ("every Adam v", lambda n: n.endswith(" Adam v"))):
+        members, everything = [n for n in names if slot(n)], [n for n in all_names if slot(n)]
+        if members and set(members) == set(everything):
+            groups.append(label)
+        else:
+            groups += members
+    if groups[:3] == ["every variable", "every Adam m", "every Adam v"]:
+        groups[:3] = ["every variable and Adam slot"]
+    if len(groups) > NAMES_SHOWN:
+        groups = groups[:NAMES_SHOWN] + [f"... and {len(groups) - NAMES_SHOWN} more"]
     return ", ".join(groups)
 
 
@@ -171,6 +196,28 @@ def describe_first(step: Optional[int], differing: Sequence[str], all_names: Seq
              + ([", ".join(before)] if before else [])
              + (["after its update " + summarise_state(after, all_names)] if after else []))
     return f"step {step}: " + "; ".join(parts)
+
+
+def state_kind(name: str) -> str:
+    return name[-6:] if name.endswith((" Adam m", " Adam v")) else "variable"
+
+
+def state_atol(checksums: np.ndarray, names: Sequence[str], sizes: Sequence[int], bound: float):
+    """[entries, rows] absolute bounds for the state checksums (sum |x| per variable): `bound` x the
+    variable's size x the largest mean |x| among the variables of its kind (weights, Adam m, Adam v)
+    at that entry. So each element is judged as isclose with atol = bound x its kind's scale: a variable
+    whose values are rounding noise beside its kind's (a gradient that is zero in exact arithmetic,
+    as a key bias's in attention or a bias before batch normalisation) is not judged on its noise.
+    0 without sizes (histories from before they were recorded)."""
+    if len(sizes) != len(names):
+        return 0.0
+    sizes = np.asarray(sizes, np.float64)
+    means = checksums / np.maximum(sizes, 1)
+    scale = np.zeros_like(checksums)
+    for kind in {state_kind(name) for name in names}:
+        rows = [row for row, name in enumerate(names) if state_kind(name) == kind]
+        scale[:, rows] = means[:, rows].max(axis=1, keepdims=True)
+    return bound * sizes * scale
 
 
 def check_parity(candidate: History, reference: History, tolerance: Optional[float] = None) -> Parity:
@@ -207,8 +254,10 @@ def check_parity(candidate: History, reference: History, tolerance: Optional[flo
     state_beyond = None
     if state_judged:
         entries = min(len(candidate.step_state_checksums), len(reference.step_state_checksums))
-        state_beyond = beyond(candidate.step_state_checksums[:entries],
-                              reference.step_state_checksums[:entries], bounds["state"])
+        references = np.asarray(reference.step_state_checksums[:entries], np.float64)
+        state_bound = dataclasses.replace(bounds["state"], atol=state_atol(references, reference.state_names,
+                                                                          reference.state_sizes, bounds["state"].rtol))
+        state_beyond = beyond(candidate.step_state_checksums[:entries], references, state_bound)
     first_step, differing = first_step_beyond(loss_beyond, grads_beyond, state_beyond, reference.state_names)
     state_first_steps = {}
     if state_beyond is not None:

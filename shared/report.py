@@ -15,12 +15,12 @@ from tabulate import tabulate
 
 from dtensor_impl.mesh import parse_mesh
 from mirrored_impl.trainer import describe_pieces
-from shared.benchmark import PEAK_MATMUL_SIZE, flops_per_example
+from shared.benchmark import PEAK_MATMUL_SIZE
 from shared.errors import UsageError
 from shared.files import check_writable_dir, write_atomically
 from shared.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
 from shared.memory import MB, largest_total_bytes
-from shared.model import layer_sizes
+from shared.models import definition_for
 from shared.parity_report import (PARITY_HEADERS, float64_rerun_dict, last_line, parity_dict, parity_rows,
                                   parity_title)
 
@@ -57,7 +57,13 @@ def header(config, devices: Sequence[str], data) -> str:
         f"{config.optimizer} lr {config.learning_rate:g}" + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
         + f"; {config.dtype}; seed {config.seed}",
         data.describe(),
+        describe_model(definition_for(config)),
     ])
+
+
+def describe_model(definition) -> str:
+    return (f"model: {definition.description or definition.name}; {definition.parameter_count():,} parameters, "
+            f"{definition.flops_per_example / 1e6:.2f} MFLOP per example (forward + backward)")
 
 
 def result_rows(run) -> List[list]:
@@ -83,9 +89,17 @@ def result_rows(run) -> List[list]:
     return rows
 
 
+def model_facts(definition) -> dict:
+    """What the report says of the model: its name, variables and their DTensor layouts on a model axis."""
+    return {"name": definition.name, "description": definition.description,
+            "parameters": definition.parameter_count(), "flops_per_example": definition.flops_per_example,
+            "variables": [{"name": variable.name, "shape": list(definition.shape(variable)),
+                           "layout": list(variable.layout)} for variable in definition.variables]}
+
+
 def compute_facts(run) -> dict:
     """FLOPs per example, the measured matmul peak, and each trainer's achieved GFLOP/s (shared/benchmark.py)."""
-    flops = flops_per_example(layer_sizes(run.config.hidden))
+    flops = definition_for(run.config).flops_per_example
     train_examples = len(run.data.y_train)
     achieved = {}
     for name, result in run.results.items():
@@ -116,7 +130,7 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
         achieved = ", ".join(f"{name} -" if gflops is None else
                              f"{name} {gflops:.0f} ({gflops / compute['matmul_peak_gflops']:.0%})"
                              for name, gflops in compute["achieved_gflops"].items())
-        print(f"\nGFLOP/s at {compute['flops_per_example'] / 1e6:.2f} MFLOP per example (3 x 2 x weights): "
+        print(f"\nGFLOP/s at {compute['flops_per_example'] / 1e6:.2f} MFLOP per example (forward + backward): "
               f"{achieved} of this run's float32 matmul peak {compute['matmul_peak_gflops']:.0f} GFLOP/s "
               f"({PEAK_MATMUL_SIZE}x{PEAK_MATMUL_SIZE}, one device)", file=out)
     if sweep:
@@ -180,6 +194,7 @@ def report_dict(run, sweep) -> dict:
         "trainers": trainers,
         "parity": parity_dict(run),
         "float64_rerun": float64_rerun_dict(run),
+        "model": model_facts(definition_for(run.config)),
         "compute": compute_facts(run),
         **({"sweep": [dataclasses.asdict(entry) for entry in sweep]} if sweep else {}),
     }

@@ -22,6 +22,7 @@ from mirrored_impl import trainer as mirrored_trainer
 from shared import checkpoint, export, reference
 from shared.config import Config
 from shared.errors import UsageError
+from shared.mlp import mlp
 from shared.parity import TOLERANCES
 from tests.cli import run_compare
 
@@ -88,8 +89,8 @@ def test_a_checkpoint_holds_the_writers_final_state(written):
         assert prefix == str(directory / "epoch-0002" / "ckpt")  # the newest of epoch-0001, epoch-0002
         progress = checkpoint.read_progress(prefix)
         assert (int(progress["epoch"]), int(progress["batch"]), int(progress["step"])) == (2, 0, 2 * STEPS_PER_EPOCH)
-        assert tuple(progress["layer_sizes"]) == (784, 700, 500, 10) and progress["optimizer"] == b"adam"
-        for stored, final in zip(checkpoint.weights_of(prefix), history.final_weights, strict=True):
+        assert progress["model"] == b"mlp 784-700-500-10" and progress["optimizer"] == b"adam"
+        for stored, final in zip(checkpoint.weights_of(prefix, mlp()), history.final_weights, strict=True):
             np.testing.assert_array_equal(stored, final)
 
 
@@ -115,7 +116,7 @@ def test_a_padded_mesh_checkpoints_the_unpadded_model_that_others_resume(small, 
     # The export holds the unpadded weights and serves the padded mesh's own logits.
     assert float(written_padded.details["export_max_abs_logit_diff"]) <= export.LOGIT_TOLERANCE
     prefix = checkpoint.resolve(str(directory / "dtensor"))
-    for stored, final in zip(checkpoint.weights_of(prefix), written_padded.final_weights, strict=True):
+    for stored, final in zip(checkpoint.weights_of(prefix, mlp()), written_padded.final_weights, strict=True):
         np.testing.assert_array_equal(stored, final)  # (784, 700), (700,), (700, 500), ...: no padding
     import tensorflow as tf
     assert tf.train.load_checkpoint(prefix).get_tensor("optimizer/m/0/.ATTRIBUTES/VARIABLE_VALUE").shape == (784, 700)
@@ -188,10 +189,11 @@ import numpy as np
 import tensorflow as tf
 from shared.checkpoint import TrainingState
 from shared.config import Config
-from shared.model import build_mlp, initial_values, layer_sizes
+from shared.mlp import mlp
+from shared.model import Model
 from shared.optim import make_optimizer
 config = Config(hidden=(2048, 2048))
-model = build_mlp([np.zeros(v.shape, np.float32) for v in initial_values(layer_sizes(config.hidden), 0)])
+model = Model(mlp(config.hidden), [np.zeros(v.shape, np.float32) for v in mlp(config.hidden).initial_values(0)])
 optimizer = make_optimizer("adam", "fixed", model.weights, 1e-3, lambda v: tf.Variable(tf.zeros_like(v)),
                            lambda: tf.Variable(0, dtype=tf.int64))
 state = TrainingState("reference", config, model, optimizer, 300)
@@ -224,10 +226,12 @@ def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     prefix = checkpoint.resolve(str(directory))
     assert prefix == str(directory / "epoch-0001" / "ckpt")
     import tensorflow as tf
-    from shared.model import build_mlp, initial_values, layer_sizes
+    from shared.mlp import mlp
+    from shared.model import Model
     from shared.optim import make_optimizer
     config = Config(hidden=(2048, 2048), epochs=3, restore=str(directory), quiet=True)
-    model = build_mlp([np.zeros(v.shape, np.float32) for v in initial_values(layer_sizes(config.hidden), 0)])
+    definition = mlp(config.hidden)
+    model = Model(definition, [np.zeros(v.shape, np.float32) for v in definition.initial_values(0)])
     optimizer = make_optimizer("adam", "fixed", model.weights, 1e-3, lambda v: tf.Variable(tf.zeros_like(v)),
                                lambda: tf.Variable(0, dtype=tf.int64))
     state = checkpoint.TrainingState("reference", config, model, optimizer, 300)

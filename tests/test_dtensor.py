@@ -148,8 +148,9 @@ def test_history_record_describes_the_run(run):
     assert history.placement == "mesh batch=4,model=2 over 8 x CPU"
     assert history.details["mesh"] == "batch=4,model=2"
     assert history.details["dtensor_input"] == "pack"
-    assert history.details["layouts"] == ("w0[unsharded,model] b0[model] w1[model,unsharded] b1[unsharded] "
-                                          "w2[unsharded,unsharded] b2[unsharded]")
+    assert history.details["layouts"] == ("layers/0/w[unsharded,model] layers/0/b[model] layers/1/w[model,unsharded] "
+                                          "layers/1/b[unsharded] layers/2/w[unsharded,unsharded] "
+                                          "layers/2/b[unsharded]")
     shapes = [(784, 700), (700,), (700, 500), (500,), (500, 10), (10,)]
     assert [w.shape for w in history.final_weights] == shapes
     assert [g.shape for g in history.first_step_gradients] == shapes
@@ -160,6 +161,7 @@ def test_history_record_describes_the_run(run):
     # Epoch 2 groups its 4 full batches as epoch 1 does (first alone, then 3), so nothing traces in it:
     # grouped 4 at once, it traced a new call shape inside the measured epoch.
     assert history.epochs[0].traces > 0 and history.epochs[1].traces == 0
+    assert history.details["steps_per_call"] == str(dtensor_trainer.STEPS_PER_CALL)  # the MLP's step is small
     # Each of the 8 devices: half the first two layers (784x350, 350 and 350x500), all of the rest.
     per_device = 4 * (784 * 350 + 350 + 350 * 500 + 500 + 500 * 10 + 10)
     assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in history.memory_per_device] == \
@@ -168,7 +170,7 @@ def test_history_record_describes_the_run(run):
 
 def test_padded_model_hands_out_the_unpadded_one(run):
     history = run("dtensor", mesh=PADDED_MESH)
-    assert history.details["padding"] == "hidden 700 -> 704"
+    assert history.details["padding"] == "hidden1 700 -> 704"
     assert "[unsharded,model]" in history.details["layouts"]
     shapes = [(784, 700), (700,), (700, 500), (500,), (500, 10), (10,)]
     assert [w.shape for w in history.final_weights] == shapes
@@ -180,13 +182,12 @@ def test_padded_model_hands_out_the_unpadded_one(run):
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_padded_units_stay_exactly_zero(devices, small, optimizer):
     """Zero in, zero bias, zero out: ReLU gives 0 with gradient 0, so no update ever moves them."""
-    from tensorflow.experimental import dtensor
-    from dtensor_impl.mesh import create_mesh, padded_sizes
-    from shared.model import initial_values, layer_sizes
-    spec, sizes = parse_mesh(PADDED_MESH, 8), layer_sizes((60, 32))
+    from dtensor_impl.mesh import create_mesh
+    from shared.mlp import mlp
+    spec, definition = parse_mesh(PADDED_MESH, 8), mlp((60, 32))
     mesh = create_mesh(spec, devices)
-    model = dtensor_trainer.build_model(
-        dtensor_trainer.pad_values(initial_values(sizes, 22), padded_sizes(sizes, spec)), mesh)
+    values = definition.pad(definition.initial_values(22), definition.split_sizes(spec.model))
+    model = dtensor_trainer.build_model(definition, values, mesh)
     optimizer_state = dtensor_trainer.build_optimizer(BASE.replace(optimizer=optimizer, hidden=(60, 32)), model, mesh)
     batches = [dtensor_trainer.pack_batch(small.x_train[i:i + 64], small.y_train[i:i + 64], mesh)
                for i in range(0, 256, 64)]
@@ -217,6 +218,8 @@ def test_all_reduce_combining_is_off_on_cpu(run):
     run("dtensor", mesh="batch=2")
     assert os.environ[dtensor_trainer.COMBINE_ALL_REDUCES] == "0"
     assert dtensor_trainer.steps_per_call("CPU") == dtensor_trainer.STEPS_PER_CALL
+    # A step of more graph than UNROLL_MAX_OPERATIONS (the ViT's: 2,199) is not unrolled: tracing costs more.
+    assert dtensor_trainer.steps_per_call("CPU", dtensor_trainer.UNROLL_MAX_OPERATIONS + 1) == 1
 
 
 # DTensor started by someone else's op before the trainer runs, the variable unset.
@@ -282,5 +285,6 @@ def test_deeper_mlp_with_model_axis_matches_the_reference(run):
     history = run("dtensor", mesh="batch=4,model=2", hidden=(64, 32, 16))
     parity = check_parity(history, run("reference", hidden=(64, 32, 16)))
     assert parity.ok, parity.reason
-    assert history.details["layouts"].startswith("w0[unsharded,model] b0[model] w1[model,unsharded] "
-                                                 "b1[unsharded] w2[unsharded,model] b2[model] ")
+    assert history.details["layouts"].startswith("layers/0/w[unsharded,model] layers/0/b[model] "
+                                                 "layers/1/w[model,unsharded] layers/1/b[unsharded] "
+                                                 "layers/2/w[unsharded,model] layers/2/b[model] ")

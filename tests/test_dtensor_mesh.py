@@ -8,13 +8,13 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from dtensor_impl import trainer
-from dtensor_impl.mesh import MeshSpec, create_mesh, every_mesh, mesh_spec, padded_sizes, parse_mesh
+from dtensor_impl.mesh import MeshSpec, create_mesh, every_mesh, mesh_spec, parse_mesh
 from shared.config import Config
 from shared.errors import UsageError
-from shared.model import initial_values, layer_sizes
+from shared.mlp import mlp
 
 U = dtensor.UNSHARDED
-SIZES = layer_sizes((700, 500))
+MLP = mlp()
 
 
 def make_mesh(devices, text):
@@ -76,8 +76,9 @@ def test_dataset_input_on_part_of_the_devices_is_refused(devices, embedded):
 
 def build(devices, mesh_text, optimizer="adam", hidden=(700, 500)):
     mesh = make_mesh(devices, mesh_text)
-    values = initial_values(layer_sizes(hidden), seed=22)
-    model = trainer.build_model(values, mesh)
+    definition = mlp(hidden)
+    values = definition.initial_values(seed=22)
+    model = trainer.build_model(definition, values, mesh)
     return mesh, values, model, trainer.build_optimizer(Config(optimizer=optimizer, hidden=hidden), model, mesh)
 
 
@@ -92,7 +93,7 @@ def specs(variable):
 ])
 def test_weights_biases_and_adam_slots_have_the_specified_layouts(devices, mesh_text, expected):
     mesh, _, model, adam = build(devices, mesh_text)
-    assert [(specs(layer.w), specs(layer.b)) for layer in model.layers] == expected
+    assert [(specs(layer.w), specs(layer.b)) for layer in model.layers] == expected  # model/layers/<i>/{w,b}
     for weight, m, v in zip(model.weights, adam.m, adam.v):
         assert weight.layout.mesh == mesh
         assert isinstance(m, dtensor.DVariable) and isinstance(v, dtensor.DVariable)
@@ -110,19 +111,19 @@ def test_deeper_mlp_alternates_column_and_row_sharding_and_keeps_the_output_repl
 
 def test_a_width_the_model_axis_does_not_divide_is_padded_not_refused():
     assert mesh_spec("batch=1,model=8", 8, 64).model == 8  # 700 does not divide by 8
-    assert padded_sizes(SIZES, MeshSpec(batch=1, model=8)) == (784, 704, 500, 10)  # 500 is row-sharded: whole
-    assert padded_sizes(layer_sizes((64, 30, 18)), MeshSpec(batch=2, model=4)) == (784, 64, 30, 20, 10)
-    assert padded_sizes(SIZES, MeshSpec(batch=8)) == SIZES
+    assert MLP.split_sizes(8) == {"hidden1": 704, "hidden2": 500}  # 500 is row-sharded: whole
+    assert mlp((64, 30, 18)).split_sizes(4) == {"hidden1": 64, "hidden2": 30, "hidden3": 20}
+    assert MLP.split_sizes(None) == MLP.split_sizes(1) == {"hidden1": 700, "hidden2": 500}
 
 
 def test_padded_values_add_zero_units_that_unpadded_removes():
-    values = initial_values(SIZES, seed=22)
-    padded = trainer.pad_values(values, (784, 704, 500, 10))
+    values = MLP.initial_values(seed=22)
+    padded = MLP.pad(values, MLP.split_sizes(8))
     assert [v.shape for v in padded] == [(784, 704), (704,), (704, 500), (500,), (500, 10), (10,)]
     np.testing.assert_array_equal(padded[0][:, 700:], 0)  # no input reaches a padded unit
     np.testing.assert_array_equal(padded[1][700:], 0)
     np.testing.assert_array_equal(padded[2][700:, :], 0)  # and it reaches no output
-    for restored, value in zip(trainer.unpadded(padded, SIZES), values, strict=True):
+    for restored, value in zip(MLP.unpad(padded), values, strict=True):
         np.testing.assert_array_equal(restored, value)
 
 

@@ -7,11 +7,12 @@ import pytest
 import tensorflow as tf
 
 from dtensor_impl import trainer as dtensor_trainer
-from dtensor_impl.mesh import create_mesh, padded_sizes, parse_mesh
+from dtensor_impl.mesh import create_mesh, parse_mesh
 from mirrored_impl import trainer as mirrored_trainer
 from shared import memory, reference
 from shared.config import Config
-from shared.model import build_model_and_optimizer, initial_values, layer_sizes, parameter_count
+from shared.mlp import layer_sizes, mlp, parameter_count
+from shared.models import build_model_and_optimizer
 
 CONFIG = Config(hidden=(64, 32))
 FLOAT = 4
@@ -23,9 +24,9 @@ ADAM = 2 * WEIGHTS + STEP  # m and v slots, the step
 def dtensor_memory(devices, mesh_text, hidden=CONFIG.hidden):
     spec = parse_mesh(mesh_text, len(devices))
     mesh = create_mesh(spec, devices[:spec.device_count])
-    sizes = layer_sizes(hidden)
-    model = dtensor_trainer.build_model(
-        dtensor_trainer.pad_values(initial_values(sizes, 22), padded_sizes(sizes, spec)), mesh)
+    definition = mlp(hidden)
+    values = definition.pad(definition.initial_values(22), definition.split_sizes(spec.model))
+    model = dtensor_trainer.build_model(definition, values, mesh)
     optimizer = dtensor_trainer.build_optimizer(CONFIG.replace(hidden=hidden), model, mesh)
     return dtensor_trainer.memory_per_device(model, optimizer)
 

@@ -4,16 +4,22 @@ import pytest
 import tensorflow as tf
 
 from shared.losses import correct_count, mean_loss
-from shared.model import build_mlp, initial_values, layer_sizes, parameter_count
+from shared.mlp import layer_sizes, mlp, parameter_count
+from shared.model import Model
 from shared.optim import Adam, SGD
 
 TUTORIAL_SIZES = (784, 700, 500, 10)
 
 
+def initial_values(sizes, seed):
+    return mlp(sizes[1:-1]).initial_values(seed)
+
+
 def test_sizes_and_parameter_count():
     assert layer_sizes((700, 500)) == TUTORIAL_SIZES
     # 784*700+700 + 700*500+500 + 500*10+10, the model the tutorial meant (not 784-700-10-10).
-    assert parameter_count(TUTORIAL_SIZES) == 905_010
+    assert parameter_count(TUTORIAL_SIZES) == 905_010 == mlp().parameter_count()
+    assert mlp().name == "mlp 784-700-500-10" and mlp().flops_per_example == 3 * 2 * (784 * 700 + 700 * 500 + 5000)
     values = initial_values(TUTORIAL_SIZES, 22)
     assert [v.shape for v in values] == [(784, 700), (700,), (700, 500), (500,), (500, 10), (10,)]
     assert sum(v.size for v in values) == 905_010
@@ -132,7 +138,7 @@ def test_sgd_matches_numpy():
 def test_model_forward_is_relu_mlp():
     values = initial_values((784, 16, 8, 10), 3)
     values[1] = np.full(16, 0.01, np.float32)
-    model = build_mlp(values)
+    model = Model(mlp((16, 8)), values)
     x = np.random.default_rng(2).random((5, 784), dtype=np.float32)
     hidden = np.maximum(x @ values[0] + values[1], 0)
     hidden = np.maximum(hidden @ values[2] + values[3], 0)

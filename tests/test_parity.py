@@ -89,6 +89,30 @@ def test_a_difference_in_the_initial_state_is_named_at_step_0():
     assert (parity.first_step_beyond, parity.differing) == (0, ["initial layer 0 bias"])
 
 
+def test_a_variable_of_pure_rounding_noise_is_judged_against_its_kinds_scale():
+    """A key bias in attention has a gradient that is 0 in exact arithmetic: its Adam slots hold
+    float64 rounding (~1e-18) that differs between runs by 100%. Judged relative to its own sum it
+    would be a MISMATCH; judged with its kind's scale (the weight's slots, ~1e-2 per element) it is not.
+    A real difference in the same variable, at its kind's scale, still is."""
+    sizes = [6, 2, 6, 2, 6, 2]
+    state = np.array([[3.0, 1.0, 6e-2, 2e-18, 6e-6, 4e-36]] * 3)
+    noise = state.copy()
+    noise[1:, 3] = 4e-18  # the bias's Adam m: noise of a different size
+    noise[1:, 5] = 1e-36
+    runs = [History("made-up", "nowhere", step_losses=[1.0, 1.0], first_step_gradients=WEIGHTS,
+                    final_weights=WEIGHTS, dtype="float64", step_state_checksums=list(checksums),
+                    state_names=NAMES, state_sizes=sizes) for checksums in (noise, state)]
+    assert check_parity(*runs).ok
+    real = noise.copy()
+    real[2, 3] = 2e-18 + 1e-8  # the bias's m moved by 1e-8: 5e-9 per element, beyond 1e-7 x 1e-2
+    runs[0].step_state_checksums = list(real)
+    parity = check_parity(*runs)
+    assert not parity.ok and parity.state_first_steps == {"layer 0 bias Adam m": 1}
+    runs[0].state_sizes = runs[1].state_sizes = []  # without sizes: relative only, the noise is a difference
+    runs[0].step_state_checksums = list(noise)
+    assert not check_parity(*runs).ok
+
+
 def test_state_names_are_grouped_in_messages():
     assert summarise_state(NAMES, NAMES) == "every weight, bias and Adam slot"
     assert summarise_state(NAMES[:2], NAMES) == "every weight and bias"

@@ -85,12 +85,13 @@ def test_device_requests_after_initialisation(devices):
 def test_several_steps_per_call_equal_one_step_per_call(embedded):
     """train_steps' loop in the graph gives bit-identical losses and weights to train_step called per batch."""
     from shared.data import epoch_batches, step_chunks
-    from shared.model import build_mlp, initial_values, layer_sizes
+    from shared.mlp import mlp
+    from shared.model import Model
     from shared.optim import make_optimizer
     from shared.reference import train_step, train_steps
 
     def model_and_optimizer():
-        model = build_mlp(initial_values(layer_sizes((700, 500)), 22))
+        model = Model(mlp(), mlp().initial_values(22))
         return model, make_optimizer("adam", "fixed", model.weights, 1e-3, lambda v: tf.Variable(tf.zeros_like(v)),
                                      lambda: tf.Variable(0, dtype=tf.int64))
     batches = list(epoch_batches(embedded.x_train[:300], embedded.y_train[:300], 64))  # 4 x 64 and 44

@@ -1,0 +1,32 @@
+"""An example test of your own model, run by this project's suite: copy it beside your model.
+
+    python -m pytest examples/test_my_model.py
+
+`check_model` trains the model with the single-device reference, DTensor on each mesh and
+MirroredStrategy, from the same start on the same batches, and returns compare.py's verdicts
+(a float32 difference is rerun in float64 to tell float noise from a real difference). Small
+slices keep it to about a minute on 2 CPU cores.
+"""
+import os
+
+from shared.api import check_model
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SMALL = dict(epochs=2, train_examples=512, test_examples=256, data="embedded")
+
+
+def test_my_model_trains_the_same_with_dtensor_and_mirrored_strategy():
+    result = check_model(f"{HERE}/my_model.py:my_model", meshes=("batch=8", "batch=2,model=4"), **SMALL)
+    assert result.ok, result.summary()
+    assert set(result.verdicts) == {"dtensor batch=8", "dtensor batch=2,model=4", "mirrored"}
+    assert all(verdict.verdict in ("ok", "float noise") for verdict in result.verdicts.values())
+
+
+def test_batch_statistics_match_on_dtensor_and_not_under_mirrored_strategy():
+    """Normalising over the batch: DTensor's global batch is one device's; each replica's 16 examples are not."""
+    result = check_model(f"{HERE}/batch_norm_mlp.py:batch_norm_mlp", meshes=("batch=8",), **SMALL)
+    assert result.verdicts["dtensor batch=8"].ok, result.summary()
+    mirrored = result.verdicts["mirrored"]
+    assert mirrored.verdict == "MISMATCH" and mirrored.first_disagreeing_step == 0, result.summary()
+    assert {"loss", "first-step gradients"} <= set(mirrored.differing)
+    assert not result.ok

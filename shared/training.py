@@ -1,0 +1,72 @@
+"""The training run every trainer shares: restore, first-step gradients, epochs, evaluation, checkpoints.
+
+Written once (Orbit's StandardTrainer and torchtitan's Trainer.train() are the model: one level
+of calls). A trainer is an object with what distributing changes, and `fit` calls it:
+
+    name, placement, details      what the tables and JSON show
+    model, optimizer              a shared.model.Model and its optimizer, on the trainer's devices
+    checkpointed                  (model, optimizer) as checkpoints hold them (unpadded)
+    gradients(x, y)               [arrays] of the global mean loss at the current weights, unpadded
+    train_epoch(epoch, meter, first, record_state)
+                                  every step of one epoch, each added to `meter`; the run's first
+                                  call (first=True) is one step that waits for its loss: its time
+                                  is the trace time
+    trace_count()                 train-step traces so far (a measured epoch must add none)
+    evaluate(x, y)                (mean loss, accuracy) over a split
+    state()                       the variables whose checksums float64 runs record
+    final_weights()               [arrays], unpadded
+    memory_per_device()           [shared.memory.DeviceMemory]
+    predict_logits(x)             the trainer's own logits for host images (--export checks them)
+and optionally begin(start_epoch) (after --restore, before the first step), before_save() and
+finish(history).
+"""
+from typing import Callable
+
+from shared.checkpoint import TrainingState
+from shared.checksums import read_state_checksums, state_names, state_sizes
+from shared.config import Config
+from shared.data import MnistData, batch_slices, epoch_batches
+from shared.export import export_trainer
+from shared.history import EpochMeter, History, format_epoch_line
+
+
+def fit(trainer, config: Config, data: MnistData, log: Callable = print) -> History:
+    """Train `trainer` for config.epochs (from --restore's epoch) and return its history record."""
+    history = History(trainer=trainer.name, placement=trainer.placement, dtype=config.dtype,
+                      details=dict(trainer.details))
+    definition = trainer.model.definition
+    record_state = config.dtype == "float64"  # per-step state checksums: what parity names when it fails
+    if record_state:
+        history.state_names = state_names(definition, trainer.optimizer)
+        history.state_sizes = state_sizes(definition, trainer.optimizer)
+    state = TrainingState(trainer.name, config, *trainer.checkpointed, len(data.y_train), log)
+    start_epoch = state.restore()  # --restore: epochs already trained; 0 without
+    getattr(trainer, "begin", lambda start_epoch: None)(start_epoch)
+    first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch,
+                                          config.shuffle, config.seed))
+    history.first_step_gradients = trainer.gradients(first_x, first_y)
+
+    steps = len(batch_slices(len(data.y_train), config.batch_size))
+    for epoch in range(start_epoch, config.epochs):
+        meter = EpochMeter(f"{trainer.name} epoch {epoch + 1}/{config.epochs}", steps)
+        traces_before = trainer.trace_count()
+        trainer.train_epoch(epoch, meter, first=epoch == start_epoch, record_state=record_state)
+        finished = meter.finish()  # before evaluating: the epoch's time is training only
+        traces = trainer.trace_count() - traces_before
+        if epoch == start_epoch:
+            history.trace_seconds = meter.call_seconds[0]  # the first call: one step and its tracing
+        test_loss, test_accuracy = trainer.evaluate(data.x_test, data.y_test)
+        record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy, traces)
+        if not config.quiet:
+            log(format_epoch_line(trainer.name, record, config.epochs))
+        if config.checkpoint_dir:
+            getattr(trainer, "before_save", lambda: None)()
+        state.save_epoch(epoch + 1)  # --checkpoint-dir
+    if record_state:
+        history.add_final_state(read_state_checksums(trainer.state()))
+    history.final_weights = trainer.final_weights()
+    history.memory_per_device = trainer.memory_per_device()
+    getattr(trainer, "finish", lambda history: None)(history)
+    export_trainer(config, trainer.name, definition, history.final_weights, trainer.predict_logits,  # --export
+                   data.x_test, history.details)
+    return history
