@@ -1,61 +1,13 @@
 """The MirroredStrategy trainer: the reference's training run, data-parallel under tf.distribute.
 
-It reads like TensorFlow's "Custom training with tf.distribute.Strategy" tutorial:
     python compare.py --trainers reference,mirrored --data embedded
 
-- `tf.distribute.MirroredStrategy` over exactly the given logical devices, one replica each.
-  The model (shared sizes and initial values) is made under `strategy.scope()`, so each weight
-  is a MirroredVariable: one copy per replica (with `--mirrored-update replicas` the
-  optimizer's slots and step count too).
-- Input: `strategy.distribute_datasets_from_function`, one dataset for the training run and
-  one for the test split. Every global batch of `shared.data.epoch_batches` is cut into N
-  contiguous per-replica pieces; each dataset element holds one replica's pieces of a whole
-  epoch (in one process each replica's pipeline runs on its own device: `pipeline_per_replica`),
-  and each step takes its piece out of it (`piece`). Pieces differ by at most one
-  example (44 over 8 replicas: 6,6,6,6,5,5,5,5); when the final partial batch has fewer
-  examples than replicas, the last replicas get empty pieces of shape [0, 784], which add
-  zero to the loss sum and to the gradients. No data is dropped and no example is added.
-- Loss: each replica takes `shared.losses.mean_loss` of its piece with the number of real
-  examples in the *global* batch (carried in every element), so the replicas' losses and
-  gradients sum to the global mean's, however unevenly the batch split.
-- Update (`--mirrored-update`): `primary`, the default in one process, sums the replicas'
-  gradients on the first device only (`strategy.extended.batch_reduce_to`), where the shared
-  optimizer updates a plain copy of the model once, compiled by XLA exactly as the reference
-  does, and then assigns its weights to the MirroredVariables in cross-replica context, which
-  writes every replica's copy. `replicas`, the tf.distribute tutorial's pattern and the only
-  one across workers (`--clients`, where it is the default), all-reduces the gradients in
-  replica context and every replica applies the optimizer to its own copies of weights and
-  slots; those keep the default aggregation NONE, with which an assign in replica context
-  writes only that replica's copy (no merge_call). Either way all replicas hold the same
-  values, which `details["replica_weight_spread"]` records after training.
-- Metrics: the per-replica loss shares and correct counts are summed with `strategy.reduce`.
-- Step losses stay tensors until the epoch ends (`EpochMeter`): one host sync per epoch.
-- Speed: after the first step, an epoch is one `train_steps` call, whose loop in the graph
-  cuts each step's pieces out of the epoch's element, and the optimizer update is compiled by
-  XLA (`shared.optim.apply_gradients_fused`). With an element per step instead (the tutorial's
-  shape), tf.data alone took 0.1-0.2 s of CPU time per epoch at 8 replicas, most of what a
-  whole reference epoch takes (docs/throughput.md).
-  The forward and backward pass stay uncompiled: XLA compiles per piece shape and per replica,
-  which cost minutes of tracing at 8 replicas.
-
-With `--clients C` (shared/multiclient.py) the strategy is `MultiWorkerMirroredStrategy` over the
-workers that TF_CONFIG names (one replica per worker on CPU), each worker's input pipeline
-yields only its own replicas' pieces, and everything else above is unchanged.
-
-The history record is the reference's, with trainer "mirrored", placement "N replicas on CPU"
-and the cross-device ops and update mode in `details`. Costs, 8 replicas on 2 CPU cores, default
-data: `replicas` ran at ~0.26x of the reference's throughput, `primary` at ~0.42x (docs/throughput.md):
-with `replicas` the Adam update runs 8 times over 8 copies of weights and slots,
-which outgrow the L3 cache; with `primary` it runs once, and what remains is each replica's
-forward and backward pass on 16-example pieces. strategy.run traces a step function once per
-replica, so tracing grows with N too.
-
-`--adam tutorial`: MirroredVariables read back what was just assigned, but the tutorial's
-Python-float step count advances at trace time. With `replicas` it advances once per
-replica trace: replica i bias-corrects with t = i + 1 and the copies drift apart
-(`details["replica_weight_spread"]`). With `primary` the update is the reference's
-compiled update, traced once (every batch's gradients have the weights' shapes): t stays 1
-in both, and the run matches the reference's.
+Like TensorFlow's "Custom training with tf.distribute.Strategy": `MirroredStrategy` over exactly the
+given devices, the model's variables as MirroredVariables, each global batch cut into contiguous
+per-replica pieces (one input element per replica per epoch), each replica's loss divided by the
+global batch's real count, and the update either once on the first device (`--mirrored-update
+primary`) or on every replica after an all-reduce (`replicas`; the only mode across workers).
+With `--clients C` it is MultiWorkerMirroredStrategy. Design, departures and costs: docs/trainers.md.
 """
 import functools
 from typing import Callable, List, Optional, Sequence, Tuple

@@ -35,6 +35,7 @@ class TrainerResult:
     name: str
     history: Optional[History] = None
     error: str = ""  # one line when the trainer raised
+    traceback: str = ""  # and its whole traceback, for the JSON report (and --verbose)
     peak_memory_mb: float = 0.0
 
     @property
@@ -98,7 +99,7 @@ def train_one(name: str, config: Config, data: MnistData, devices: Sequence[str]
         last = traceback.extract_tb(error.__traceback__)[-1]
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''} " \
                  f"({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
-        return TrainerResult(name, error=reason.strip())
+        return TrainerResult(name, error=reason.strip(), traceback="".join(traceback.format_exception(error)))
     if config.device_type == "GPU":  # TensorFlow's own peak per device, beside the bytes the trainer holds
         history.memory_per_device = with_peaks(
             history.memory_per_device, {device: tf.config.experimental.get_memory_info(device)["peak"]

@@ -166,7 +166,7 @@ def report_dict(run, sweep) -> dict:
     for name, result in run.results.items():
         history = result.history
         if history is None:
-            trainers[name] = {"failed": True, "error": result.error}
+            trainers[name] = {"failed": True, "error": result.error, "traceback": result.traceback}
             continue
         median, low, high = throughput(history, train_examples) or (None, None, None)  # None: below the floor
         p50, p95 = step_time_percentiles_ms(history) or (None, None)
