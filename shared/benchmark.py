@@ -1,13 +1,14 @@
-"""The machine's float32 matmul peak and the MLP's FLOPs: what compare.py prints under its tables.
+"""The machine's matmul peak in the run's dtype and the MLP's FLOPs: what compare.py prints under its tables.
 
     achieved GFLOP/s = examples/s x flops_per_example / 1e9
 
 `flops_per_example` counts forward and backward as 3 x 2 x sum(in x out) (one multiply-add
 per weight forward, two backward); it ignores biases, activations, the loss and Adam, and
 counts the first layer's input gradient, which nobody computes, so it is the usual
-convention, not a measurement. The peak is a 2048 x 2048 float32 matmul in a tf.function
-on one device, best of a few repeats: ~1 s, run in the same process as the trainers, so a
-loaded machine lowers both.
+convention, not a measurement. The peak is a 2048 x 2048 matmul in the run's dtype (a float64
+run's is its own: 11-13 GFLOP/s against float32's 34-36 on the 2-core test machine) in a
+tf.function on one device, best of a few repeats: ~1 s (float64 ~3 s), run in the same
+process as the trainers, so a loaded machine lowers both.
 """
 import time
 from typing import Sequence
@@ -23,11 +24,12 @@ def flops_per_example(sizes: Sequence[int]) -> int:
     return 3 * 2 * sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
 
 
-def matmul_peak_gflops(device: str = "CPU:0", size: int = PEAK_MATMUL_SIZE, repeats: int = PEAK_REPEATS) -> float:
-    """The best GFLOP/s of a size x size float32 matmul on `device` over `repeats` timed calls."""
+def matmul_peak_gflops(device: str = "CPU:0", size: int = PEAK_MATMUL_SIZE, repeats: int = PEAK_REPEATS,
+                       dtype: str = "float32") -> float:
+    """The best GFLOP/s of a size x size matmul in `dtype` (the run's --dtype) on `device` over `repeats` calls."""
     with tf.device(device):
-        a = tf.random.stateless_uniform((size, size), seed=(1, 2))
-        b = tf.random.stateless_uniform((size, size), seed=(3, 4))
+        a = tf.random.stateless_uniform((size, size), seed=(1, 2), dtype=dtype)
+        b = tf.random.stateless_uniform((size, size), seed=(3, 4), dtype=dtype)
         matmul = tf.function(tf.matmul)
         matmul(a, b).numpy()  # trace and warm up
         best = float("inf")
