@@ -88,10 +88,15 @@ class SweepEntry:
 
 def describe_plan(config: Config, points: Sequence[SweepPoint]) -> str:
     """The header's line: what the sweep adds after the run the other flags describe."""
-    counts = ", ".join(str(count) for count in dict.fromkeys(point.devices for point in points))
+    counts = list(dict.fromkeys(point.devices for point in points))
     skipped = sum(1 for point in points if point.skipped)
-    return (f"sweep: after this run at {config.devices} devices, {len(points)} configurations at {counts} devices"
+    return (f"sweep: after this run at {_devices(config.devices)}, {len(points)} configurations at "
+            f"{', '.join(map(str, counts[:-1]))}{', ' * (len(counts) > 1)}{_devices(counts[-1])}"
             + (f" ({skipped} skipped)" if skipped else "") + ", each beside its own reference run")
+
+
+def _devices(count: int) -> str:
+    return f"{count} device{'s' * (count != 1)}"
 
 
 def _skip_reason(trainer_module, config: Config, devices: Sequence[str]) -> str:

@@ -366,7 +366,7 @@ def test_a_resumed_run_is_judged_against_an_uninterrupted_reference(written, uni
                                rtol=1e-6, atol=1e-6)
     assert [epoch["epoch"] for epoch in compared["epochs"]] == [2]
 
-    other_seed, report = resume("--seed", "5")
+    other_seed, report = resume("--seed", "5", "--quiet")
     assert other_seed.returncode == 1 and other_seed.stdout.rstrip().endswith("PARITY FAILED")
     assert {report["parity"][name]["verdict"] for name in ("dtensor", "mirrored")} == {"MISMATCH"}
     assert report["parity"]["dtensor"]["first_disagreeing_step"] == 0
