@@ -217,5 +217,5 @@ def best_against_one_device(entries: Sequence[SweepEntry]) -> str:
     best = max(timed, key=lambda e: e.ratio_to_reference)
     if best.ratio_to_reference > 1:
         return ""
-    return (f"No configuration beat one device on this machine: the best was {best.trainer} {best.label} at "
-            f"{best.devices} devices, {best.ratio_to_reference:.2f}x its reference.")
+    return (f"No configuration beat one device on this machine; the best: {best.trainer} {best.label} at "
+            f"{best.devices} devices, {best.ratio_to_reference:.2f}x its reference")

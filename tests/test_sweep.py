@@ -71,8 +71,8 @@ def test_one_line_says_when_no_configuration_beat_one_device():
     entries = [entry(2, "dtensor", "batch=2", 0.55), entry(2, "mirrored", "primary", 0.80),
                entry(8, "dtensor", "batch=1,model=8", 1.30, parity_ok=False),  # failed parity: does not count
                entry(8, "mirrored", "primary", None)]  # below the timing floor: no ratio
-    assert best_against_one_device(entries) == ("No configuration beat one device on this machine: the best was "
-                                                "mirrored update primary at 2 devices, 0.80x its reference.")
+    assert best_against_one_device(entries) == ("No configuration beat one device on this machine; the best: "
+                                                "mirrored update primary at 2 devices, 0.80x its reference")
     assert best_against_one_device(entries + [entry(8, "mirrored", "replicas", 1.05)]) == ""
     assert best_against_one_device([entry(2, "dtensor", "batch=2", None)]) == ""  # nothing timed: nothing to say
 
