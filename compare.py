@@ -30,10 +30,22 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return text if "default" in text else super()._get_help_string(action)
 
 
+class _ParserExit(Exception):
+    """argparse is done: an error (status 2, one line) or --help (status 0, printed already)."""
+
+    def __init__(self, status: int, message: str = ""):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         """One line, exit code 2 (argparse would print the whole usage first)."""
         self.exit(2, f"{self.prog}: error: {message}; see --help\n")
+
+    def exit(self, status=0, message=None):
+        """Raise instead of sys.exit, so that main() returns the code to a Python caller as for any bad input."""
+        raise _ParserExit(status, message or "")
 
 
 def _positive_int(text: str) -> int:
@@ -81,7 +93,7 @@ def _trainer_list(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     defaults = Config()
-    parser = _Parser(description=__doc__.split("\n")[0],
+    parser = _Parser(prog="compare.py", description=__doc__.split("\n")[0],
                      formatter_class=_HelpFormatter)
     group = parser.add_argument_group
     add = group("what trains where").add_argument
@@ -149,12 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
              "mode; batch: DTensor on batch=N and MirroredStrategy's --mirrored-update only")
     add = group("checkpoints and export").add_argument
     add("--checkpoint-dir", metavar="DIR",
-        help="after every epoch write each trainer's full state to DIR/<trainer>/epoch-N (default: none)")
+        help="after every epoch write each trainer's full state to DIR/<trainer>/epoch-NNNN, e.g. epoch-0001 "
+             "(default: none)")
     add("--keep-checkpoints", type=_non_negative_int, default=defaults.keep_checkpoints, metavar="N",
         help="with --checkpoint-dir, keep each trainer's newest N epochs and delete older ones; 0 keeps all")
     add("--restore", metavar="PATH",
-        help="start the trainers from a checkpoint any trainer wrote: DIR/<trainer>/epoch-N, or DIR/<trainer> "
+        help="start the trainers from a checkpoint any trainer wrote: DIR/<trainer>/epoch-NNNN, or DIR/<trainer> "
              "for its newest; --epochs stays the total (default: none)")
+    add("--reference-from-scratch", action="store_true",
+        help="with --restore: train the reference from the initial values for every epoch instead, and judge "
+             "parity on the steps after the restore point: the resumed trainers against an uninterrupted run")
     add("--export", metavar="DIR",
         help="write each trainer's model as a SavedModel to DIR/<trainer>, servable without mesh or "
              "strategy (default: none)")
@@ -176,11 +192,17 @@ def config_from_args(args: argparse.Namespace) -> Config:
         shuffle=args.shuffle, dtensor_input=args.dtensor_input, mirrored_update=args.mirrored_update,
         dtype=args.dtype, tolerance=args.tolerance, explain=args.explain,
         quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,
-        restore=args.restore, export=args.export)
+        restore=args.restore, reference_from_scratch=args.reference_from_scratch, export=args.export)
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """compare.py's exit code: 0 parity holds (or --help), 1 it does not, 2 bad input (one line on stderr).
+    Never raises SystemExit, so a Python caller gets the same codes as the command line."""
+    try:
+        args = build_parser().parse_args(argv)
+    except _ParserExit as done:
+        print(done.message, end="", file=sys.stderr)
+        return done.status
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the --clients launcher passes them on
     config = config_from_args(args)
     hide_tensorflow_messages(args.verbose)

@@ -17,7 +17,8 @@ saves each variable whole and lays it out again on restore):
                                          checkpoint does not restore into a --dtype float64 run)
 
 Files: `--checkpoint-dir DIR` gives DIR/<trainer>/epoch-0003/ckpt.index and
-ckpt.data-*; `--restore` takes such a directory, or DIR/<trainer> for its newest.
+ckpt.data-*, one line each unless --quiet; `--restore` takes such a directory, or
+DIR/<trainer> for its newest (`--reference-from-scratch`: the reference ignores it).
 
 Atomicity: `Checkpoint.write` writes an index and one or more data files (three on an
 8-device mesh) one after another, so a process killed in between leaves a prefix
@@ -94,7 +95,7 @@ def resolve(path: str) -> str:
         if trainers:
             raise UsageError(f"--restore {path} holds checkpoints of {', '.join(trainers)}; "
                              f"name one, e.g. --restore {os.path.join(path, trainers[0])}")
-    raise UsageError(f"--restore {path}: no checkpoint there; give a DIR/<trainer> or DIR/<trainer>/epoch-N "
+    raise UsageError(f"--restore {path}: no checkpoint there; give a DIR/<trainer> or DIR/<trainer>/epoch-NNNN "
                      f"that --checkpoint-dir DIR wrote")
 
 
@@ -157,6 +158,9 @@ def check_clients(config: Config) -> None:
 def check_config(config: Config) -> None:
     """--restore, --checkpoint-dir and --export, before anything trains."""
     check_clients(config)
+    if config.reference_from_scratch and not config.restore:
+        raise UsageError("--reference-from-scratch compares trainers resumed from a checkpoint with a reference "
+                         "trained from the initial values; give --restore PATH too")
     if config.restore:
         check_restore(config)
     for flag, directory in (("--checkpoint-dir", config.checkpoint_dir), ("--export", config.export)):
@@ -214,21 +218,25 @@ class TrainingState:
         directory = os.path.join(self.config.checkpoint_dir, self.trainer)
         os.makedirs(directory, exist_ok=True)
         written = self.save(directory, epoch)
-        if self.config.keep_checkpoints:
-            remove_older(directory, epoch - self.config.keep_checkpoints)
+        removed = remove_older(directory, epoch - self.config.keep_checkpoints) if self.config.keep_checkpoints else []
+        if not self.config.quiet:
+            self.log(f"{self.trainer:<10} checkpoint {written}" + (f" (removed {', '.join(removed)})" if removed else ""))
         return written
 
 
-def remove_older(directory: str, last_removed: int) -> None:
-    """Delete the epoch-N directories with N <= last_removed (--keep-checkpoints).
+def remove_older(directory: str, last_removed: int) -> List[str]:
+    """Delete the epoch-N directories with N <= last_removed (--keep-checkpoints); returns their names.
 
     Runs after the newest is published, so the newest N are complete when older ones go;
     a later epoch left by an earlier run is not this run's to delete.
     """
-    for name in os.listdir(directory):
+    removed = []
+    for name in sorted(os.listdir(directory)):
         match = EPOCH_DIR.match(name)
         if match and int(match.group(1)) <= last_removed:
             shutil.rmtree(os.path.join(directory, name))
+            removed.append(name)
+    return removed
 
 
 def weights_of(prefix: str, definition) -> List[np.ndarray]:

@@ -14,7 +14,8 @@ import tensorflow as tf
 from shared import checkpoint, sweep
 from shared.benchmark import matmul_peak_gflops
 from shared.config import Config
-from shared.data import MnistData, load_data
+from shared.console import print_fitted
+from shared.data import MnistData, batch_slices, load_data
 from shared.devices import configure_devices
 from shared.errors import UsageError
 from shared.history import History
@@ -107,16 +108,36 @@ def train_one(name: str, config: Config, data: MnistData, devices: Sequence[str]
     return TrainerResult(name, history, peak_memory_mb=peak_memory_mb(config, devices))
 
 
-def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print) -> RunResult:
+def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print_fitted) -> RunResult:
     """Train the reference (always: it is the ground truth) and the chosen trainers, then check
     each distributed trainer's parity against the reference."""
     names = ["reference"] + [n for n in config.trainers if n != "reference"]
-    results = {"reference": train_one("reference", config, data, devices, log)}
+    if config.reference_from_scratch:  # every epoch from the initial values; compared after the restore point
+        reference = train_one("reference", config.replace(restore=None), data, devices, log)
+        if reference.history is not None:
+            reference.history = after_restore_point(reference.history, config, len(data.y_train))
+        results = {"reference": reference}
+    else:
+        results = {"reference": train_one("reference", config, data, devices, log)}
     results.update({name: train_one(name, config, data, devices, log) for name in names[1:]})
 
     def rerun(rerun_names):  # a float32 parity failure: the same run in float64, in this process
         return {name: rerun_one(name, float64_rerun_config(config), data, devices, log) for name in rerun_names}
     return compare_results(config, devices, data, results, rerun, log=log)
+
+
+def after_restore_point(history: History, config: Config, train_examples: int) -> History:
+    """--reference-from-scratch: the part of an uninterrupted `history` that runs resumed from --restore train,
+    step for step: the epochs after the checkpoint's, without first-step gradients (these are at the
+    initial values; the resumed trainers' at the restore point), so parity does not judge them."""
+    restored_epoch = int(checkpoint.check_restore(config)[1]["epoch"])
+    steps = restored_epoch * len(batch_slices(train_examples, config.batch_size))
+    details = dict(history.details, from_scratch=f"trained epochs 1..{config.epochs} from the initial values; "
+                                                 f"compared and reported from epoch {restored_epoch + 1}")
+    return dataclasses.replace(
+        history, step_losses=history.step_losses[steps:], step_times_ms=history.step_times_ms[steps:],
+        epochs=[record for record in history.epochs if record.epoch > restored_epoch],
+        step_state_checksums=history.step_state_checksums[steps:], first_step_gradients=[], details=details)
 
 
 def rerun_one(name: str, config: Config, data: MnistData, devices: Sequence[str], log) -> TrainerResult:
@@ -134,7 +155,7 @@ def float64_rerun_config(config: Config) -> Config:
 
 
 def compare_results(config: Config, devices: Sequence[str], data: MnistData, results: Dict[str, TrainerResult],
-                    rerun=None, no_rerun_reason: str = "", log=print) -> RunResult:
+                    rerun=None, no_rerun_reason: str = "", log=print_fitted) -> RunResult:
     """Parity of every trainer that finished against the reference in `results`, and each one's verdict.
 
     rerun(names) -> {name: TrainerResult} trains them in float64 to explain a float32 failure
@@ -168,19 +189,28 @@ def run(config: Config, args) -> int:
     plan = sweep.plan_sweep(config, args.sweep_devices or (), args.sweep_meshes, all_devices)
     devices = all_devices[:config.devices]
     print(report.header(config, devices, data))
+    if plan:
+        print(sweep.describe_plan(config, plan))
     main_run = train_all(config, data, devices)
-    main_run.matmul_peak_gflops = matmul_peak_gflops(devices[0])
+    main_run.matmul_peak_gflops = matmul_peak_gflops(devices[0], dtype=config.dtype)
     entries = run_sweep(config, data, all_devices, plan) if plan else []
     return report.publish(args, main_run, entries)
 
 
 def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], plan: Sequence[sweep.SweepPoint],
-              log=print) -> List[sweep.SweepEntry]:
+              log=print_fitted) -> List[sweep.SweepEntry]:
     """Train each planned configuration beside a reference trained just before it (shared/sweep.py)."""
     entries = []
-    for point in plan:
-        run_at_point = None if point.skipped else train_all(point.config, data, all_devices[:point.devices])
+    for index, point in enumerate(plan):
+        # The configurations train quietly; what their float32 failures' float64 reruns would log (two
+        # lines each, shared/verdict.py) is summed up per device count below instead.
+        run_at_point = None if point.skipped else train_all(point.config, data, all_devices[:point.devices],
+                                                            log=lambda line: None)
         entries.append(sweep.sweep_entry(point, run_at_point, len(data.y_train)))
         if not config.quiet:
             log(sweep.format_entry_line(entries[-1]))
+            last_at_count = index + 1 == len(plan) or plan[index + 1].devices != point.devices
+            summary = sweep.rerun_summary(entries, point.devices) if last_at_count else ""
+            if summary:
+                log(summary)
     return sweep.mark_fastest(entries)

@@ -41,6 +41,9 @@ class Config:
     checkpoint_dir: Optional[str] = None  # DIR/<trainer>/epoch-NNNN after every epoch, each complete or absent
     keep_checkpoints: int = 3  # the newest N epochs stay per trainer, older ones are deleted; 0 keeps all
     restore: Optional[str] = None  # a checkpoint any trainer wrote (or DIR/<trainer>: its newest); epochs continue
+    # With restore: the reference trains every epoch from the initial values instead of resuming, and parity
+    # is judged on the steps after the restore point: a resumed run against an uninterrupted one.
+    reference_from_scratch: bool = False
     export: Optional[str] = None  # DIR/<trainer>: a SavedModel of plain variables, loadable without mesh or strategy
 
     def replace(self, **changes) -> "Config":

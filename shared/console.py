@@ -1,4 +1,4 @@
-"""What a run prints: the project's own lines, and TensorFlow's only when asked for.
+"""What a run prints: the project's own lines, within LINE_WIDTH, and TensorFlow's only when asked for.
 
 TensorFlow's C++ runtime writes its start-up and per-trace messages (oneDNN, CUDA
 drivers, cuInit, the XLA service, one "DTensor cache key lookup missed" per trace)
@@ -13,8 +13,26 @@ then prints nothing of its own; rerun with --verbose to see it.
 import logging
 import os
 import sys
+import textwrap
 
 TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
+# A normal terminal's width: the tables are built to fit it, and longer lines are broken at spaces.
+LINE_WIDTH = 120
+LOG_INDENT = 11  # continuation lines start under the text after "dtensor    ", the trainer's name padded to 10
+
+
+def fit_width(text: str, indent: int = LOG_INDENT, width: int = LINE_WIDTH) -> str:
+    """Each line of `text` broken at spaces into lines of at most `width` characters, the continuations
+    indented by `indent`; a line within `width` comes back unchanged, and so does one long word."""
+    return "\n".join(line if len(line) <= width else
+                     textwrap.fill(line, width=width, subsequent_indent=" " * indent, break_long_words=False,
+                                   break_on_hyphens=False)
+                     for line in text.split("\n"))
+
+
+def print_fitted(text: str) -> None:
+    """The trainers' and the comparison's `log`: print, within LINE_WIDTH."""
+    print(fit_width(text))
 
 
 def hide_tensorflow_messages(verbose: bool, environ=os.environ) -> bool:

@@ -6,7 +6,8 @@ Sources (`--data`):
             split deterministically and stratified into 4,000 train and 1,000 test
   DIR       the four standard MNIST IDX files, plain or .gz
   auto      tfds if it is prepared locally or its download host answers within a few
-            seconds, else embedded (offline, `tfds.load` would retry for ~205 s)
+            seconds, else embedded (offline, `tfds.load` would retry for ~205 s), saying why
+            in the header and the JSON report's environment.data_fallback
 
 Every trainer gets its batches from `epoch_batches`, so all see the same global
 batches in the same order, the final partial batch included.
@@ -50,6 +51,7 @@ class MnistData:
     y_test: np.ndarray
     source: str  # "tfds", "embedded" or the IDX directory
     reason: str  # one line: why this source was used
+    fallback: str = ""  # --data auto trained on the embedded set instead of tfds: why; "" otherwise
 
     def describe(self) -> str:
         return (f"data: {self.source} ({self.reason}); "
@@ -220,7 +222,8 @@ def load_data(source: str, train_examples: Optional[int] = None,
             return load_tfds(train_examples, test_examples, why)
         if source == "tfds":
             raise UsageError(f"--data tfds: {why}; use --data embedded, or a directory of MNIST IDX files")
-        return load_embedded(train_examples, test_examples, f"auto: {why}")
+        # Other data than on a machine where tfds works: the header and the JSON say so.
+        return dataclasses.replace(load_embedded(train_examples, test_examples, f"auto: {why}"), fallback=why)
     return load_idx_dir(source, train_examples, test_examples)
 
 

@@ -1,7 +1,8 @@
 """SavedModel export: any trainer's weights as a plain model that serves without mesh or strategy.
 
     python compare.py --data embedded --export exported
-    python -m shared.export exported/dtensor     # reload in a fresh process and check it
+    python -m shared.export exported/dtensor     # reload in a fresh process and check it (--verbose:
+                                                 # also TensorFlow's own log lines, hidden as compare.py does)
 
 tf.saved_model accepts only fully replicated DTensor models and drops every layout,
 and a MirroredStrategy model saves its strategy's variables; so each trainer hands
@@ -21,12 +22,16 @@ import os
 import sys
 from typing import Callable, Dict, Sequence
 
-import numpy as np
-import tensorflow as tf
+if __name__ == "__main__":  # `python -m shared.export`: before TensorFlow's import prints its start-up lines
+    from shared.console import hide_tensorflow_messages
+    hide_tensorflow_messages("--verbose" in sys.argv[1:])
 
-from shared.files import partial_path, publish_directory
-from shared.data import IMAGE_PIXELS
-from shared.model import Model
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from shared.files import partial_path, publish_directory  # noqa: E402
+from shared.data import IMAGE_PIXELS  # noqa: E402
+from shared.model import Model  # noqa: E402
 
 PROBE_EXAMPLES = 100
 PROBE_FILE = os.path.join("assets.extra", "probe.npz")
@@ -89,13 +94,21 @@ def check_export(directory: str) -> float:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python -m shared.export DIR...`: one line per export; exit 1 if any differs by more than LOGIT_TOLERANCE."""
+    """`python -m shared.export [--verbose] DIR...`: one line per export; exit 1 if any differs by more than
+    LOGIT_TOLERANCE, 2 (one line, nothing checked) if a DIR is not an export of this project."""
+    directories = [arg for arg in argv if arg != "--verbose"]  # --verbose: TensorFlow's lines, shown above
+    missing = [d for d in directories if not os.path.isfile(os.path.join(d, PROBE_FILE))]
+    if missing or not directories:
+        problem = (f"{missing[0]} is not an export of compare.py --export (it has no {PROBE_FILE})" if missing
+                   else "give the directories that compare.py --export DIR wrote, DIR/<trainer>")
+        print(f"python -m shared.export: error: {problem}", file=sys.stderr)
+        return 2
     worst = 0.0
-    for directory in argv:
+    for directory in directories:
         difference = check_export(directory)
         worst = max(worst, difference)
-        print(f"{directory}: max |logit diff| {difference:.3g} against the trainer's own "
-              f"({'ok' if difference <= LOGIT_TOLERANCE else 'FAILED'})")
+        print(f"{directory}: max |logit diff| {difference:.3g} against the trainer's own on its probe images, "
+              f"tolerance {LOGIT_TOLERANCE:g} ({'ok' if difference <= LOGIT_TOLERANCE else 'FAILED'})")
     return 0 if worst <= LOGIT_TOLERANCE else 1
 
 

@@ -54,6 +54,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from shared.config import Config
+from shared.console import print_fitted
 from shared.errors import UsageError
 from shared.files import write_atomically
 
@@ -174,7 +175,7 @@ def run_client(config: Config, args, role: ClientRole) -> int:
     data = load_data(config.data, config.train_examples, config.test_examples)
     if not args.result_file and role.client_id == 0:
         print(report.header(config, devices, data))
-    result = comparison.train_one(role.trainer, config, data, devices, log=print)
+    result = comparison.train_one(role.trainer, config, data, devices, log=print_fitted)
     if args.result_file:
         write_atomically(args.result_file, pickle.dumps(result))
         return 1 if result.failed else 0
@@ -210,7 +211,7 @@ def join_cluster(trainer: str, device_type: str) -> None:
 def compare_with_reference(config: Config, devices, data, result):
     """The reference in this process, and parity of `result` against it."""
     from shared import comparison
-    results = {"reference": comparison.train_one("reference", config, data, devices, log=print),
+    results = {"reference": comparison.train_one("reference", config, data, devices, log=print_fitted),
                result.name: result}
     return comparison.compare_results(config, devices, data, results, no_rerun_reason=(
         "this client cannot restart the others; run every client again with --dtype float64"))
@@ -231,7 +232,7 @@ def run_launcher(config: Config, args) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)  # compare.py runs this in its main thread
     workdir = tempfile.mkdtemp(prefix="compare-clients-")
     try:
-        results = {"reference": comparison.train_one("reference", config, data, devices, log=print)}
+        results = {"reference": comparison.train_one("reference", config, data, devices, log=print_fitted)}
         for trainer in [name for name in config.trainers if name != "reference"]:
             results[trainer] = launch(trainer, config, args.argv, data.source, workdir)
         run = comparison.compare_results(
@@ -250,7 +251,7 @@ def rerun_in_float64(names: Sequence[str], config: Config, argv: Sequence[str], 
     """shared/verdict.py's explaining rerun: the reference here, each trainer's clients again with --dtype float64."""
     from shared import comparison
     float64 = comparison.float64_rerun_config(config)
-    results = {"reference": comparison.train_one("reference", float64, data, devices, log=print)}
+    results = {"reference": comparison.train_one("reference", float64, data, devices, log=print_fitted)}
     rerun_dir = os.path.join(workdir, "float64")  # the float32 clients' result files stay apart
     os.makedirs(rerun_dir, exist_ok=True)
     for name in names:

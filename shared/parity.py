@@ -58,7 +58,7 @@ class Parity:
     max_abs_loss_diff: float
     loss_diff_step: int  # 0-based training step of the largest loss difference
     max_rel_loss_diff: float  # largest |loss diff| / |reference loss|
-    max_abs_grad_diff: float
+    max_abs_grad_diff: float  # NaN when not judged
     max_abs_weight_diff: float
     tolerances: Dict[str, Tuple[float, float]]  # quantity -> (atol, rtol)
     ok: bool
@@ -72,6 +72,9 @@ class Parity:
     state_names: List[str] = dataclasses.field(default_factory=list)  # every state variable, for messages
     # Per state variable that left its bound: the step whose update first made it differ (-1: the initial state).
     state_first_steps: Dict[str, int] = dataclasses.field(default_factory=dict)
+    # False when the reference has no first-step gradients to compare: --reference-from-scratch, whose
+    # reference computed its gradients at the initial values, not at the restore point.
+    gradients_judged: bool = True
 
 
 def max_abs_diff(arrays, reference_arrays) -> float:
@@ -246,6 +249,7 @@ def check_parity(candidate: History, reference: History, tolerance: Optional[flo
     shapes = [np.shape(a) for a in candidate.final_weights], [np.shape(a) for a in reference.final_weights]
     if shapes[0] != shapes[1]:
         reasons.append("final weight shapes differ from the reference's")
+    gradients_judged = bool(reference.first_step_gradients)
     grads_beyond = arrays_beyond(candidate.first_step_gradients, reference.first_step_gradients, bounds["gradient"])
     weights_beyond = shapes[0] == shapes[1] and arrays_beyond(candidate.final_weights, reference.final_weights,
                                                               bounds["weight"])
@@ -281,10 +285,12 @@ def check_parity(candidate: History, reference: History, tolerance: Optional[flo
     return Parity(
         dtype=dtype, steps=steps, max_abs_loss_diff=max_loss, loss_diff_step=worst_step,
         max_rel_loss_diff=max_relative,
-        max_abs_grad_diff=max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients),
+        max_abs_grad_diff=max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients)
+        if gradients_judged else float("nan"),
         max_abs_weight_diff=max_abs_diff(candidate.final_weights, reference.final_weights) if shapes[0] == shapes[1]
         else float("nan"),
         tolerances={name: (bound.atol, bound.rtol) for name, bound in bounds.items()},
         ok=not reasons, reason="; ".join(reasons), first_loss_step_beyond=first_loss,
         first_step_beyond=first_step, differing=differing, state_judged=state_judged,
-        state_names=list(reference.state_names) if state_judged else [], state_first_steps=state_first_steps)
+        state_names=list(reference.state_names) if state_judged else [], state_first_steps=state_first_steps,
+        gradients_judged=gradients_judged)

@@ -1,33 +1,46 @@
-"""The parity part of what compare.py prints and writes: the table's title and rows, its last
-line, and the JSON report's `parity` and `float64_rerun` entries (shared/verdict.py decides)."""
+"""The parity part of what compare.py prints and writes: the table's title, rows and the reasons
+under it, its last line, and the JSON report's `parity` and `float64_rerun` entries (shared/verdict.py decides)."""
 import dataclasses
 from typing import List, Optional
 
 from shared.verdict import DIVERGED, FLOAT_NOISE
 
-PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "max rel loss diff", "max |grad diff|",
-                  "max |weight diff|", "float64 rerun: loss / weight diff", "verdict"]
+PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "rel loss diff", "max |grad diff|",
+                  "max |weight diff|", "verdict"]
 
 
 def parity_rows(run) -> List[list]:
+    """One row per trainer with the verdict's keyword; its reason goes under the table (parity_notes)."""
     rows = []
     reference = run.verdicts.get("reference")
     if reference is not None:  # the reference diverged: its own row says so
-        rows.append(["reference", "-", "-", "-", "-", "-", "-", reference.line()])
+        rows.append(["reference", "-", "-", "-", "-", "-", reference.verdict])
+    elif run.results["reference"].failed:
+        rows.append(["reference", "-", "-", "-", "-", "-", "FAILED"])
     for name, result in run.results.items():
         if name == "reference":
             continue
         parity = run.parity.get(name)
         if parity is None:
-            rows.append([name, "-", "-", "-", "-", "-", "-", f"FAILED: {result.error or 'no reference'}"])
+            rows.append([name, "-", "-", "-", "-", "-", "FAILED"])
             continue
-        verdict = run.verdicts[name]
-        float64 = (f"{verdict.float64.max_abs_loss_diff:.2e} / {verdict.float64.max_abs_weight_diff:.2e}"
-                   if verdict.float64 else "-")
         rows.append([name, f"{parity.max_abs_loss_diff:.2e}", parity.loss_diff_step,
-                     f"{parity.max_rel_loss_diff:.2e}", f"{parity.max_abs_grad_diff:.2e}",
-                     f"{parity.max_abs_weight_diff:.2e}", float64, verdict.line()])
+                     f"{parity.max_rel_loss_diff:.2e}",
+                     f"{parity.max_abs_grad_diff:.2e}" if parity.gradients_judged else "-",
+                     f"{parity.max_abs_weight_diff:.2e}", run.verdicts[name].verdict])
     return rows
+
+
+def parity_notes(run) -> List[str]:
+    """Under the parity table, one line per trainer whose verdict has a reason (the JSON has the whole of it)."""
+    notes = []
+    for name, result in run.results.items():
+        verdict = run.verdicts.get(name)
+        if verdict is not None and verdict.short_reason():
+            notes.append(f"{name:<10} {verdict.short_reason()}")
+        elif result.failed or name not in run.parity and name != "reference":
+            notes.append(f"{name:<10} {result.error or 'no reference'}")
+    return notes
 
 
 def describe_tolerances(dtype: str, bounds: dict) -> str:
@@ -38,16 +51,22 @@ def describe_tolerances(dtype: str, bounds: dict) -> str:
 
 
 def parity_title(run) -> str:
-    """The parity table's title: the dtype and tolerances judged, and the float64 rerun if there was one."""
+    """The parity table's title: the steps and the tolerances judged, and the float64 rerun if there was one."""
     title = "Parity against the single-device reference"
     first = next(iter(run.parity.values()), None)
     if first is not None:
-        title += f", all {first.steps} steps ({describe_tolerances(first.dtype, first.tolerances)})"
+        if run.config.reference_from_scratch:
+            title += (f" trained from scratch, on the {first.steps} steps after the restore point\n"
+                      f"(--reference-from-scratch; first-step gradients not compared: the reference's are at "
+                      f"the initial values)")
+        else:
+            title += f", all {first.steps} steps"
+        title += f"\n{describe_tolerances(first.dtype, first.tolerances)}"
     explained = next((v.float64 for v in run.verdicts.values() if v.float64 is not None), None)
     if explained is not None:
         title += (f"\nfloat32 failed, so the reference and {', '.join(n for n in run.float64_histories if n != 'reference')} "
-                  f"were rerun in float64 ({run.explain_seconds:.1f} s; "
-                  f"{describe_tolerances('float64', explained.tolerances)})")
+                  f"were rerun in float64 ({run.explain_seconds:.1f} s):\n"
+                  f"{describe_tolerances('float64', explained.tolerances)}")
     return title
 
 

@@ -16,20 +16,25 @@ from tabulate import tabulate
 from dtensor_impl.mesh import parse_mesh
 from mirrored_impl.trainer import describe_pieces
 from shared.benchmark import PEAK_MATMUL_SIZE
+from shared.console import fit_width
 from shared.errors import UsageError
+from shared.export import LOGIT_TOLERANCE
 from shared.files import check_writable_dir, write_atomically
 from shared.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
 from shared.memory import MB, largest_total_bytes
 from shared.models import definition_for
-from shared.parity_report import (PARITY_HEADERS, float64_rerun_dict, last_line, parity_dict, parity_rows,
-                                  parity_title)
+from shared.parity_report import (PARITY_HEADERS, float64_rerun_dict, last_line, parity_dict, parity_notes,
+                                  parity_rows, parity_title)
+from shared.sweep import best_against_one_device, sweep_notes
 
 RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
                   "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "memory/device MB", "peak MB"]
-SWEEP_HEADERS = ["devices", "trainer", "mesh / update", "examples/s", "reference examples/s", "ratio to reference",
-                 "memory/device MB", "parity", "fastest"]
+# One table of all twelve is ~180 columns: printed as two, "Results" and "Speed and memory", each
+# within shared.console.LINE_WIDTH; the trainer's name leads both.
+RESULT_COLUMNS = 6  # trainer, devices / mesh, losses and accuracies; the rest are speed and memory
+SWEEP_HEADERS = ["devices", "configuration", "examples/s", "reference", "ratio", "MB/device", "parity", "fastest"]
 BELOW_FLOOR = (f"-: no epoch after the first ran {MIN_MEASURED_SECONDS:g} s or more without tracing (the timing "
-               f"floor, shared/history.py); use more --epochs or --train-examples")
+               f"floor, shared/history.py);\n   use more --epochs or --train-examples")
 
 
 def check_outputs(args) -> None:
@@ -44,16 +49,21 @@ def check_outputs(args) -> None:
 
 
 def header(config, devices: Sequence[str], data) -> str:
-    # --clients: the mesh spans every client's devices; MultiWorkerMirroredStrategy has one replica per worker.
-    batch_axis = parse_mesh(config.mesh, config.devices * config.clients).batch
-    mirrored_replicas = config.clients if config.clients > 1 else config.devices
-    return "\n".join([
+    """The run's facts, once: devices, and the mesh and per-replica batch only of the trainers that run."""
+    per_replica, mesh = [], ""
+    if "dtensor" in config.trainers:  # --clients: the mesh spans every client's devices
+        batch_axis = parse_mesh(config.mesh, config.devices * config.clients).batch
+        mesh = f"; DTensor mesh {config.mesh or f'batch={batch_axis}'}"
+        per_replica.append(f"{config.batch_size // batch_axis} (DTensor)")
+    if "mirrored" in config.trainers:  # MultiWorkerMirroredStrategy has one replica per worker
+        mirrored_replicas = config.clients if config.clients > 1 else config.devices
+        per_replica.append(f"{describe_pieces(config.batch_size, mirrored_replicas)} (MirroredStrategy)")
+    return "\n".join(fit_width(line, indent=2) for line in [
         f"TensorFlow {tf.__version__}; {len(devices)} logical {config.device_type} devices "
         f"({devices[0]} .. {devices[-1]})" + (f" per client x {config.clients} clients" if config.clients > 1 else "")
-        + f"; DTensor mesh {config.mesh or f'batch={batch_axis}'}",
-        f"global batch {config.batch_size}, per replica {config.batch_size // batch_axis} (DTensor) / "
-        f"{describe_pieces(config.batch_size, mirrored_replicas)} (MirroredStrategy); "
-        f"{config.epochs} epoch{'s' * (config.epochs != 1)}; "
+        + mesh,
+        f"global batch {config.batch_size}" + (f", per replica {' / '.join(per_replica)}" if per_replica else "")
+        + f"; {config.epochs} epoch{'s' * (config.epochs != 1)}",
         f"{config.optimizer} lr {config.learning_rate:g}" + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
         + f"; {config.dtype}; seed {config.seed}",
         data.describe(),
@@ -72,7 +82,7 @@ def result_rows(run) -> List[list]:
     for name, result in run.results.items():
         history = result.history
         if history is None:
-            rows.append([name, "-", "-", "-", "-", "-", f"FAILED: {result.error}", "-", "-", "-", "-", "-"])
+            rows.append([name, "-", "-", "-", "-", "-", "FAILED", "-", "-", "-", "-", "-"])  # why: under parity
             continue
         last = history.epochs[-1] if history.epochs else None
         figures = throughput(history, train_examples)
@@ -107,7 +117,7 @@ def compute_facts(run) -> dict:
         if result.history is not None:
             achieved[name] = None if figures is None else figures[0] * flops / 1e9  # None: below the floor
     return {"flops_per_example": flops, "matmul_peak_gflops": run.matmul_peak_gflops,
-            "achieved_gflops": achieved}
+            "matmul_peak_dtype": run.config.dtype, "achieved_gflops": achieved}
 
 
 def passed(run, sweep) -> bool:
@@ -116,32 +126,57 @@ def passed(run, sweep) -> bool:
 
 
 def print_tables(run, sweep, out=sys.stdout) -> None:
-    if run.parity or any(r.failed for n, r in run.results.items() if n != "reference"):
+    if run.parity or any(r.failed for r in run.results.values()):
         print(f"\n{parity_title(run)}", file=out)
         print(tabulate(parity_rows(run), PARITY_HEADERS, tablefmt="github"), file=out)
-    print("\nResults (throughput and step times from the epochs after the first, which traces; memory/device: "
-          "weights + optimizer state on the device that holds most; peak MB on CPU is the process's peak RSS "
-          "so far)", file=out)
+        for note in parity_notes(run):
+            print(fit_width(note), file=out)
     rows = result_rows(run)
-    print(tabulate(rows, RESULT_HEADERS, tablefmt="github"), file=out)
+    print("\nResults after the last epoch", file=out)
+    print(tabulate([row[:RESULT_COLUMNS] for row in rows], RESULT_HEADERS[:RESULT_COLUMNS], tablefmt="github"),
+          file=out)
+    print("\nSpeed and memory (throughput and step times from the epochs after the first, which traces;\n"
+          "memory/device: weights + optimizer state on the busiest device; peak MB on CPU: the process's peak RSS "
+          "so far)", file=out)
+    print(tabulate([row[:1] + row[RESULT_COLUMNS:] for row in rows], RESULT_HEADERS[:1] + RESULT_HEADERS[RESULT_COLUMNS:],
+                   tablefmt="github"), file=out)
     compute = compute_facts(run)
     below_floor = any(row[6] == "-" for row in rows) or None in compute["achieved_gflops"].values()
     if compute["matmul_peak_gflops"]:
         achieved = ", ".join(f"{name} -" if gflops is None else
                              f"{name} {gflops:.0f} ({gflops / compute['matmul_peak_gflops']:.0%})"
                              for name, gflops in compute["achieved_gflops"].items())
-        print(f"\nGFLOP/s at {compute['flops_per_example'] / 1e6:.2f} MFLOP per example (forward + backward): "
-              f"{achieved} of this run's float32 matmul peak {compute['matmul_peak_gflops']:.0f} GFLOP/s "
-              f"({PEAK_MATMUL_SIZE}x{PEAK_MATMUL_SIZE}, one device)", file=out)
+        print(fit_width(f"\nGFLOP/s: {achieved} of this run's {compute['matmul_peak_dtype']} matmul peak, "
+                        f"{compute['matmul_peak_gflops']:.0f} GFLOP/s\n({compute['flops_per_example'] / 1e6:.2f} "
+                        f"MFLOP per example, forward + backward; the peak: a {PEAK_MATMUL_SIZE}x{PEAK_MATMUL_SIZE} "
+                        f"{compute['matmul_peak_dtype']} matmul on one device)", indent=2), file=out)
+    if below_floor:
+        print(BELOW_FLOOR, file=out)
+    for line in export_lines(run):
+        print(fit_width(line), file=out)
     if sweep:
         print("\nThroughput against device count: every configuration, each beside its own reference", file=out)
         print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
-        print("(each trainer's fastest epoch after the first; each ratio is to the reference trained just before "
-              "it; fastest: the DTensor mesh with the best ratio at that count, and the faster approach)", file=out)
-        below_floor = below_floor or any(e.throughput_examples_per_s is None and not e.skipped for e in sweep)
-    if below_floor:
-        print(BELOW_FLOOR, file=out)
+        print("(examples/s: each one's fastest epoch after the first; reference: the same of the reference trained "
+              "just before it;\nratio: the two's; MB/device: weights + optimizer state on the busiest device; "
+              "fastest at that count, by ratio:\nM the DTensor mesh, A the approach)", file=out)
+        for line in sweep_notes(sweep) + [best_against_one_device(sweep)]:
+            if line:
+                print(fit_width(line, indent=2), file=out)
+        if not below_floor and any(e.throughput_examples_per_s is None and not e.skipped for e in sweep):
+            print(BELOW_FLOOR, file=out)
     print(f"\n{last_line(run, passed(run, sweep))}", file=out)
+
+
+def export_lines(run) -> List[str]:
+    """--export: where each trainer's SavedModel went, and how close it serves the trainer's own logits."""
+    lines = []
+    for name, result in run.results.items():
+        details = result.history.details if result.history is not None else {}
+        if "export" in details:
+            lines.append(f"{name:<10} exported {details['export']}: max |logit diff| "
+                         f"{details['export_max_abs_logit_diff']} from the trainer's own (tolerance {LOGIT_TOLERANCE:g})")
+    return ([""] + lines) if lines else []
 
 
 def sweep_rows(sweep) -> List[list]:
@@ -149,14 +184,10 @@ def sweep_rows(sweep) -> List[list]:
         return "-" if value is None else text.format(value)
     rows = []
     for e in sweep:
-        marks = [mark for mark, on in (("fastest mesh", e.fastest_mesh), ("faster approach", e.faster_approach)) if on]
-        if e.skipped:
-            verdict = f"skipped: {e.skipped}"
-        else:
-            verdict = "ok" if e.parity_ok else f"FAILED {e.error}".strip()
-        rows.append([e.devices, e.trainer, e.label, figure(e.throughput_examples_per_s),
+        marks = [mark for mark, on in (("M", e.fastest_mesh), ("A", e.faster_approach)) if on]
+        rows.append([e.devices, f"{e.trainer} {e.label}", figure(e.throughput_examples_per_s),
                      figure(e.reference_examples_per_s), figure(e.ratio_to_reference, "{:.2f}x"),
-                     "-" if e.skipped else f"{e.memory_per_device_bytes / MB:,.2f}", verdict, ", ".join(marks)])
+                     "-" if e.skipped else f"{e.memory_per_device_bytes / MB:,.2f}", e.verdict, ", ".join(marks)])
     return rows
 
 
@@ -189,7 +220,8 @@ def report_dict(run, sweep) -> dict:
         "ok": passed(run, sweep),
         "config": config,
         "environment": {"tensorflow": tf.__version__, "data_source": run.data.source,
-                        "data_reason": run.data.reason, "devices": run.devices,
+                        "data_reason": run.data.reason, "data_fallback": run.data.fallback or None,
+                        "devices": run.devices,
                         "train_examples": train_examples, "test_examples": len(run.data.y_test)},
         "trainers": trainers,
         "parity": parity_dict(run),

@@ -14,12 +14,17 @@ Each configuration trains beside a reference trained just before it, and its rat
 reference: on a shared machine throughput drifts by tens of percent within a minute, so a
 ratio to a reference measured minutes earlier would measure the drift. Both sides count their
 fastest measured epoch (shared.history: after the first, no trace, at least the timing floor);
-other processes only ever slow an epoch down. Parity is checked for every configuration. At
-each count the fastest DTensor mesh and the faster approach are marked, by ratio.
-Costs: a reference run per configuration (~3 s at the default settings), so the default sweep
-of 2 and 8 devices (10 configurations) takes about two minutes on 2 cores.
+other processes only ever slow an epoch down. Parity is checked for every configuration: the
+table shows its verdict's keyword, the reasons follow under it, and a float32 failure's float64
+reruns are summed up in one line per device count. At each count the fastest DTensor mesh and
+the faster approach are marked, by ratio; one line says so when nothing beat one device.
+Costs: compare.py first trains the run its other flags describe (its epoch lines, tables, JSON
+and plots; the header says so), then a reference run per configuration (~3 s at the default
+settings), so the default sweep of 2 and 8 devices (10 configurations) takes about two minutes
+more on 2 cores.
 """
 import dataclasses
+from collections import Counter
 from typing import List, Optional, Sequence
 
 from dtensor_impl import trainer as dtensor_trainer
@@ -31,6 +36,7 @@ from shared.history import throughput
 from shared.memory import largest_total_bytes
 
 SWEEP_MESHES = ("all", "batch")  # --sweep-meshes
+SKIPPED, FAILED = "skipped", "FAILED"  # a sweep entry's verdict besides shared/verdict.py's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +64,12 @@ class SweepEntry:
     reference_examples_per_s: Optional[float]  # the reference trained just before this configuration
     ratio_to_reference: Optional[float]  # None when either figure is None
     parity_ok: bool  # its verdict is ok or float noise (shared/verdict.py)
-    verdict: str = ""  # the verdict's line, e.g. "ok" or "float noise: float32 left its tolerance at step 76 ..."
+    # ok, float noise, MISMATCH or diverged (shared/verdict.py); FAILED when it or its reference raised;
+    # skipped when it could not run. `reason` says why (the whole of it), `summary` as printed under the table.
+    verdict: str = ""
+    reason: str = ""
+    summary: str = ""
+    float64_rerun_seconds: float = 0.0  # its float32 parity failed and the float64 rerun took this long
     memory_per_device_bytes: int = 0  # the busiest device's weights + optimizer state
     error: str = ""  # the trainer (or its reference) raised: one line
     skipped: str = ""  # why this configuration did not run
@@ -73,6 +84,19 @@ class SweepEntry:
     @property
     def label(self) -> str:
         return self.mesh or f"update {self.update}"
+
+
+def describe_plan(config: Config, points: Sequence[SweepPoint]) -> str:
+    """The header's line: what the sweep adds after the run the other flags describe."""
+    counts = list(dict.fromkeys(point.devices for point in points))
+    skipped = sum(1 for point in points if point.skipped)
+    return (f"sweep: after this run at {_devices(config.devices)}, {len(points)} configurations at "
+            f"{', '.join(map(str, counts[:-1]))}{', ' * (len(counts) > 1)}{_devices(counts[-1])}"
+            + (f" ({skipped} skipped)" if skipped else "") + ", each beside its own reference run")
+
+
+def _devices(count: int) -> str:
+    return f"{count} device{'s' * (count != 1)}"
 
 
 def _skip_reason(trainer_module, config: Config, devices: Sequence[str]) -> str:
@@ -111,6 +135,7 @@ def sweep_entry(point: SweepPoint, run, train_examples: int) -> SweepEntry:
     entry = SweepEntry(point.devices, point.trainer, point.mesh, point.update, None, None, None, False,
                        skipped=point.skipped)
     if run is None:
+        entry.verdict, entry.reason = SKIPPED, point.skipped
         return entry
     reference, result = run.results["reference"], run.results[point.trainer]
     entry.error = result.error or (f"reference: {reference.error}" if reference.failed else "")
@@ -123,7 +148,11 @@ def sweep_entry(point: SweepPoint, run, train_examples: int) -> SweepEntry:
         entry.ratio_to_reference = entry.throughput_examples_per_s / entry.reference_examples_per_s
     verdict = run.verdicts.get(point.trainer)
     entry.parity_ok = bool(verdict is not None and verdict.ok) and not run.results["reference"].failed
-    entry.verdict = verdict.line() if verdict is not None else ""
+    if entry.error:
+        entry.verdict, entry.reason = FAILED, entry.error
+    elif verdict is not None:
+        entry.verdict, entry.reason, entry.summary = verdict.verdict, verdict.reason, verdict.short_reason()
+    entry.float64_rerun_seconds = run.explain_seconds
     return entry
 
 
@@ -152,13 +181,41 @@ def mark_fastest(entries: List[SweepEntry]) -> List[SweepEntry]:
 
 
 def format_entry_line(entry: SweepEntry) -> str:
-    """The progress line printed as each configuration finishes."""
+    """The progress line printed as each configuration finishes: its figures and its verdict's keyword."""
     prefix = f"sweep      {entry.devices} devices  {entry.trainer:<9}{entry.label:<18}"
     if entry.skipped:
-        return f"{prefix}skipped: {entry.skipped}"
+        return f"{prefix}skipped (the reason is under the table)"
     figure = "-" if entry.throughput_examples_per_s is None else f"{entry.throughput_examples_per_s:,.0f}"
     reference = "-" if entry.reference_examples_per_s is None else f"{entry.reference_examples_per_s:,.0f}"
     ratio = "" if entry.ratio_to_reference is None else f" ({entry.ratio_to_reference:.2f}x)"
-    verdict = (f"parity {entry.verdict}" if entry.parity_ok
-               else f"FAILED {entry.error or entry.verdict}".strip())
-    return f"{prefix}{figure} examples/s{ratio}, reference {reference}; {verdict}"
+    return f"{prefix}{figure} examples/s{ratio}, reference {reference}; parity {entry.verdict}"
+
+
+def rerun_summary(entries: Sequence[SweepEntry], devices: int) -> str:
+    """One line for the float64 reruns at a device count (each rerun's own lines are not printed); "" if none."""
+    reran = [e for e in entries if e.devices == devices and e.float64_rerun_seconds]
+    if not reran:
+        return ""
+    outcomes = Counter(e.verdict for e in reran)
+    timed = sum(1 for e in entries if e.devices == devices and not e.skipped)
+    return (f"sweep      {devices} devices: float32 left its tolerance in {len(reran)} of {timed} configurations; "
+            f"float64 reruns {sum(e.float64_rerun_seconds for e in reran):.1f} s: "
+            + ", ".join(f"{count} {verdict}" for verdict, count in outcomes.items()))
+
+
+def sweep_notes(entries: Sequence[SweepEntry]) -> List[str]:
+    """Under the sweep table, one line per configuration whose verdict has a reason (the JSON has the whole)."""
+    return [f"{e.devices} devices {e.trainer} {e.label} ({e.verdict}): {e.summary or e.reason}"
+            for e in entries if e.summary or e.reason]
+
+
+def best_against_one_device(entries: Sequence[SweepEntry]) -> str:
+    """One line when no configuration that matched the reference beat it (ratio above 1); "" otherwise."""
+    timed = [e for e in entries if e.parity_ok and e.ratio_to_reference is not None]
+    if not timed:
+        return ""
+    best = max(timed, key=lambda e: e.ratio_to_reference)
+    if best.ratio_to_reference > 1:
+        return ""
+    return (f"No configuration beat one device on this machine; the best: {best.trainer} {best.label} at "
+            f"{best.devices} devices, {best.ratio_to_reference:.2f}x its reference")

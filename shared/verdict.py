@@ -34,6 +34,9 @@ class Verdict:
     differing: List[str] = dataclasses.field(default_factory=list)  # MISMATCH: what differs at that step
     diverged_step: Optional[int] = None  # this trainer's first non-finite loss step
     float64: Optional[Parity] = None  # the explaining rerun's parity (float32 runs that failed)
+    # The reason as printed under the tables, to fit one line: without the figures (the parity table's
+    # columns show float32's; the JSON has float64's); "" means the reason itself.
+    summary: str = ""
 
     @property
     def ok(self) -> bool:
@@ -44,6 +47,10 @@ class Verdict:
         if not self.reason:
             return self.verdict
         return f"{self.verdict}{' ' if self.reason.startswith('at step') else ': '}{self.reason}"
+
+    def short_reason(self) -> str:
+        """What is printed under a table whose row shows the verdict's keyword: "" for ok."""
+        return self.summary or self.reason
 
 
 def diverged(history: History, step: Optional[int], reference_step: Optional[int], parity: Optional[Parity],
@@ -69,37 +76,47 @@ def _value_at(history: History, step: int) -> str:
     return f"{history.step_losses[step]}" if step < len(history.step_losses) else "finite, final weights not"
 
 
-def mismatch(parity: Parity, note: str = "") -> Verdict:
-    """A real difference: the first step and what differs there (or without a float64 explanation: `note` says why)."""
+def mismatch(parity: Parity, note: str = "", short_note: Optional[str] = None) -> Verdict:
+    """A real difference: the first step and what differs there (or without a float64 explanation: `note`
+    says why; `short_note`, if given, says it in the summary)."""
     first = describe_first(parity.first_step_beyond, parity.differing, parity.state_names)
     reason = f"at {first}" if first else parity.reason
     later = describe_later(parity.state_first_steps, parity.differing, parity.state_names)
     if first and later:
         reason += f"; then {later}"
+    summary = "" if short_note is None else reason + (f" ({short_note})" if short_note else "")
     return Verdict(MISMATCH, reason + (f" ({note})" if note else ""),
                    float32_left_tolerance_step=parity.first_loss_step_beyond if parity.dtype == "float32" else None,
-                   first_disagreeing_step=parity.first_step_beyond, differing=list(parity.differing))
+                   first_disagreeing_step=parity.first_step_beyond, differing=list(parity.differing),
+                   summary=summary)
 
 
-def where_float32_left(parity: Parity) -> str:
-    """Where a failing float32 check first left its tolerance, for the verdict line."""
+def where_float32_left(parity: Parity, figures: bool = True) -> str:
+    """Where a failing float32 check first left its tolerance; with `figures`, by how much (the parity
+    table's columns show those, so its summary and the rerun's log line leave them out)."""
     step = parity.first_loss_step_beyond
     if step is not None:
-        return (f"float32 left its tolerance at step {step} (loss diff up to {parity.max_abs_loss_diff:.2g} "
-                f"at step {parity.loss_diff_step}, rel {parity.max_rel_loss_diff:.2g})")
+        return f"float32 left its tolerance at step {step}" + (
+            f" (loss diff up to {parity.max_abs_loss_diff:.2g} at step {parity.loss_diff_step}, "
+            f"rel {parity.max_rel_loss_diff:.2g})" if figures else "")
     if "first-step gradients" in parity.differing:
-        return f"float32 left its tolerance in the first-step gradients (diff {parity.max_abs_grad_diff:.2g})"
-    return f"float32 left its tolerance in the final weights (diff {parity.max_abs_weight_diff:.2g})"
+        return "float32 left its tolerance in the first-step gradients" + (
+            f" (diff {parity.max_abs_grad_diff:.2g})" if figures else "")
+    return "float32 left its tolerance in the final weights" + (
+        f" (diff {parity.max_abs_weight_diff:.2g})" if figures else "")
 
 
 def explained(float32: Parity, float64: Parity) -> Verdict:
     """float noise or MISMATCH, from the float64 rerun's parity."""
     if float64.ok:
-        return Verdict(FLOAT_NOISE, f"{where_float32_left(float32)}; float64 agrees on all {float64.steps} steps "
+        agrees = f"float64 agrees on all {float64.steps} steps"
+        return Verdict(FLOAT_NOISE, f"{where_float32_left(float32)}; {agrees} "
                                     f"(max loss diff {float64.max_abs_loss_diff:.2g}, final weights "
                                     f"{float64.max_abs_weight_diff:.2g})",
-                       float32_left_tolerance_step=float32.first_loss_step_beyond, float64=float64)
-    verdict = mismatch(float64, f"in float64; {where_float32_left(float32)}")
+                       float32_left_tolerance_step=float32.first_loss_step_beyond, float64=float64,
+                       summary=f"{where_float32_left(float32, figures=False)}; {agrees}")
+    verdict = mismatch(float64, f"in float64; {where_float32_left(float32)}",
+                       f"in float64; {where_float32_left(float32, figures=False)}")
     verdict.float32_left_tolerance_step = float32.first_loss_step_beyond
     verdict.float64 = float64
     return verdict
@@ -143,7 +160,8 @@ def judge(config, results: Dict, parity: Dict[str, Parity], rerun: Optional[Call
             verdicts[name] = mismatch(parity[name], f"float32, not rerun in float64: {why_not}")
         return judgement
     for name in failing:
-        log(f"{name}: {where_float32_left(parity[name])}; rerunning reference and {name} in float64 to explain")
+        log(f"{name}: {where_float32_left(parity[name], figures=False)}; rerunning reference and {name} "
+            f"in float64 to explain")
     started = time.perf_counter()
     reruns = rerun(["reference"] + failing)
     judgement.explain_seconds = time.perf_counter() - started

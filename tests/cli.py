@@ -1,5 +1,6 @@
 """Run compare.py in a subprocess, as a user would."""
 import os
+import re
 import subprocess
 import sys
 
@@ -13,3 +14,9 @@ def run_compare(*args, timeout=300, env=None):
                PYTHONPATH=ROOT, **(env or {}))
     return subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def unwrapped(text: str) -> str:
+    """compare.py's output with each log line that shared.console.fit_width broke (a long path, say)
+    joined again: a continuation starts with LOG_INDENT spaces."""
+    return re.sub(r"\n {11}(?=\S)", " ", text)

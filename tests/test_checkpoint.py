@@ -8,6 +8,7 @@ then trains the 3rd epoch from the other's checkpoint and is compared with one
 uninterrupted 3-epoch reference run.
 """
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from shared.config import Config
 from shared.errors import UsageError
 from shared.mlp import mlp
 from shared.parity import TOLERANCES
-from tests.cli import run_compare
+from tests.cli import run_compare, unwrapped
 
 TRAIN_EXAMPLES, TEST_EXAMPLES = 300, 100
 STEPS_PER_EPOCH = 5  # 4 x 64 + 44
@@ -244,9 +245,19 @@ def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
 
 def test_only_the_newest_checkpoints_are_kept_and_they_honour_the_umask(small, devices, tmp_path):
     config = BASE.replace(epochs=4, checkpoint_dir=str(tmp_path), keep_checkpoints=2, hidden=(16, 8))
-    reference.fit(config, small, devices[:1])
+    logged = []
+    reference.fit(config, small, devices[:1], log=logged.append)
+    assert logged == []  # --quiet: no line per checkpoint
     directory = tmp_path / "reference"
     assert sorted(os.listdir(directory)) == ["epoch-0003", "epoch-0004"]
+    # Without --quiet, one line per checkpoint written, naming what --keep-checkpoints removed.
+    reference.fit(config.replace(quiet=False, checkpoint_dir=str(tmp_path / "said")), small, devices[:1],
+                  log=logged.append)
+    said = tmp_path / "said" / "reference"
+    assert [line for line in logged if " checkpoint " in line] == [
+        f"reference  checkpoint {said}/epoch-0001", f"reference  checkpoint {said}/epoch-0002",
+        f"reference  checkpoint {said}/epoch-0003 (removed epoch-0001)",
+        f"reference  checkpoint {said}/epoch-0004 (removed epoch-0002)"]
     umask = os.umask(0o022)
     os.umask(umask)
     for path in [directory / "epoch-0004", *(directory / "epoch-0004").iterdir()]:
@@ -259,6 +270,13 @@ def test_only_the_newest_checkpoints_are_kept_and_they_honour_the_umask(small, d
 
 # --- SavedModel export -----------------------------------------------------------------------
 
+def export_check(*directories):
+    """`python -m shared.export DIR...` as a user runs it: TF_CPP_MIN_LOG_LEVEL unset."""
+    env = dict({k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", "shared.export", *directories], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
 EXPORTED = [("dtensor", "reference", None), ("mirrored", "dtensor", "batch=4,model=2"),
             ("dtensor", "mirrored", None)]  # (writer, exporting trainer, its mesh): one per trainer
 
@@ -270,15 +288,22 @@ def test_exports_serve_the_trainers_predictions_in_a_fresh_process(resumed):
         assert float(details["export_max_abs_logit_diff"]) <= export.LOGIT_TOLERANCE
         directories[trainer] = details["export"]
     # A fresh process: no logical devices configured, no mesh, no strategy; loads, predicts, compares.
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, "-m", "shared.export", *directories.values()], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+    # TensorFlow's own start-up lines are hidden, as compare.py hides them (conftest's TF_CPP_MIN_LOG_LEVEL
+    # is a user's choice to see them, so it is not passed on).
+    result = export_check(*directories.values())
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    assert result.stderr == ""
     lines = result.stdout.splitlines()
     for trainer, directory in directories.items():
         line = next(line for line in lines if line.startswith(directory + ":"))
         print(f"\n{trainer}: {line}")
-        assert line.endswith("against the trainer's own (ok)")
+        assert line.endswith(f"against the trainer's own on its probe images, tolerance {export.LOGIT_TOLERANCE:g} "
+                             f"(ok)")
+    not_an_export = export_check(directories["dtensor"], os.path.dirname(directories["dtensor"]))
+    assert not_an_export.returncode == 2 and not_an_export.stdout == ""
+    assert not_an_export.stderr.splitlines() == [
+        f"python -m shared.export: error: {os.path.dirname(directories['dtensor'])} is not an export of compare.py "
+        f"--export (it has no assets.extra/probe.npz)"]
 
     import tensorflow as tf
     serving = tf.saved_model.load(directories["dtensor"]).signatures["serving_default"]
@@ -300,7 +325,8 @@ def test_compare_restores_checkpoints_and_exports(written, tmp_path):
     assert result.stdout.rstrip().endswith("PARITY OK")
     for name in ("reference", "dtensor", "mirrored"):
         assert f"{name:<10} restored {written['dtensor'][1]}/epoch-0002: epoch 2, step 10; training epochs 3..3" \
-            in result.stdout
+            in unwrapped(result.stdout)
+        assert f"{name:<10} checkpoint {tmp_path}/checkpoints/{name}/epoch-0003" in unwrapped(result.stdout)
         assert f"{name:<10} epoch 3/3" in result.stdout and f"{name:<10} epoch 2/3" not in result.stdout
         assert os.listdir(tmp_path / "checkpoints" / name) == ["epoch-0003"]
         assert os.path.exists(tmp_path / "exported" / name / "saved_model.pb")
@@ -311,3 +337,40 @@ def test_compare_restores_checkpoints_and_exports(written, tmp_path):
     assert mismatch.stderr.strip().splitlines()[-1] == (
         f"compare.py: error: checkpoint {written['dtensor'][1]}/epoch-0002 was written for hidden 700,500 "
         f"but --hidden 64,32 was given; use --hidden 700,500")
+
+
+def test_a_resumed_run_is_judged_against_an_uninterrupted_reference(written, uninterrupted, tmp_path):
+    """--reference-from-scratch: DTensor and MirroredStrategy resume DTensor's epoch-1 checkpoint, the
+    reference trains epochs 1 and 2 from the initial values, and parity is judged on epoch 2's 5 steps.
+    The same checkpoint against a reference from another seed is a MISMATCH at the restore point: the
+    check compares the resumed state with the uninterrupted one, not with itself."""
+    def resume(*args):
+        report_path = tmp_path / f"report{len(args)}.json"
+        result = run_compare("--data", "embedded", "--train-examples", str(TRAIN_EXAMPLES), "--test-examples",
+                             str(TEST_EXAMPLES), "--batch-size", "64", "--epochs", "2", "--devices", "2",
+                             "--trainers", "dtensor,mirrored", "--restore", str(written["dtensor"][1] / "epoch-0001"),
+                             "--reference-from-scratch", "--json", str(report_path), *args)
+        return result, json.loads(report_path.read_text())
+
+    result, report = resume()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "reference  epoch 1/2" in result.stdout and "reference  restored" not in result.stdout
+    for name in ("dtensor", "mirrored"):
+        assert f"{name:<10} restored {written['dtensor'][1]}/epoch-0001: epoch 1, step 5; training epochs 2..2" \
+            in unwrapped(result.stdout)
+        parity = report["parity"][name]
+        assert parity["verdict"] == "ok" and parity["steps"] == STEPS_PER_EPOCH
+        assert parity["gradients_judged"] is False and parity["max_abs_grad_diff"] is None
+        assert parity["max_abs_loss_diff"] <= TOLERANCES["float32"]["loss"].atol
+    assert ("Parity against the single-device reference trained from scratch, on the 5 steps after the restore "
+            "point") in result.stdout
+    # What is compared is the uninterrupted reference's epoch 2: the 3-epoch run's steps 5-9, its epoch 2.
+    compared = report["trainers"]["reference"]
+    np.testing.assert_allclose(compared["step_losses"], uninterrupted.step_losses[STEPS_PER_EPOCH:2 * STEPS_PER_EPOCH],
+                               rtol=1e-6, atol=1e-6)
+    assert [epoch["epoch"] for epoch in compared["epochs"]] == [2]
+
+    other_seed, report = resume("--seed", "5", "--quiet")
+    assert other_seed.returncode == 1 and other_seed.stdout.rstrip().endswith("PARITY FAILED")
+    assert {report["parity"][name]["verdict"] for name in ("dtensor", "mirrored")} == {"MISMATCH"}
+    assert report["parity"]["dtensor"]["first_disagreeing_step"] == 0

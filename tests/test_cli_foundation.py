@@ -52,3 +52,26 @@ def test_bad_input_exits_2_before_training(args, message):
     assert result.returncode == 2
     assert len(result.stderr.splitlines()) == 1 and re.search(message, result.stderr), result.stderr[-1000:]
     assert "Traceback" not in result.stderr and "epoch 1/" not in result.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "0"], "compare.py: error: argument --batch-size: 0 is not a positive integer; see --help\n"),
+    (["--no-such-flag"], "compare.py: error: unrecognized arguments: --no-such-flag; see --help\n"),
+    (["--reference-from-scratch"], "compare.py: error: --reference-from-scratch compares trainers resumed from a "
+                                   "checkpoint with a reference trained from the initial values; give --restore PATH "
+                                   "too\n"),
+])
+def test_main_in_python_returns_2_for_any_bad_input_without_raising(argv, message, capsys):
+    """compare.main(argv) is the Python API: an argparse error is the same return value and line as any other
+    bad input (no SystemExit), so a caller gets one behaviour."""
+    import compare
+    assert compare.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == message and captured.out == ""
+
+
+def test_main_in_python_returns_0_for_help(capsys):
+    import compare
+    assert compare.main(["--help"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("usage: ") and "--reference-from-scratch" in captured.out and captured.err == ""

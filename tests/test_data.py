@@ -110,6 +110,7 @@ def test_tfds_without_network_fails_fast_and_auto_falls_back(monkeypatch, tmp_pa
         load_data("tfds")
     data = load_data("auto", 100, 10)
     assert data.source == "embedded" and data.reason.startswith("auto: MNIST is not prepared")
+    assert data.fallback == data.reason[len("auto: "):]  # the JSON's environment.data_fallback
     assert time.perf_counter() - started < 20
 
 
@@ -134,6 +135,8 @@ def test_a_broken_tensorflow_datasets_is_one_line_for_tfds_and_a_fallback_for_au
     assert "\n" not in str(error.value)
     data = load_data("auto", 100, 10)
     assert data.source == "embedded" and data.reason.startswith("auto: tensorflow_datasets does not work here")
+    assert data.fallback.startswith("tensorflow_datasets does not work here")
+    assert load_data("embedded", 100, 10).fallback == ""  # what was asked for: no fallback
 
 
 def test_batch_sequence_keeps_the_partial_batch():

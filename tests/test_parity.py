@@ -167,8 +167,9 @@ def test_float32_failure_that_float64_explains_is_float_noise():
     assert noise.line().startswith("float noise: float32 left its tolerance at step 87 (loss diff up to 0.0003")
     assert "float64 agrees on all 100 steps (max loss diff 1e-13" in noise.line()
     assert judgement.verdicts["mirrored"].verdict == OK
-    assert lines[0] == ("dtensor: float32 left its tolerance at step 87 (loss diff up to 0.0003 at step 87, "
-                        "rel 0.0003); rerunning reference and dtensor in float64 to explain")
+    # What prints under the parity table and in the log: one line; the figures are the table's and the JSON's.
+    assert noise.short_reason() == "float32 left its tolerance at step 87; float64 agrees on all 100 steps"
+    assert lines[0] == "dtensor: float32 left its tolerance at step 87; rerunning reference and dtensor in float64 to explain"
     assert set(judgement.float64_histories) == {"reference", "dtensor"} and judgement.explain_seconds >= 0
 
 
@@ -177,13 +178,15 @@ def test_float32_failure_that_float64_repeats_is_a_mismatch_at_its_first_step():
     rerun, _ = float64_rerun(drifting(100, 5, 0.02))
     verdict = judged(Config(), runs, rerun)[0].verdicts["dtensor"]
     assert verdict.verdict == MISMATCH and not verdict.ok and verdict.first_disagreeing_step == 5
-    assert verdict.line().startswith("MISMATCH at step 5: loss (in float64; float32 left its tolerance at step 5")
+    assert verdict.line().startswith("MISMATCH at step 5: loss (in float64; float32 left its tolerance at step 5 (")
+    assert verdict.short_reason() == "at step 5: loss (in float64; float32 left its tolerance at step 5)"
 
 
 def test_without_a_rerun_a_float32_failure_is_a_mismatch_that_says_why():
     runs = results(reference=history([1.0] * 10), dtensor=history(drifting(10, 7, 1e-3)))
     verdict = judged(Config(explain=False), runs)[0].verdicts["dtensor"]
     assert verdict.line() == "MISMATCH at step 7: loss (float32, not rerun in float64: --no-explain)"
+    assert verdict.short_reason() == verdict.reason  # no figures to leave out
     verdict = judged(Config(), runs, None, "clients started by hand")[0].verdicts["dtensor"]
     assert verdict.line().endswith("(float32, not rerun in float64: clients started by hand)")
 

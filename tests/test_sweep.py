@@ -4,7 +4,8 @@ import pytest
 
 from shared.config import Config
 from shared.errors import UsageError
-from shared.sweep import SweepEntry, mark_fastest, plan_sweep
+from shared.sweep import (SweepEntry, best_against_one_device, describe_plan, mark_fastest, plan_sweep,
+                          rerun_summary, sweep_notes)
 
 
 def labels(points):
@@ -64,3 +65,45 @@ def test_the_fastest_mesh_and_the_faster_approach_are_marked_by_ratio_at_each_co
     # A mesh that failed parity or has no figure (below the timing floor) is never the fastest.
     assert marked == [(2, "batch=1,model=2", True, False), (2, "update primary", False, True),
                       (8, "batch=4,model=2", True, True)]
+
+
+def test_one_line_says_when_no_configuration_beat_one_device():
+    entries = [entry(2, "dtensor", "batch=2", 0.55), entry(2, "mirrored", "primary", 0.80),
+               entry(8, "dtensor", "batch=1,model=8", 1.30, parity_ok=False),  # failed parity: does not count
+               entry(8, "mirrored", "primary", None)]  # below the timing floor: no ratio
+    assert best_against_one_device(entries) == ("No configuration beat one device on this machine; the best: "
+                                                "mirrored update primary at 2 devices, 0.80x its reference")
+    assert best_against_one_device(entries + [entry(8, "mirrored", "replicas", 1.05)]) == ""
+    assert best_against_one_device([entry(2, "dtensor", "batch=2", None)]) == ""  # nothing timed: nothing to say
+
+
+def noted(devices, trainer, label, verdict, reason="", summary="", rerun_seconds=0.0, skipped=""):
+    noted_entry = entry(devices, trainer, label, None, parity_ok=verdict in ("ok", "float noise"))
+    noted_entry.verdict, noted_entry.reason, noted_entry.summary = verdict, reason, summary
+    noted_entry.float64_rerun_seconds, noted_entry.skipped = rerun_seconds, skipped
+    return noted_entry
+
+
+def test_reasons_go_under_the_table_and_reruns_are_summed_per_count():
+    entries = [
+        noted(8, "dtensor", "batch=8", "float noise", "float32 left its tolerance at step 58 (loss diff up to 0.0013 "
+              "at step 87, rel 0.0072); float64 agrees on all 96 steps (max loss diff 3.3e-16, final weights 2.2e-15)",
+              "float32 left its tolerance at step 58; float64 agrees on all 96 steps", rerun_seconds=20.5),
+        noted(8, "dtensor", "batch=4,model=2", "MISMATCH", "at step 0: loss (in float64; ...)",
+              "at step 0: loss (in float64)", rerun_seconds=21.0),
+        noted(8, "mirrored", "primary", "ok"),
+        noted(8, "dtensor", "batch=3", "skipped", "global batch 128 does not divide", skipped="global batch 128 ..."),
+        noted(2, "mirrored", "primary", "ok")]
+    assert sweep_notes(entries) == [
+        "8 devices dtensor batch=8 (float noise): float32 left its tolerance at step 58; float64 agrees on all 96 steps",
+        "8 devices dtensor batch=4,model=2 (MISMATCH): at step 0: loss (in float64)",
+        "8 devices dtensor batch=3 (skipped): global batch 128 does not divide"]
+    assert rerun_summary(entries, 8) == ("sweep      8 devices: float32 left its tolerance in 2 of 3 configurations; "
+                                         "float64 reruns 41.5 s: 1 float noise, 1 MISMATCH")
+    assert rerun_summary(entries, 2) == ""  # no rerun at 2 devices: no line
+
+
+def test_the_header_says_the_sweep_comes_after_the_run(devices):
+    points = plan_sweep(Config(batch_size=100, trainers=("dtensor",)), (2, 8), "all", devices)
+    assert describe_plan(Config(), points) == ("sweep: after this run at 8 devices, 6 configurations at 2, 8 devices "
+                                               "(1 skipped), each beside its own reference run")
