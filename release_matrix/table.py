@@ -16,7 +16,7 @@ import os
 import sys
 from typing import List, Optional
 
-from release_matrix.releases import RELEASES
+from release_matrix.releases import BASELINE_RELEASE, RELEASES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join("out", "releases")
@@ -34,8 +34,10 @@ PARITY_COLUMNS = [
 ]
 DEFAULTS_COLUMN = "compare.py defaults (--data auto)"
 TFDS_BROKEN = "tensorflow_datasets does not work here"  # shared.data.TFDS_BROKEN (tests/test_releases.py), without numpy
+BASELINE_COLUMN = f"float64 against the {BASELINE_RELEASE} baseline"
 CHECK_COLUMNS = ["fast tests"] + [column for column, _, _ in PARITY_COLUMNS] + [
-    "--adam tutorial caught", "DTensorDataset", "multi-client", "checkpoint cross-restore", DEFAULTS_COLUMN]
+    "--adam tutorial caught", "DTensorDataset", "multi-client", "checkpoint cross-restore", DEFAULTS_COLUMN,
+    BASELINE_COLUMN]
 HEADERS = (["release", "project commit", "verdict", "install s", "checks s"] + CHECK_COLUMNS[:6]
            + ["stale read after assign (combining on)"] + CHECK_COLUMNS[6:])
 
@@ -137,6 +139,31 @@ def defaults_check(run: Optional[dict]) -> dict:
     return check
 
 
+def baseline_check(run: Optional[dict]) -> dict:
+    """The float64 run against release_matrix/baseline-float64.json: passed when it exited 0 and no trainer
+    CHANGED. The cell gives the largest differences over the trainers: loss / weight sample / weight sums (rel)."""
+    if run is None:  # measured before this check existed
+        return {"ok": None, "cell": "- (not run)"}
+    trainers = run.get("baseline")
+    if not trainers:
+        return {"ok": False, "cell": f"FAILED ({_exit(run)}: {run.get('stderr_tail') or 'no report'})"[:160]}
+    changed = [f"{name} {entry['line']}" for name, entry in trainers.items() if entry["verdict"] == "CHANGED"]
+    compared = [entry for entry in trainers.values() if entry["verdict"] in ("same", "float noise")]
+    figures = {key: max((entry[key] for entry in compared if entry[key] is not None), default=None)
+               for key in ("max_abs_loss_diff", "max_abs_weight_sample_diff", "max_rel_weight_sum_diff")}
+    ok = run["exit_code"] == 0 and not changed and bool(compared)
+    if changed:
+        cell = "CHANGED: " + "; ".join(changed)
+    elif compared and all(entry["bitwise_identical"] for entry in compared):
+        cell = "same, bit for bit"
+    else:
+        cell = ("same " if ok else f"FAILED ({_exit(run)}) ") + " / ".join(_e(value) for value in figures.values())
+    if run.get("without_dtensor"):
+        cell += "; no dtensor (no float64 here)"
+    return {"ok": ok, "verdicts": {name: entry["verdict"] for name, entry in trainers.items()}, **figures,
+            "without_dtensor": run.get("without_dtensor", ""), "cell": cell[:200]}
+
+
 def stale_read_fact(stale: dict) -> dict:
     """Not a pass or fail: whether DTensor's reads after assign are stale, combining on (and off)."""
     on, off = stale["combine_on"], stale["combine_off"]
@@ -163,6 +190,7 @@ def summarize(release: str, measured: Optional[dict]) -> dict:
     checks["multi-client"] = multi_client_check(compare["multi_client"])
     checks["checkpoint cross-restore"] = restore_check(measured["cross_restore"])
     checks[DEFAULTS_COLUMN] = defaults_check(compare.get("defaults"))
+    checks[BASELINE_COLUMN] = baseline_check(compare.get("float64_baseline"))
     failed = [name for name, check in checks.items() if check["ok"] is False and check.get("finished", True)]
     unfinished = [name for name, check in checks.items() if not check.get("finished", True)]
     verdict = "FAILED" if failed else "incomplete" if unfinished else "ok"

@@ -15,7 +15,10 @@ from tabulate import tabulate
 
 from dtensor_impl.mesh import parse_mesh
 from mirrored_impl.trainer import describe_pieces
+from shared import baseline
 from shared.benchmark import PEAK_MATMUL_SIZE, flops_per_example
+from shared.devices import op_determinism_enabled
+from shared.digest import data_sha256, digests
 from shared.errors import UsageError
 from shared.files import check_writable_dir, write_atomically
 from shared.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
@@ -23,6 +26,8 @@ from shared.memory import MB, largest_total_bytes
 from shared.model import layer_sizes
 from shared.parity_report import (PARITY_HEADERS, float64_rerun_dict, last_line, parity_dict, parity_rows,
                                   parity_title)
+from shared.report_schema import SCHEMA_VERSION
+from shared.reproducibility import reproducibility_dict
 
 RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
                   "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "memory/device MB", "peak MB"]
@@ -101,6 +106,11 @@ def passed(run, sweep) -> bool:
     return bool(run.ok and all(entry.ok for entry in sweep))
 
 
+def exit_ok(run, sweep) -> bool:
+    """Exit 0: parity holds, and no trainer CHANGED against --baseline."""
+    return passed(run, sweep) and (run.baseline is None or run.baseline.ok)
+
+
 def print_tables(run, sweep, out=sys.stdout) -> None:
     if run.parity or any(r.failed for n, r in run.results.items() if n != "reference"):
         print(f"\n{parity_title(run)}", file=out)
@@ -127,7 +137,23 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
         below_floor = below_floor or any(e.throughput_examples_per_s is None and not e.skipped for e in sweep)
     if below_floor:
         print(BELOW_FLOOR, file=out)
+    print_repeats_and_baseline(run, out)
     print(f"\n{last_line(run, passed(run, sweep))}", file=out)
+    if run.baseline is not None:
+        print(baseline.last_line(run.baseline), file=out)
+
+
+def print_repeats_and_baseline(run, out=sys.stdout) -> None:
+    """--repeat's table (shared/reproducibility.py) and --baseline's (shared/baseline.py)."""
+    if run.reproducibility:
+        print(f"\nReproducibility: each trainer trained {run.config.repeat} times from the same start in this process, "
+              f"compared bit for bit (op determinism {'on' if run.config.deterministic else 'off'}: --deterministic)",
+              file=out)
+        print(tabulate([[name, found.runs, found.line()] for name, found in run.reproducibility.items()],
+                       ["trainer", "runs", "result"], tablefmt="github"), file=out)
+    if run.baseline is not None:
+        print(f"\n{baseline.title(run.baseline)}", file=out)
+        print(tabulate(baseline.rows(run.baseline), baseline.BASELINE_HEADERS, tablefmt="github"), file=out)
 
 
 def sweep_rows(sweep) -> List[list]:
@@ -169,17 +195,22 @@ def report_dict(run, sweep) -> dict:
             "peak_memory_mb": result.peak_memory_mb,
             "memory_per_device": [dataclasses.asdict(record) for record in history.memory_per_device],
             "details": history.details,
+            "final_weights": digests(history),  # shared/digest.py: what --baseline compares
         }
     config = dataclasses.asdict(run.config)
     return {
-        "ok": passed(run, sweep),
+        "schema_version": SCHEMA_VERSION,  # shared/report.schema.json; docs/report-changelog.md
+        "ok": exit_ok(run, sweep),  # compare.py's exit code was 0
         "config": config,
         "environment": {"tensorflow": tf.__version__, "data_source": run.data.source,
                         "data_reason": run.data.reason, "devices": run.devices,
-                        "train_examples": train_examples, "test_examples": len(run.data.y_test)},
+                        "train_examples": train_examples, "test_examples": len(run.data.y_test),
+                        "data_sha256": data_sha256(run.data), "op_determinism": op_determinism_enabled()},
         "trainers": trainers,
         "parity": parity_dict(run),
         "float64_rerun": float64_rerun_dict(run),
+        "reproducibility": reproducibility_dict(run),
+        "baseline": baseline.baseline_dict(run.baseline),
         "compute": compute_facts(run),
         **({"sweep": [dataclasses.asdict(entry) for entry in sweep]} if sweep else {}),
     }
@@ -215,7 +246,7 @@ def publish(args, run, sweep=()) -> int:
     """Print the tables, write --json, --plots and --logdir; return compare.py's exit code (0: parity holds)."""
     print_tables(run, sweep)
     write_outputs(args, run, sweep)
-    return 0 if passed(run, sweep) else 1
+    return 0 if exit_ok(run, sweep) else 1
 
 
 def write_outputs(args, run, sweep) -> None:
