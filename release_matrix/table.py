@@ -6,8 +6,10 @@ noxfile.py's `table` session runs it after the releases. It judges each check fr
 measured figures (exit codes, parity, losses) and writes one row per release of
 release_matrix.releases.RELEASES: the JSON, for diffing against the last run, and the
 Markdown table inside docs/releases.md between its two marker lines (the text around
-them is kept). Prints the table; exit code 1 unless every release passed every check
-(a check whose process hit its time limit or was stopped makes its row "incomplete").
+them is kept). A release with no measurements in the results directory keeps its row from the
+last docs/releases.json, so one release can be re-measured on a fresh clone. Prints the table;
+exit code 1 unless every release passed every check (a check whose process hit its time limit
+or was stopped makes its row "incomplete").
 Needs only the standard library.
 """
 import argparse
@@ -230,6 +232,25 @@ def load(results_dir: str, release: str) -> Optional[dict]:
         return json.load(file)
 
 
+def previous_rows(docs_dir: str) -> dict:
+    """The rows of the last docs/releases.json, by release: what a fresh clone keeps of releases it did not re-run."""
+    path = os.path.join(docs_dir, os.path.basename(DOC_JSON))
+    if not os.path.exists(path):
+        return {}
+    with open(path) as file:
+        return {row["release"]: row for row in json.load(file)["releases"]}
+
+
+def row_for(release: str, measured: Optional[dict], previous: Optional[dict]) -> dict:
+    """This release's row: from its measurements here, else the last table's row (a check added since
+    shows "- (not run)"), else "not measured"."""
+    if measured is not None or previous is None or not previous.get("checks"):
+        return summarize(release, measured)
+    for column in CHECK_COLUMNS:
+        previous["checks"].setdefault(column, {"ok": None, "cell": "- (not run)"})
+    return previous
+
+
 def write_markdown(path: str, table: str) -> None:
     """Replace the part of `path` between the markers with `table`; make the file if it is missing."""
     text = open(path).read() if os.path.exists(path) else f"# TensorFlow releases\n\n{BEGIN}\n{END}\n"
@@ -247,7 +268,8 @@ def main(argv=None) -> int:
                         help="directory of <release>.json files from release_matrix.checks")
     parser.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="where releases.json and .md go")
     args = parser.parse_args(argv)
-    rows = [summarize(release, load(args.results, release)) for release in RELEASES]
+    previous = previous_rows(args.docs)
+    rows = [row_for(release, load(args.results, release), previous.get(release)) for release in RELEASES]
     os.makedirs(args.docs, exist_ok=True)
     with open(os.path.join(args.docs, os.path.basename(DOC_JSON)), "w") as file:
         json.dump({"releases": rows}, file, indent=2)

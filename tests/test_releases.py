@@ -230,3 +230,19 @@ def test_the_committed_baseline_is_a_valid_report_of_the_float64_check_on_the_ba
     assert sorted(saved["trainers"]) == ["dtensor", "mirrored", "reference"]
     assert all(not entry["failed"] for entry in saved["trainers"].values())
 
+
+def test_a_release_not_measured_here_keeps_its_row_from_the_last_table(tmp_path):
+    results, docs = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    docs.mkdir()
+    (docs / "releases.md").write_text(f"# Releases\n\n{table.BEGIN}\n{table.END}\n")
+    earlier = table.summarize(RELEASES[1], measurement())
+    del earlier["checks"][table.BASELINE_COLUMN]  # measured before the column existed
+    (docs / "releases.json").write_text(json.dumps({"releases": [earlier]}))
+    (results / f"{RELEASES[0]}.json").write_text(json.dumps(measurement()))
+    table.main(["--results", str(results), "--docs", str(docs)])
+    rows = json.loads((docs / "releases.json").read_text())["releases"]
+    assert [row["verdict"] for row in rows[:3]] == ["FAILED", earlier["verdict"], "not measured"]
+    assert rows[1]["checks"][table.BASELINE_COLUMN] == {"ok": None, "cell": "- (not run)"}
+    assert rows[1]["versions"]["project"] == "1a2b3c4"
+
