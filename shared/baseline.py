@@ -107,7 +107,8 @@ class Difference:
         return not self.reason
 
 
-def _losses(values) -> np.ndarray:
+def _floats(values) -> np.ndarray:
+    """JSON numbers as float64, null (NaN or infinity when written) as NaN."""
     return np.array([np.nan if value is None else value for value in values], np.float64)
 
 
@@ -120,7 +121,7 @@ def compare(losses: Sequence[float], weight_digests: Sequence[dict], baseline_lo
             baseline_digests: Sequence[dict], bounds: Dict[str, Tolerance], dtype: str) -> Difference:
     """Every step's loss (as shared/parity.py judges it) and each weight array's digest: its samples at the
     weight tolerance, its sums relatively at the state tolerance (as shared/checksums.py's are judged)."""
-    ours, theirs = _losses(losses), _losses(baseline_losses)
+    ours, theirs = _floats(losses), _floats(baseline_losses)
     steps = min(len(ours), len(theirs))
     both_nan = np.isnan(ours[:steps]) & np.isnan(theirs[:steps])
     loss_beyond = beyond(ours[:steps], theirs[:steps], bounds["loss"]) & ~both_nan
@@ -136,10 +137,12 @@ def compare(losses: Sequence[float], weight_digests: Sequence[dict], baseline_lo
             weights_beyond.append(f"{ours_digest['name']} (shape {ours_digest['shape']}, baseline "
                                   f"{theirs_digest['shape']})")
             continue
-        samples = _losses(ours_digest["sample_values"]), _losses(theirs_digest["sample_values"])
-        out = bool(np.any(beyond(*samples, bounds["weight"])))
-        if samples[0].size:
-            max_sample = max(max_sample, float(np.max(np.abs(samples[0] - samples[1]))))
+        out = False
+        if ours_digest["sample_indices"] == theirs_digest["sample_indices"]:  # else another SAMPLE_COUNT: sums only
+            samples = _floats(ours_digest["sample_values"]), _floats(theirs_digest["sample_values"])
+            out = bool(np.any(beyond(*samples, bounds["weight"])))
+            if samples[0].size:
+                max_sample = max(max_sample, float(np.nanmax(np.abs(samples[0] - samples[1]), initial=0.0)))
         for key in SUMS:
             a, b = ours_digest[key], theirs_digest[key]
             if a is None or b is None:  # not finite (JSON null)
