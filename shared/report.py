@@ -147,7 +147,7 @@ def print_repeats_and_baseline(run, out=sys.stdout) -> None:
     """--repeat's table (shared/reproducibility.py) and --baseline's (shared/baseline.py)."""
     if run.reproducibility:
         print(f"\nReproducibility: each trainer trained {run.config.repeat} times from the same start in this process, "
-              f"compared bit for bit (op determinism {'on' if run.config.deterministic else 'off'}: --deterministic)",
+              f"compared bit for bit (op determinism {'on' if op_determinism_enabled() else 'off'}: --deterministic)",
               file=out)
         print(tabulate([[name, found.runs, found.line()] for name, found in run.reproducibility.items()],
                        ["trainer", "runs", "result"], tablefmt="github"), file=out)
@@ -209,7 +209,7 @@ def report_dict(run, sweep) -> dict:
         "trainers": trainers,
         "parity": parity_dict(run),
         "float64_rerun": float64_rerun_dict(run),
-        "reproducibility": reproducibility_dict(run),
+        "reproducibility": reproducibility_dict(run, op_determinism_enabled()),
         "baseline": baseline.baseline_dict(run.baseline),
         "compute": compute_facts(run),
         **({"sweep": [dataclasses.asdict(entry) for entry in sweep]} if sweep else {}),

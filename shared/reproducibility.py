@@ -81,10 +81,11 @@ def compare_runs(first: History, repeats: Sequence) -> Repeatability:
                          loss_diff, weight_diff, ordered)
 
 
-def reproducibility_dict(run) -> Optional[dict]:
-    """JSON `reproducibility`: per trainer, how its repeats compare with its first run; null without --repeat."""
+def reproducibility_dict(run, op_determinism: bool) -> Optional[dict]:
+    """JSON `reproducibility`: per trainer, how its repeats compare with its first run; null without --repeat.
+    `op_determinism`: whether it was on in the process (--deterministic or TF_DETERMINISTIC_OPS=1)."""
     if not run.reproducibility:
         return None
-    return {"runs": run.config.repeat, "deterministic": run.config.deterministic,
+    return {"runs": run.config.repeat, "deterministic": op_determinism,
             "trainers": {name: {**dataclasses.asdict(found), "line": found.line()}
                          for name, found in run.reproducibility.items()}}
