@@ -3,6 +3,7 @@
     python compare.py                       # the tutorial's settings: 8 logical CPUs, 3 epochs
     python compare.py --trainers reference --data embedded
     python compare.py --clients 2 --devices 2   # 2 processes x 2 logical CPUs (shared/multiclient.py)
+    python compare.py --baseline a.json         # also against a report saved by --json (shared/baseline.py)
     python compare.py --help
 
 Every trainer starts from the same initial values and sees the same global
@@ -11,8 +12,9 @@ distributed trainers are checked against the single-device reference. Prints
 the run's facts once, one line per epoch per trainer, then the parity and
 results tables. When float32 parity fails, the reference and the failing trainers
 are rerun in float64 to tell float noise from a real difference (shared/verdict.py).
-Exit code 0 when every verdict is ok or float noise, 1 for a MISMATCH, a diverged
-run or a failed trainer, 2 on bad input.
+Exit code 0 when every verdict is ok or float noise (and none is CHANGED against
+--baseline), 1 for a MISMATCH, a diverged run, a failed trainer or a CHANGED one, 2 on
+bad input.
 """
 import argparse
 import math
@@ -147,6 +149,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="when float32 parity fails, do not rerun the reference and the failing trainers in float64 "
              "to tell float noise from a real difference; the verdict is then MISMATCH "
              "(default: rerun, exit 0 for float noise)")
+    add = group("reproducibility and baselines").add_argument
+    add("--baseline", metavar="REPORT.json",
+        help="compare every trainer's losses and final weights with a report that --json wrote on another machine, "
+             "release or commit: same, float noise or CHANGED (exit 1); a report of a run with other numeric "
+             "options is refused, exit 2 (default: none)")
+    add("--with-float64", action="store_true",
+        help="also train every trainer in float64 and write it into --json's report, so that a later --baseline "
+             "against it can tell float32 noise from a change; about doubles the training time")
+    add("--repeat", type=_positive_int, default=defaults.repeat, metavar="N",
+        help="train each trainer N times from the same start; report whether the runs are bitwise identical")
+    add("--deterministic", action="store_true",
+        help="tf.config.experimental.enable_op_determinism() for this process, before anything runs")
     add = group("outputs").add_argument
     add("--json", metavar="PATH", help="write the JSON report here, atomically (default: none)")
     add("--plots", metavar="DIR",
@@ -190,7 +204,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         train_examples=args.train_examples, test_examples=args.test_examples, model=args.model,
         hidden=args.hidden,
         shuffle=args.shuffle, dtensor_input=args.dtensor_input, mirrored_update=args.mirrored_update,
-        dtype=args.dtype, tolerance=args.tolerance, explain=args.explain,
+        dtype=args.dtype, tolerance=args.tolerance, explain=args.explain, with_float64=args.with_float64,
+        repeat=args.repeat, deterministic=args.deterministic,
         quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,
         restore=args.restore, reference_from_scratch=args.reference_from_scratch, export=args.export)
 

@@ -1,8 +1,10 @@
-"""The TensorFlow release matrix: each supported release in its own environment, then the table.
+"""The TensorFlow release matrix: each supported release in its own environment, then the table; and
+the parity tests under each kernel setting that changes float32's rounding.
 
     python3 -m venv .nox/tools && .nox/tools/bin/pip install "nox[uv]"
     .nox/tools/bin/nox                                 # every release, then docs/releases.md and .json
     .nox/tools/bin/nox -s "release(2.16.2)" table      # one release; the table reuses the others' last files
+    .nox/tools/bin/nox -s kernels                      # not in the default run: see below
 
 Session `release(V)`, one per release of release_matrix/releases.py: a fresh environment
 (uv's, or venv's without uv), `tensorflow==V` and the project with its test extra
@@ -11,6 +13,12 @@ writes out/releases/V.json. Session `table` turns those files into docs/releases
 docs/releases.md and prints the table; it exits 1 if a release failed a check.
 Costs per release on 2 cores, one release at a time: 4-6 s to install from uv's cache (13-44 s
 cold), 6-8 minutes of checks (360-458 s), so about 70 minutes for the ten (docs/releases.md).
+
+Session `kernels(S)`, one per kernel setting of KERNEL_SETTINGS: the parity tests (PARITY_TESTS;
+or the tests named after `--`) and compare.py's default run on the embedded data, with the
+setting's environment, the latter's report in out/kernels/S.json. Which kernels run decides where
+float32 leaves its tolerance; no test may depend on it (docs/parity.md has the figures per setting).
+About 10 minutes a setting on 2 cores (tests 7-8, the run 1-2.5).
 """
 import os
 import sys
@@ -24,6 +32,12 @@ from release_matrix.table import RESULTS_DIR  # noqa: E402
 
 nox.options.default_venv_backend = "uv|venv"
 nox.options.sessions = ["release", "table"]
+# oneDNN's instruction-set cap: each gives float32 other roundings on an x86-64 CPU that has more (on one
+# without AVX2, "AVX2" is the default). TF_ENABLE_ONEDNN_OPTS=0 and XLA_FLAGS=--xla_cpu_max_isa changed nothing.
+KERNEL_SETTINGS = {"default": {}, "SSE41": {"ONEDNN_MAX_CPU_ISA": "SSE41"}, "AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}
+# Every test file that trains and judges numbers (the multi-client and sweep tests judge the same parity).
+PARITY_TESTS = ["tests/test_compare.py", "tests/test_dtensor.py", "tests/test_mirrored.py", "tests/test_parity.py",
+                "tests/test_baseline.py", "tests/test_reproducibility.py", "tests/test_checkpoint.py"]
 
 
 @nox.session
@@ -39,3 +53,15 @@ def release(session, tensorflow):
 @nox.session(venv_backend="none")
 def table(session):
     session.run(sys.executable, "-m", "release_matrix.table")
+
+
+@nox.session
+@nox.parametrize("setting", [nox.param(name, id=name) for name in KERNEL_SETTINGS])
+def kernels(session, setting):
+    session.install("-e", ".[test]")
+    env = KERNEL_SETTINGS[setting]
+    session.run("python", "-m", "pytest", *(session.posargs or PARITY_TESTS), env=env)
+    os.makedirs(os.path.join("out", "kernels"), exist_ok=True)
+    session.run("python", "compare.py", "--data", "embedded", "--quiet", "--json",
+                os.path.join("out", "kernels", f"{setting}.json"), env=env)
+

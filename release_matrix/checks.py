@@ -7,7 +7,8 @@ hand in any environment where the project is installed. Every check is its own p
 as a user would start it (`compare.py ... --json`, pytest, `release_matrix.stale_read`),
 and records its exit code, wall time and figures; `release_matrix.table` turns the files
 into docs/releases.md. Costs (2 cores, one release at a time): 400-600 s, of which the fast
-tests (2 processes) 150-360 s and each compare.py run 25-75 s.
+tests (2 processes) 150-360 s and each compare.py run 25-75 s. The float64 run is compared with
+the report committed in release_matrix/baseline-float64.json (compare.py --baseline).
 """
 import argparse
 import json
@@ -46,6 +47,11 @@ COMPARE_RUNS = {
     "multi_client": (["--data", "embedded", "--clients", "2", "--devices", "2", "--train-examples", "256",
                       "--test-examples", "64", "--epochs", "1", "--batch-size", "64"], {}),
 }
+# Each release's float64 run against one report committed in the repo, made on releases.BASELINE_RELEASE with these
+# arguments (`compare.py --quiet <FLOAT64_BASELINE_ARGS> --json release_matrix/baseline-float64.json`):
+# how far a release's float64 training run lies from another release's (compare.py --baseline).
+BASELINE_PATH = os.path.join("release_matrix", "baseline-float64.json")
+FLOAT64_BASELINE_ARGS = SMALL + ["--dtype", "float64"]
 # Cross-restore: 1 epoch with checkpoints, then the 2nd epoch by the other trainer from each checkpoint;
 # its losses are compared with the uninterrupted "adam" run's 2nd epoch.
 RESTORES = {
@@ -89,6 +95,23 @@ def run_compare(name: str, args, env, directory: str) -> dict:
                                  if facts["failed"]}
     result["step_losses"] = {trainer: facts["step_losses"] for trainer, facts in report["trainers"].items()
                              if not facts["failed"]}
+    if report.get("baseline"):
+        result["baseline"] = {trainer: {key: (entry["difference"] or {}).get(key) for key in
+                                        ("max_abs_loss_diff", "max_abs_weight_sample_diff", "max_rel_weight_sum_diff")}
+                              | {key: entry[key] for key in ("verdict", "line", "bitwise_identical")}
+                              for trainer, entry in report["baseline"]["trainers"].items()}
+    return result
+
+
+def float64_baseline(directory: str) -> dict:
+    """The float64 run against BASELINE_PATH. Where this release's DTensor has no float64 (2.12's
+    collectives: compare.py refuses it, exit 2), the reference and MirroredStrategy alone, with the reason."""
+    args = FLOAT64_BASELINE_ARGS + ["--baseline", BASELINE_PATH]
+    result = run_compare("float64_baseline", args, {}, directory)
+    if result["exit_code"] == 2 and "float64" in result["stderr_tail"]:
+        without = run_compare("float64_baseline", args + ["--trainers", "mirrored"], {}, directory)
+        without["without_dtensor"] = result["stderr_tail"]
+        return without
     return result
 
 
@@ -170,6 +193,7 @@ def measure(install_seconds=None) -> dict:
     installed = versions()  # before the checks: the commit they run
     with tempfile.TemporaryDirectory(prefix="release-checks-") as directory:
         compare_runs = {name: run_compare(name, args, env, directory) for name, (args, env) in COMPARE_RUNS.items()}
+        compare_runs["float64_baseline"] = float64_baseline(directory)
         restore = cross_restore(directory, compare_runs["adam"])
         stale = {"combine_on": stale_read("on"), "combine_off": stale_read("off")}
         tests = fast_tests(directory)

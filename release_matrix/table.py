@@ -6,8 +6,10 @@ noxfile.py's `table` session runs it after the releases. It judges each check fr
 measured figures (exit codes, parity, losses) and writes one row per release of
 release_matrix.releases.RELEASES: the JSON, for diffing against the last run, and the
 Markdown table inside docs/releases.md between its two marker lines (the text around
-them is kept). Prints the table; exit code 1 unless every release passed every check
-(a check whose process hit its time limit or was stopped makes its row "incomplete").
+them is kept). A release with no measurements in the results directory keeps its row from the
+last docs/releases.json, so one release can be re-measured on a fresh clone. Prints the table;
+exit code 1 unless every release passed every check (a check whose process hit its time limit
+or was stopped makes its row "incomplete").
 Needs only the standard library.
 """
 import argparse
@@ -16,7 +18,7 @@ import os
 import sys
 from typing import List, Optional
 
-from release_matrix.releases import RELEASES
+from release_matrix.releases import BASELINE_RELEASE, RELEASES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join("out", "releases")
@@ -34,8 +36,10 @@ PARITY_COLUMNS = [
 ]
 DEFAULTS_COLUMN = "compare.py defaults (--data auto)"
 TFDS_BROKEN = "tensorflow_datasets does not work here"  # shared.data.TFDS_BROKEN (tests/test_releases.py), without numpy
+BASELINE_COLUMN = f"float64 against the {BASELINE_RELEASE} baseline"
 CHECK_COLUMNS = ["fast tests"] + [column for column, _, _ in PARITY_COLUMNS] + [
-    "--adam tutorial caught", "DTensorDataset", "multi-client", "checkpoint cross-restore", DEFAULTS_COLUMN]
+    "--adam tutorial caught", "DTensorDataset", "multi-client", "checkpoint cross-restore", DEFAULTS_COLUMN,
+    BASELINE_COLUMN]
 HEADERS = (["release", "project commit", "verdict", "install s", "checks s"] + CHECK_COLUMNS[:6]
            + ["stale read after assign (combining on)"] + CHECK_COLUMNS[6:])
 
@@ -137,6 +141,31 @@ def defaults_check(run: Optional[dict]) -> dict:
     return check
 
 
+def baseline_check(run: Optional[dict]) -> dict:
+    """The float64 run against release_matrix/baseline-float64.json: passed when it exited 0 and no trainer
+    CHANGED. The cell gives the largest differences over the trainers: loss / weight sample / weight sums (rel)."""
+    if run is None:  # measured before this check existed
+        return {"ok": None, "cell": "- (not run)"}
+    trainers = run.get("baseline")
+    if not trainers:
+        return {"ok": False, "cell": f"FAILED ({_exit(run)}: {run.get('stderr_tail') or 'no report'})"[:160]}
+    changed = [f"{name} {entry['line']}" for name, entry in trainers.items() if entry["verdict"] == "CHANGED"]
+    compared = [entry for entry in trainers.values() if entry["verdict"] in ("same", "float noise")]
+    figures = {key: max((entry[key] for entry in compared if entry[key] is not None), default=None)
+               for key in ("max_abs_loss_diff", "max_abs_weight_sample_diff", "max_rel_weight_sum_diff")}
+    ok = run["exit_code"] == 0 and not changed and bool(compared)
+    if changed:
+        cell = "CHANGED: " + "; ".join(changed)
+    elif compared and all(entry["bitwise_identical"] for entry in compared):
+        cell = "same, bit for bit"
+    else:
+        cell = ("same " if ok else f"FAILED ({_exit(run)}) ") + " / ".join(_e(value) for value in figures.values())
+    if run.get("without_dtensor"):
+        cell += "; no dtensor (no float64 here)"
+    return {"ok": ok, "verdicts": {name: entry["verdict"] for name, entry in trainers.items()}, **figures,
+            "without_dtensor": run.get("without_dtensor", ""), "cell": cell[:200]}
+
+
 def stale_read_fact(stale: dict) -> dict:
     """Not a pass or fail: whether DTensor's reads after assign are stale, combining on (and off)."""
     on, off = stale["combine_on"], stale["combine_off"]
@@ -163,6 +192,7 @@ def summarize(release: str, measured: Optional[dict]) -> dict:
     checks["multi-client"] = multi_client_check(compare["multi_client"])
     checks["checkpoint cross-restore"] = restore_check(measured["cross_restore"])
     checks[DEFAULTS_COLUMN] = defaults_check(compare.get("defaults"))
+    checks[BASELINE_COLUMN] = baseline_check(compare.get("float64_baseline"))
     failed = [name for name, check in checks.items() if check["ok"] is False and check.get("finished", True)]
     unfinished = [name for name, check in checks.items() if not check.get("finished", True)]
     verdict = "FAILED" if failed else "incomplete" if unfinished else "ok"
@@ -202,6 +232,25 @@ def load(results_dir: str, release: str) -> Optional[dict]:
         return json.load(file)
 
 
+def previous_rows(docs_dir: str) -> dict:
+    """The rows of the last docs/releases.json, by release: what a fresh clone keeps of releases it did not re-run."""
+    path = os.path.join(docs_dir, os.path.basename(DOC_JSON))
+    if not os.path.exists(path):
+        return {}
+    with open(path) as file:
+        return {row["release"]: row for row in json.load(file)["releases"]}
+
+
+def row_for(release: str, measured: Optional[dict], previous: Optional[dict]) -> dict:
+    """This release's row: from its measurements here, else the last table's row (a check added since
+    shows "- (not run)"), else "not measured"."""
+    if measured is not None or previous is None or not previous.get("checks"):
+        return summarize(release, measured)
+    for column in CHECK_COLUMNS:
+        previous["checks"].setdefault(column, {"ok": None, "cell": "- (not run)"})
+    return previous
+
+
 def write_markdown(path: str, table: str) -> None:
     """Replace the part of `path` between the markers with `table`; make the file if it is missing."""
     text = open(path).read() if os.path.exists(path) else f"# TensorFlow releases\n\n{BEGIN}\n{END}\n"
@@ -219,7 +268,8 @@ def main(argv=None) -> int:
                         help="directory of <release>.json files from release_matrix.checks")
     parser.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="where releases.json and .md go")
     args = parser.parse_args(argv)
-    rows = [summarize(release, load(args.results, release)) for release in RELEASES]
+    previous = previous_rows(args.docs)
+    rows = [row_for(release, load(args.results, release), previous.get(release)) for release in RELEASES]
     os.makedirs(args.docs, exist_ok=True)
     with open(os.path.join(args.docs, os.path.basename(DOC_JSON)), "w") as file:
         json.dump({"releases": rows}, file, indent=2)

@@ -6,22 +6,26 @@ only parses arguments.
 import dataclasses
 import importlib
 import resource
+import time
 import traceback
 from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from shared import checkpoint, sweep
+from shared import baseline, checkpoint, sweep
+from shared.baseline import BaselineResult
 from shared.benchmark import matmul_peak_gflops
 from shared.config import Config
 from shared.console import print_fitted
 from shared.data import MnistData, batch_slices, load_data
-from shared.devices import configure_devices
+from shared.devices import configure_determinism, configure_devices
+from shared.digest import data_sha256
 from shared.errors import UsageError
 from shared.history import History
 from shared.memory import with_peaks
 from shared.models import definition_for
 from shared.parity import Parity, check_parity
+from shared.reproducibility import Repeatability, compare_runs
 from shared.verdict import Verdict, judge
 
 TRAINER_MODULES = {
@@ -57,11 +61,20 @@ class RunResult:
     verdicts: Dict[str, Verdict] = dataclasses.field(default_factory=dict)
     float64_histories: Dict[str, History] = dataclasses.field(default_factory=dict)
     explain_seconds: float = 0.0
+    # float64 runs trained besides the explaining rerun (--with-float64, --baseline), and their wall time.
+    more_float64_histories: Dict[str, History] = dataclasses.field(default_factory=dict)
+    more_float64_seconds: float = 0.0
+    reproducibility: Dict[str, Repeatability] = dataclasses.field(default_factory=dict)  # --repeat
+    baseline: Optional[BaselineResult] = None  # --baseline (shared/baseline.py)
 
     @property
     def ok(self) -> bool:
         return (not any(r.failed for r in self.results.values())
                 and all(v.ok for v in self.verdicts.values()))
+
+    @property
+    def all_float64_histories(self) -> Dict[str, History]:
+        return {**self.more_float64_histories, **self.float64_histories}
 
 
 def trainer_module(name: str):
@@ -70,8 +83,11 @@ def trainer_module(name: str):
 
 def check_config(config: Config, devices: Sequence[str]) -> None:
     """Each chosen trainer's own checks (a mesh, a batch over replicas) before anything trains."""
-    if config.batch_size < 1 or config.epochs < 0:
-        raise UsageError("--batch-size must be positive and --epochs not negative")
+    if config.batch_size < 1 or config.epochs < 0 or config.repeat < 1:
+        raise UsageError("--batch-size and --repeat must be positive and --epochs not negative")
+    if config.with_float64 and config.restore:
+        raise UsageError(f"--with-float64 cannot start a float64 run from the float32 checkpoint --restore "
+                         f"{config.restore}; drop one of them")
     definition_for(config)  # --model: a user's definition is loaded and checked here, once
     for name in config.trainers:
         check = getattr(trainer_module(name), "check_config", None)
@@ -123,7 +139,44 @@ def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print
 
     def rerun(rerun_names):  # a float32 parity failure: the same run in float64, in this process
         return {name: rerun_one(name, float64_rerun_config(config), data, devices, log) for name in rerun_names}
-    return compare_results(config, devices, data, results, rerun, log=log)
+    run = compare_results(config, devices, data, results, rerun, log=log)
+    if config.repeat > 1:
+        again = config.replace(quiet=True, checkpoint_dir=None, export=None)  # the same run, from the same start
+        run.reproducibility = {
+            name: compare_runs(result.history, [train_one(name, again, data, devices, log)
+                                                for _ in range(config.repeat - 1)])
+            for name, result in results.items() if result.history is not None}
+    return run
+
+
+def float64_runs(run: RunResult, names: Sequence[str], data: MnistData, devices: Sequence[str],
+                 log=print) -> Dict[str, TrainerResult]:
+    """This float32 run's float64 run of each of `names`, from the same start: the explaining rerun's where
+    there is one, else trained now, quietly, and kept in the run (the report's `float64_rerun`)."""
+    found = {name: TrainerResult(name, run.all_float64_histories[name])
+             for name in names if name in run.all_float64_histories}
+    missing = [name for name in names if name not in found]
+    if missing:
+        started = time.perf_counter()
+        found.update({name: rerun_one(name, float64_rerun_config(run.config), data, devices, log) for name in missing})
+        run.more_float64_seconds += time.perf_counter() - started
+        run.more_float64_histories.update({name: found[name].history for name in missing
+                                           if found[name].history is not None})
+    return found
+
+
+def why_no_float64(config: Config) -> str:
+    """Why this run cannot train float64 runs of itself; "" when it can."""
+    if config.restore:
+        return "--restore starts from float32 state, which a float64 run cannot restore"
+    return "" if config.explain else "--no-explain"
+
+
+def compare_with_baseline(run: RunResult, saved: dict, path: str, data: MnistData, devices: Sequence[str],
+                          log=print) -> None:
+    """run.baseline: each trainer against the saved report (shared/baseline.py), training float64 runs if needed."""
+    run.baseline = baseline.judge(run, saved, path, lambda names: float64_runs(run, names, data, devices, log),
+                                  run.config.tolerance, why_no_float64(run.config))
 
 
 def after_restore_point(history: History, config: Config, train_examples: int) -> History:
@@ -175,6 +228,7 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], Mn
 
     The sweep's configurations are checked when it is planned (a sweep configuration that
     cannot run is skipped, with the reason, rather than stopping the run)."""
+    configure_determinism(config.deterministic)  # before any op runs
     all_devices = configure_devices(max([config.devices, *sweep_devices]), config.device_type)
     check_config(config, all_devices[:config.devices])
     data = load_data(config.data, config.train_examples, config.test_examples)
@@ -185,13 +239,21 @@ def run(config: Config, args) -> int:
     """compare.py's whole job in one process; returns the exit code (0 parity holds, 1 it does not)."""
     from shared import report
     report.check_outputs(args)
+    saved = baseline.load(args.baseline) if args.baseline else None
     all_devices, data = prepare(config, args.sweep_devices or ())
+    if saved is not None:
+        baseline.check_options(saved, config, data, data_sha256(data), args.baseline)
     plan = sweep.plan_sweep(config, args.sweep_devices or (), args.sweep_meshes, all_devices)
     devices = all_devices[:config.devices]
     print(report.header(config, devices, data))
     if plan:
         print(sweep.describe_plan(config, plan))
     main_run = train_all(config, data, devices)
+    if config.with_float64 and config.dtype == "float32":
+        float64_runs(main_run, [name for name, result in main_run.results.items() if not result.failed],
+                     data, devices)
+    if saved is not None:
+        compare_with_baseline(main_run, saved, args.baseline, data, devices)
     main_run.matmul_peak_gflops = matmul_peak_gflops(devices[0], dtype=config.dtype)
     entries = run_sweep(config, data, all_devices, plan) if plan else []
     return report.publish(args, main_run, entries)

@@ -8,6 +8,11 @@ from typing import Optional, Tuple
 
 TRAINER_NAMES = ("reference", "dtensor", "mirrored")
 DTYPES = ("float32", "float64")  # --dtype: the tf/numpy dtype names of the weights, slots, losses and inputs
+# The options that change the numbers a run computes: a --baseline report must have the same (shared/baseline.py),
+# and the same data (its sha256). Devices, mesh, clients, --dtensor-input, --mirrored-update and --deterministic
+# change only which kernels run and the order of roundings, which is what the comparison judges; they may differ.
+NUMERIC_OPTIONS = ("model", "epochs", "batch_size", "learning_rate", "seed", "optimizer", "adam", "dtype", "hidden",
+                   "shuffle", "restore")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +41,12 @@ class Config:
     dtype: str = "float32"
     tolerance: Optional[float] = None  # atol and rtol of loss and gradients; weights get 10x. None: shared.parity's
     explain: bool = True  # on a float32 parity failure, rerun in float64 to tell float noise from a real difference
+    # Also train every trainer in float64 and keep it in the report, so that a later --baseline against this
+    # report can tell float32 noise from a change (shared/baseline.py); about doubles the training time.
+    with_float64: bool = False
+    repeat: int = 1  # train each trainer this many times from the same start; >1 reports reproducibility
+    # tf.config.experimental.enable_op_determinism(), for the whole process, before any op runs (docs/reproducibility.md)
+    deterministic: bool = False
     quiet: bool = False
     # Checkpoints and export (shared/checkpoint.py, shared/export.py); None: off.
     checkpoint_dir: Optional[str] = None  # DIR/<trainer>/epoch-NNNN after every epoch, each complete or absent

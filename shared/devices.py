@@ -52,3 +52,23 @@ def _set_logical_devices(count: int, device_type: str) -> None:
                          f"logical {device_type}s; configure the largest count first, once per "
                          f"process, or run in a new process") from None
     _configured[device_type] = count
+
+
+def configure_determinism(deterministic: bool) -> None:
+    """--deterministic: tf.config.experimental.enable_op_determinism(), for the rest of the process.
+
+    Before any op runs: a kernel already made keeps its algorithm. There is no way back within
+    the process, so tests that want it start compare.py in a process of its own.
+    """
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+
+def op_determinism_enabled() -> bool:
+    """Whether op determinism is on in this process: --deterministic, or TF_DETERMINISTIC_OPS=1 set by the user.
+
+    TensorFlow has no public getter; tensorflow.python.framework.config has had this one since 2.8.
+    """
+    from tensorflow.python.framework import config as framework_config
+    return bool(framework_config.is_op_determinism_enabled())
+

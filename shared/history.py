@@ -33,6 +33,8 @@ class History:
     trace_seconds: float = 0.0  # first train_step and test_step calls: tracing, compiling and one run
     first_step_gradients: List[np.ndarray] = dataclasses.field(default_factory=list)  # at the initial weights
     final_weights: List[np.ndarray] = dataclasses.field(default_factory=list)  # [w0, b0, w1, b1, ...]
+    # The name of each final_weights array, in order; empty: shared/digest.weight_names falls back.
+    weight_names: List[str] = dataclasses.field(default_factory=list)
     details: Dict[str, str] = dataclasses.field(default_factory=dict)  # e.g. cross-device ops in use
     memory_per_device: list = dataclasses.field(default_factory=list)  # [shared.memory.DeviceMemory], after training
     dtype: str = "float32"  # of the weights, slots and losses (--dtype)

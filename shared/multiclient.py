@@ -136,8 +136,10 @@ def free_ports(count: int) -> List[int]:
 def run(config: Config, args) -> int:
     """compare.py --clients C: a client when the environment names one, else the launcher."""
     role = role_from_environment(config)
-    if args.sweep_devices:
-        raise UsageError("--sweep-devices runs in one process; drop it, or drop --clients")
+    for flag, given in (("--sweep-devices", args.sweep_devices), ("--repeat", config.repeat > 1),
+                        ("--baseline", args.baseline), ("--with-float64", config.with_float64)):
+        if given:
+            raise UsageError(f"{flag} runs in one process; drop it, or drop --clients")
     if role is None:
         if args.result_file:
             raise UsageError("--result-file is for the clients that --clients starts; drop it")
@@ -151,7 +153,7 @@ def run_client(config: Config, args, role: ClientRole) -> int:
     """Train `role.trainer` as one client; under the launcher, write the result file."""
     from shared import comparison, report
     from shared.data import load_data
-    from shared.devices import configure_devices
+    from shared.devices import configure_determinism, configure_devices
 
     others = [name for name in config.trainers if name not in ("reference", role.trainer)]
     if others:
@@ -160,6 +162,7 @@ def run_client(config: Config, args, role: ClientRole) -> int:
                          f"{','.join(others)} as its own job")
     if not args.result_file:
         report.check_outputs(args)
+    configure_determinism(config.deterministic)  # before any op runs
     devices = configure_devices(config.devices, config.device_type)
     if args.result_file:
         write_atomically(args.result_file + ".started", b"")

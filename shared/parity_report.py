@@ -3,6 +3,7 @@ under it, its last line, and the JSON report's `parity` and `float64_rerun` entr
 import dataclasses
 from typing import List, Optional
 
+from shared.digest import digests
 from shared.verdict import DIVERGED, FLOAT_NOISE
 
 PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "rel loss diff", "max |grad diff|",
@@ -95,9 +96,12 @@ def parity_dict(run) -> dict:
 
 
 def float64_rerun_dict(run) -> Optional[dict]:
-    """JSON `float64_rerun`: the explaining rerun's wall time and per-step losses; null without one."""
-    if not run.float64_histories:
+    """JSON `float64_rerun`: every float64 run of a float32 run (the explaining rerun's, and those that
+    --with-float64 and --baseline trained), with their losses and weight digests; null without one."""
+    histories = run.all_float64_histories
+    if not histories:
         return None
-    return {"seconds": run.explain_seconds,
-            "step_losses": {name: [float(v) for v in history.step_losses]
-                            for name, history in run.float64_histories.items()}}
+    return {"seconds": run.explain_seconds, "more_seconds": run.more_float64_seconds,
+            "explained": sorted(run.float64_histories),
+            "step_losses": {name: [float(v) for v in history.step_losses] for name, history in histories.items()},
+            "final_weights": {name: digests(history) for name, history in histories.items()}}

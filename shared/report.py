@@ -15,8 +15,11 @@ from tabulate import tabulate
 
 from dtensor_impl.mesh import parse_mesh
 from mirrored_impl.trainer import describe_pieces
+from shared import baseline
 from shared.benchmark import PEAK_MATMUL_SIZE
 from shared.console import fit_width
+from shared.devices import op_determinism_enabled
+from shared.digest import data_sha256, digests
 from shared.errors import UsageError
 from shared.export import LOGIT_TOLERANCE
 from shared.files import check_writable_dir, write_atomically
@@ -26,6 +29,8 @@ from shared.models import definition_for
 from shared.parity_report import (PARITY_HEADERS, float64_rerun_dict, last_line, parity_dict, parity_notes,
                                   parity_rows, parity_title)
 from shared.sweep import best_against_one_device, sweep_notes
+from shared.report_schema import SCHEMA_VERSION
+from shared.reproducibility import reproducibility_dict
 
 RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
                   "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "memory/device MB", "peak MB"]
@@ -125,6 +130,11 @@ def passed(run, sweep) -> bool:
     return bool(run.ok and all(entry.ok for entry in sweep))
 
 
+def exit_ok(run, sweep) -> bool:
+    """Exit 0: parity holds, and no trainer CHANGED against --baseline."""
+    return passed(run, sweep) and (run.baseline is None or run.baseline.ok)
+
+
 def print_tables(run, sweep, out=sys.stdout) -> None:
     if run.parity or any(r.failed for r in run.results.values()):
         print(f"\n{parity_title(run)}", file=out)
@@ -165,7 +175,23 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
                 print(fit_width(line, indent=2), file=out)
         if not below_floor and any(e.throughput_examples_per_s is None and not e.skipped for e in sweep):
             print(BELOW_FLOOR, file=out)
+    print_repeats_and_baseline(run, out)
     print(f"\n{last_line(run, passed(run, sweep))}", file=out)
+    if run.baseline is not None:
+        print(baseline.last_line(run.baseline), file=out)
+
+
+def print_repeats_and_baseline(run, out=sys.stdout) -> None:
+    """--repeat's table (shared/reproducibility.py) and --baseline's (shared/baseline.py)."""
+    if run.reproducibility:
+        print(f"\nReproducibility: each trainer trained {run.config.repeat} times from the same start in this process, "
+              f"compared bit for bit (op determinism {'on' if op_determinism_enabled() else 'off'}: --deterministic)",
+              file=out)
+        print(tabulate([[name, found.runs, found.line()] for name, found in run.reproducibility.items()],
+                       ["trainer", "runs", "result"], tablefmt="github"), file=out)
+    if run.baseline is not None:
+        print(f"\n{baseline.title(run.baseline)}", file=out)
+        print(tabulate(baseline.rows(run.baseline), baseline.BASELINE_HEADERS, tablefmt="github"), file=out)
 
 
 def export_lines(run) -> List[str]:
@@ -214,18 +240,23 @@ def report_dict(run, sweep) -> dict:
             "peak_memory_mb": result.peak_memory_mb,
             "memory_per_device": [dataclasses.asdict(record) for record in history.memory_per_device],
             "details": history.details,
+            "final_weights": digests(history),  # shared/digest.py: what --baseline compares
         }
     config = dataclasses.asdict(run.config)
     return {
-        "ok": passed(run, sweep),
+        "schema_version": SCHEMA_VERSION,  # shared/report.schema.json; docs/report-changelog.md
+        "ok": exit_ok(run, sweep),  # compare.py's exit code was 0
         "config": config,
         "environment": {"tensorflow": tf.__version__, "data_source": run.data.source,
                         "data_reason": run.data.reason, "data_fallback": run.data.fallback or None,
                         "devices": run.devices,
-                        "train_examples": train_examples, "test_examples": len(run.data.y_test)},
+                        "train_examples": train_examples, "test_examples": len(run.data.y_test),
+                        "data_sha256": data_sha256(run.data), "op_determinism": op_determinism_enabled()},
         "trainers": trainers,
         "parity": parity_dict(run),
         "float64_rerun": float64_rerun_dict(run),
+        "reproducibility": reproducibility_dict(run, op_determinism_enabled()),
+        "baseline": baseline.baseline_dict(run.baseline),
         "model": model_facts(definition_for(run.config)),
         "compute": compute_facts(run),
         **({"sweep": [dataclasses.asdict(entry) for entry in sweep]} if sweep else {}),
@@ -262,7 +293,7 @@ def publish(args, run, sweep=()) -> int:
     """Print the tables, write --json, --plots and --logdir; return compare.py's exit code (0: parity holds)."""
     print_tables(run, sweep)
     write_outputs(args, run, sweep)
-    return 0 if passed(run, sweep) else 1
+    return 0 if exit_ok(run, sweep) else 1
 
 
 def write_outputs(args, run, sweep) -> None:

@@ -111,7 +111,7 @@ def plan_sweep(config: Config, counts: Sequence[int], meshes: str, all_devices: 
     """Every configuration to train, count by count: DTensor's meshes, then MirroredStrategy's updates."""
     if meshes not in SWEEP_MESHES:
         raise UsageError(f"--sweep-meshes {meshes!r} is unknown; use all or batch")
-    base = config.replace(quiet=True, checkpoint_dir=None, export=None)  # those are the main run's
+    base = config.replace(quiet=True, checkpoint_dir=None, export=None, repeat=1)  # those are the main run's
     points = []
     for count in counts:
         devices = all_devices[:count]

@@ -1,19 +1,53 @@
-"""Run compare.py in a subprocess, as a user would."""
+"""Run compare.py in a subprocess, as a user would; every --json report it writes is checked against the schema."""
+import json
 import os
 import re
 import subprocess
 import sys
 
+import jsonschema
+
+from shared.report_schema import SCHEMA_PATH
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+with open(SCHEMA_PATH) as _file:
+    REPORT_VALIDATOR = jsonschema.Draft202012Validator(json.load(_file))
+
+
+def check_report(report: dict) -> dict:
+    """`report` if it validates against shared/report.schema.json; else the first error, with its path."""
+    error = jsonschema.exceptions.best_match(REPORT_VALIDATOR.iter_errors(report))
+    if error is not None:
+        raise AssertionError(f"the report does not match the schema at {'/'.join(map(str, error.absolute_path))}: "
+                             f"{error.message[:500]}")
+    return report
+
+
+def read_report(path) -> dict:
+    with open(path) as file:
+        return check_report(json.load(file))
 
 
 def run_compare(*args, timeout=300, env=None):
     """compare.py's exit code and output; TensorFlow's own messages hidden as for a user
-    (conftest sets TF_CPP_MIN_LOG_LEVEL for this process, which would show them)."""
+    (conftest sets TF_CPP_MIN_LOG_LEVEL for this process, which would show them). A report that
+    --json wrote (new or changed) must validate against the schema."""
     env = dict({k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
                PYTHONPATH=ROOT, **(env or {}))
-    return subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), *args], cwd=ROOT,
+    report_path = args[args.index("--json") + 1] if "--json" in args else None
+    before = _contents(report_path)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
+    if report_path is not None and _contents(report_path) not in (None, before):
+        read_report(report_path)
+    return done
+
+
+def _contents(path):
+    if path is None or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as file:
+        return file.read()
 
 
 def unwrapped(text: str) -> str:

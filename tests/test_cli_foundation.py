@@ -9,7 +9,8 @@ OPTIONS = ["--trainers", "--devices", "--device-type", "--mesh", "--epochs", "--
            "--learning-rate", "--seed", "--optimizer", "--adam", "--data", "--train-examples",
            "--test-examples", "--tolerance", "--json", "--plots", "--logdir", "--sweep-devices",
            "--quiet", "--hidden", "--shuffle", "--dtensor-input", "--mirrored-update",
-           "--keep-checkpoints", "--verbose", "--dtype", "--no-explain", "--sweep-meshes"]
+           "--keep-checkpoints", "--verbose", "--dtype", "--no-explain", "--sweep-meshes", "--baseline",
+           "--with-float64", "--repeat", "--deterministic"]
 
 
 def test_help_lists_every_option_with_its_default():

@@ -3,15 +3,15 @@
 One full run (all three trainers, 2 devices, 1 epoch of 256 examples) is shared by
 the table, JSON and plot tests; each other case is its own process.
 """
-import json
 import os
+import json
 import re
 import struct
 
 import pytest
 
 from shared.console import LINE_WIDTH
-from tests.cli import run_compare, unwrapped
+from tests.cli import check_report, read_report, run_compare, unwrapped
 
 SMALL = ["--data", "embedded", "--train-examples", "256", "--test-examples", "128", "--epochs", "1",
          "--devices", "2", "--batch-size", "64"]
@@ -85,7 +85,7 @@ def test_tables_have_a_row_per_trainer_and_the_promised_columns(full_run):
 
 def test_json_report_keys_and_types(full_run):
     _, out = full_run
-    report = json.loads((out / "report.json").read_text())
+    report = read_report(out / "report.json")
     assert report["ok"] is True
     assert report["config"]["devices"] == 2 and report["config"]["epochs"] == 1
     assert report["environment"]["tensorflow"].startswith("2.")
@@ -158,7 +158,7 @@ def test_tutorial_adam_reads_stale_slots_only_with_all_reduce_combining(tmp_path
     result = run_compare(*SMALL, "--devices", "8", "--batch-size", "128", "--trainers", "dtensor",
                          "--adam", "tutorial", "--json", str(report_path), "--plots", str(tmp_path / "plots"),
                          env=env)
-    report = json.loads(report_path.read_text())  # complete even when parity fails
+    report = read_report(report_path)  # complete even when parity fails
     parity = report["parity"]["dtensor"]
     if combine == "1":
         assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
@@ -194,7 +194,7 @@ def test_fixed_adam_matches_with_all_reduce_combining_on(tmp_path):
                          "--json", str(report_path),
                          env={"DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION": "1"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    parity = json.loads(report_path.read_text())["parity"]["dtensor"]
+    parity = read_report(report_path)["parity"]["dtensor"]
     assert parity["max_abs_loss_diff"] <= 1e-6 and parity["max_abs_weight_diff"] <= 1e-5
 
 
@@ -220,58 +220,63 @@ def test_bad_options_exit_2_and_leave_no_report(tmp_path, args, message):
 
 
 def test_float32_noise_beyond_the_tolerance_is_explained_by_float64_and_passes(tmp_path):
-    """Adam at learning rate 1e4 on a tensor-parallel mesh: the losses reach 1e17 and their float32
-    differences (up to 1e13) leave even the relative part of the tolerance, at some step or (where
-    this CPU rounds closer) only in the final weights (~1e5, differing by ~1e2 to 6e4): which one
-    depends on the CPU's float32 rounding, so both are accepted. The float64 rerun agrees (losses
-    within 1e-7 relative, though thousands apart), so the verdict is float noise, exit 0."""
+    """Adam at learning rate 1e4 on a tensor-parallel mesh: the losses reach 1e17 and float32's rounding,
+    amplified, takes the trainer beyond its float32 tolerance (narrowed to 1e-6 with --tolerance, so that
+    it does on any CPU: where first, in which step or in the final weights, depends on the CPU's kernels
+    and is not asserted). The float64 rerun, judged at float64's own tolerance, agrees (losses within 1e-8
+    relative, though more than 1 apart), so the verdict is float noise, exit 0."""
     report_path = tmp_path / "report.json"
     result = run_compare(*SMALL, "--train-examples", "512", "--test-examples", "64", "--learning-rate", "1e4",
-                         "--trainers", "dtensor", "--mesh", "batch=1,model=2", "--quiet", "--json", str(report_path),
-                         "--plots", str(tmp_path / "plots"))
+                         "--trainers", "dtensor", "--mesh", "batch=1,model=2", "--tolerance", "1e-6", "--quiet",
+                         "--json", str(report_path), "--plots", str(tmp_path / "plots"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    where = r"float32 left its tolerance (at step \d+|in the final weights)"
-    assert re.search(rf"^dtensor: {where}; rerunning reference and dtensor in float64 to explain$", result.stdout, re.M)
+    where = r"float32 left its tolerance (at step (?P<step>\d+)|in the first-step gradients|in the final weights)"
+    announced = re.search(rf"^dtensor: {where}; rerunning reference and dtensor in float64 to explain$",
+                          result.stdout, re.M)
+    assert announced, result.stdout[-3000:]
     assert re.search(r"^\| dtensor .*\| float noise \|$", result.stdout, re.M)
     assert re.search(rf"^dtensor    {where}; float64 agrees on all 8 steps$", result.stdout, re.M)
     assert result.stdout.rstrip().splitlines()[-1] == "PARITY OK (float noise: dtensor)"
-    report = json.loads(report_path.read_text())
+    report = read_report(report_path)
     parity = report["parity"]["dtensor"]
     assert re.fullmatch(rf"{where} \(.+\); float64 agrees on all 8 steps \(max loss diff \S+, final weights \S+\)",
                         parity["reason"])  # the JSON has it all
     assert min(report["trainers"]["reference"]["step_losses"][1:]) > 1e15
-    assert parity["max_abs_loss_diff"] > 1e6
     assert report["ok"] is True and parity["ok"] is True and parity["within_tolerance"] is False
-    assert parity["verdict"] == "float noise"
-    assert parity["float32_left_tolerance_step"] == parity["first_loss_step_beyond"]  # None: in the weights
+    assert parity["verdict"] == "float noise" and parity["tolerances"]["loss"] == [1e-6, 1e-6]
+    step = announced.group("step")
+    assert parity["float32_left_tolerance_step"] == parity["first_loss_step_beyond"] == (step and int(step))
     float64 = parity["float64"]
-    assert float64["ok"] is True and float64["steps"] == 8 and float64["max_abs_loss_diff"] > 1.0
-    assert float64["max_rel_loss_diff"] < 1e-9
-    assert report["float64_rerun"]["seconds"] > 0
+    assert float64["ok"] is True and float64["steps"] == 8 and float64["tolerances"]["loss"] == [1e-7, 1e-7]
+    assert float64["max_abs_loss_diff"] > 1.0 and float64["max_rel_loss_diff"] < 1e-8  # measured: 1.1e-15 relative
+    assert report["float64_rerun"]["seconds"] > 0 and report["float64_rerun"]["explained"] == ["dtensor", "reference"]
     assert png_size(tmp_path / "plots" / "loss_diff.png") == PNG_SIZE
 
 
 def test_a_run_that_diverges_reports_where_for_every_trainer_and_still_writes_its_files(tmp_path):
-    """SGD at learning rate 1e4 overflows at step 3 (0-based; the 4th of 4): every trainer, the reference
-    included, reports it; exit 1; no float64 rerun; the JSON and plots are written."""
+    """SGD at learning rate 1e4 overflows within the 4 steps (at step 3 here; the step is float32's, so
+    not asserted): every trainer, the reference included, reports the same step; exit 1; no float64
+    rerun; the JSON and plots are written."""
     report_path = tmp_path / "report.json"
     result = run_compare(*SMALL, "--train-examples", "512", "--batch-size", "128", "--optimizer", "sgd",
                          "--learning-rate", "1e4", "--quiet", "--json", str(report_path), "--plots",
                          str(tmp_path / "plots"))
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
-    assert re.search(r"^\| reference .*\| diverged  \|$", result.stdout, re.M)
-    assert re.search(r"^reference  at step 3: loss nan$", result.stdout, re.M)
+    reference = re.search(r"^reference  at step (\d+): loss nan$", result.stdout, re.M)
+    assert reference and re.search(r"^\| reference .*\| diverged  \|$", result.stdout, re.M), result.stdout[-3000:]
+    step = int(reference.group(1))
+    agreed = f"; steps 0-{step - 1} agree within the tolerance" if step else ""
     for name in ("dtensor", "mirrored"):
         assert re.search(rf"^\| {name} .*\| diverged  \|$", result.stdout, re.M)
-        assert re.search(rf"^{name:<10} at step 3: loss nan \(the reference diverged at step 3\); "
-                         rf"steps 0-2 agree within the tolerance$", result.stdout, re.M)
+        assert re.search(rf"^{name:<10} at step {step}: loss nan \(the reference diverged at step {step}\)"
+                         rf"{re.escape(agreed)}$", result.stdout, re.M)
     assert result.stdout.rstrip().splitlines()[-1] == "PARITY FAILED (diverged: reference, dtensor, mirrored)"
     assert "rerunning" not in result.stdout
-    report = json.loads(report_path.read_text())
+    report = read_report(report_path)
     assert report["ok"] is False and report["float64_rerun"] is None
     assert {name: (entry["verdict"], entry["diverged_step"]) for name, entry in report["parity"].items()} == \
-        {"reference": ("diverged", 3), "dtensor": ("diverged", 3), "mirrored": ("diverged", 3)}
-    assert report["trainers"]["reference"]["step_losses"][3] is None  # NaN is null in JSON
+        {"reference": ("diverged", step), "dtensor": ("diverged", step), "mirrored": ("diverged", step)}
+    assert report["trainers"]["reference"]["step_losses"][step] is None  # NaN is null in JSON
     for name in ("loss.png", "accuracy.png", "loss_diff.png", "throughput.png"):
         assert png_size(tmp_path / "plots" / name) == PNG_SIZE
 
@@ -282,7 +287,7 @@ def test_sweep_tries_every_mesh_and_update_mode_with_parity_and_memory(tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Throughput against device count" in result.stdout
     assert "epoch 1/" not in result.stdout and "sweep " not in result.stdout  # --quiet: tables only
-    sweep = json.loads(report_path.read_text())["sweep"]
+    sweep = read_report(report_path)["sweep"]
     assert [(e["devices"], e["trainer"], e["mesh"], e["update"]) for e in sweep] == [
         (2, "dtensor", "batch=2", ""), (2, "dtensor", "batch=1,model=2", ""),
         (2, "mirrored", "", "primary"), (2, "mirrored", "", "replicas")]
@@ -319,6 +324,9 @@ def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devic
     assert re.search(r"^mirrored   RuntimeError: replica 3 lost its device \(test_compare.py:\d+\)$", out.getvalue(),
                      re.M)  # and the reason under the table
     assert "second line" not in out.getvalue() and out.getvalue().rstrip().endswith("PARITY FAILED")
+    written = check_report(report._finite(report.report_dict(run, [])))  # a failed trainer's report, too
+    assert written["trainers"]["mirrored"]["error"] == run.results["mirrored"].error
+    assert "RuntimeError: replica 3 lost its device" in written["trainers"]["mirrored"]["traceback"]
 
 
 def test_the_sweep_table_shows_each_verdict_and_the_reasons_under_it(tmp_path):

@@ -6,7 +6,6 @@ same small run as test_compare.py; a client killed mid-run ends the run with exi
 within the launcher's bound and leaves no process behind. Each client is a fresh
 TensorFlow process (~5 s to start), so these are the slow tests: ~20 s and ~15 s here.
 """
-import json
 import os
 import re
 import signal
@@ -20,7 +19,7 @@ import pytest
 from shared.config import Config
 from shared.errors import UsageError
 from shared.multiclient import STARTUP_TIMEOUT_S, client_environment, free_ports, role_from_environment
-from tests.cli import ROOT, run_compare
+from tests.cli import ROOT, read_report, run_compare
 
 TWO_CLIENTS = ["--data", "embedded", "--train-examples", "256", "--test-examples", "64", "--epochs", "1",
                "--batch-size", "64", "--clients", "2", "--devices", "2"]
@@ -35,7 +34,7 @@ def test_two_clients_match_the_reference_for_dtensor_and_multi_worker_mirrored(t
     for name in ("dtensor", "mirrored"):
         assert re.search(rf"^{name}: 2 clients on 127\.0\.0\.1:\d+,\d+, pids \d+,\d+$", result.stdout, re.M)
         assert re.search(rf"^{name}\s+epoch 1/1  train_loss \d\.\d{{4}}", result.stdout, re.M)  # client 0's line
-    report = json.loads(report_path.read_text())
+    report = read_report(report_path)
     assert report["ok"] is True and report["config"]["clients"] == 2
     trainers = report["trainers"]
     assert trainers["dtensor"]["placement"] == "mesh batch=4 over 2 clients x 2 CPU"

@@ -3,6 +3,7 @@ check tells both cases apart, and the release table judges and renders what was 
 
 The stale-read test starts TensorFlow twice (162 s for this file on a busy 2-core machine); the rest reads files.
 """
+import dataclasses
 import json
 import os
 import subprocess
@@ -70,6 +71,12 @@ def compare_run(exit_code=0, losses=(2.3, 2.1), **trainers):
             "parity": trainers, "failed_trainers": {}, "step_losses": {name: list(losses) for name in trainers}}
 
 
+def baseline_entry(verdict="same", loss=0.0, line=None):
+    """release_matrix.checks's summary of one trainer in a --baseline report."""
+    return {"verdict": verdict, "line": line or verdict, "bitwise_identical": loss == 0.0, "max_abs_loss_diff": loss,
+            "max_abs_weight_sample_diff": loss * 2, "max_rel_weight_sum_diff": loss / 10}
+
+
 OFFLINE = "auto: MNIST is not prepared in /root/tensorflow_datasets and storage.googleapis.com did not answer within 3 s"
 
 
@@ -85,7 +92,9 @@ def measurement(tutorial_exit=1, dataset_losses=(2.3, 2.1)):
                     "mesh_2d": compare_run(dtensor=parity(1e-7)),
                     "dtensor_dataset": compare_run(losses=dataset_losses, dtensor=parity(2.4e-7)),
                     "adam_tutorial": compare_run(tutorial_exit, dtensor=parity(0.74, ok=tutorial_exit != 1)),
-                    "multi_client": compare_run(**both)},
+                    "multi_client": compare_run(**both),
+                    "float64_baseline": {**compare_run(**both), "baseline": {
+                        name: baseline_entry() for name in ("reference", "dtensor", "mirrored")}}},
         "cross_restore": {"write": {"exit_code": 0},
                           "dtensor_to_mirrored": {**compare_run(mirrored=parity(1e-7)),
                                                   "max_abs_loss_diff_to_uninterrupted": 1.2e-7},
@@ -181,3 +190,59 @@ def test_table_writes_a_row_per_release_between_the_markers(tmp_path):
     written = json.loads((docs / "releases.json").read_text())
     assert [row["release"] for row in written["releases"]] == list(RELEASES)
     assert written["releases"][0]["failed_checks"] == ["checkpoint cross-restore"]
+
+
+def test_the_float64_baseline_column_gives_the_largest_differences_and_fails_on_changed():
+    assert table.summarize("2.21.0", measurement())["checks"][table.BASELINE_COLUMN]["cell"] == "same, bit for bit"
+    measured = measurement()
+    run = measured["compare"]["float64_baseline"]
+    run["baseline"]["dtensor"] = baseline_entry(loss=4.4e-16)
+    check = table.summarize("2.16.2", measured)["checks"][table.BASELINE_COLUMN]
+    assert check["ok"] and check["cell"] == "same 4.4e-16 / 8.8e-16 / 4.4e-17"
+    run.update(without_dtensor="compare.py: error: --dtype float64 on DTensor mesh batch=8 needs TensorFlow 2.13")
+    del run["baseline"]["dtensor"]
+    assert table.summarize("2.12.1", measured)["checks"][table.BASELINE_COLUMN]["cell"] == \
+        "same, bit for bit; no dtensor (no float64 here)"
+    run["baseline"]["mirrored"] = baseline_entry("CHANGED", 1e-3, "CHANGED at step 3: loss 0.5, baseline 0.501")
+    run["exit_code"] = 1
+    row = table.summarize("2.16.2", measured)
+    assert row["checks"][table.BASELINE_COLUMN]["cell"] == \
+        "CHANGED: mirrored CHANGED at step 3: loss 0.5, baseline 0.501; no dtensor (no float64 here)"
+    assert table.BASELINE_COLUMN in row["failed_checks"]
+    del measured["compare"]["float64_baseline"]  # measured before the check existed: not judged
+    assert table.summarize("2.16.2", measured)["checks"][table.BASELINE_COLUMN] == {"ok": None, "cell": "- (not run)"}
+
+
+def test_the_committed_baseline_is_a_valid_report_of_the_float64_check_on_the_baseline_release():
+    """checks.py compares each release's float64 run with this file: it must be of the same run (else
+    compare.py refuses it, exit 2) and of this schema."""
+    import compare
+    from release_matrix import checks
+    from release_matrix.releases import BASELINE_RELEASE
+    from shared.config import NUMERIC_OPTIONS
+    from tests.cli import read_report
+    saved = read_report(os.path.join(ROOT, checks.BASELINE_PATH))
+    config = compare.config_from_args(compare.build_parser().parse_args(checks.FLOAT64_BASELINE_ARGS))
+    assert {name: saved["config"][name] for name in NUMERIC_OPTIONS} == \
+        {name: list(value) if isinstance(value, tuple) else value
+         for name, value in dataclasses.asdict(config).items() if name in NUMERIC_OPTIONS}
+    assert saved["environment"]["tensorflow"] == BASELINE_RELEASE and saved["ok"] is True
+    assert sorted(saved["trainers"]) == ["dtensor", "mirrored", "reference"]
+    assert all(not entry["failed"] for entry in saved["trainers"].values())
+
+
+def test_a_release_not_measured_here_keeps_its_row_from_the_last_table(tmp_path):
+    results, docs = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    docs.mkdir()
+    (docs / "releases.md").write_text(f"# Releases\n\n{table.BEGIN}\n{table.END}\n")
+    earlier = table.summarize(RELEASES[1], measurement())
+    del earlier["checks"][table.BASELINE_COLUMN]  # measured before the column existed
+    (docs / "releases.json").write_text(json.dumps({"releases": [earlier]}))
+    (results / f"{RELEASES[0]}.json").write_text(json.dumps(measurement()))
+    table.main(["--results", str(results), "--docs", str(docs)])
+    rows = json.loads((docs / "releases.json").read_text())["releases"]
+    assert [row["verdict"] for row in rows[:3]] == ["FAILED", earlier["verdict"], "not measured"]
+    assert rows[1]["checks"][table.BASELINE_COLUMN] == {"ok": None, "cell": "- (not run)"}
+    assert rows[1]["versions"]["project"] == "1a2b3c4"
+

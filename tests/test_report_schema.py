@@ -1,0 +1,85 @@
+"""The JSON report's contract: schema_version, shared/report.schema.json, docs/report-changelog.md.
+
+Every report the suite writes is validated against the schema where it is written
+(tests/cli.py's run_compare, and check_report for reports made in process); this file checks
+the schema itself: that it is one, that it ships, and that it rejects what broke users before.
+"""
+import copy
+import dataclasses
+import json
+import os
+import re
+
+import jsonschema
+import pytest
+
+from shared.config import Config
+from shared.report_schema import SCHEMA_PATH, SCHEMA_VERSION, major
+from tests.cli import ROOT, check_report
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+def schema():
+    with open(SCHEMA_PATH) as file:
+        return json.load(file)
+
+
+def minimal_report():
+    """The smallest report compare.py could write: no trainer finished, nothing optional."""
+    return json.loads(json.dumps({
+        "schema_version": SCHEMA_VERSION, "ok": False, "config": dataclasses.asdict(Config()),
+        "environment": {"tensorflow": "2.21.0", "data_source": "embedded", "data_reason": "--data embedded",
+                        "devices": ["CPU:0"], "train_examples": 4000, "test_examples": 1000,
+                        "data_sha256": "0" * 64, "op_determinism": False},
+        "trainers": {"reference": {"failed": True, "error": "RuntimeError: x"}}, "parity": {},
+        "float64_rerun": None, "reproducibility": None, "baseline": None,
+        "compute": {"flops_per_example": 5422800, "matmul_peak_gflops": 80.0, "achieved_gflops": {}}}))
+
+
+def test_the_schema_is_a_json_schema_of_this_version():
+    jsonschema.Draft202012Validator.check_schema(schema())
+    assert schema()["properties"]["schema_version"] == {"const": SCHEMA_VERSION}
+    assert major(SCHEMA_VERSION) >= 1 and major("nonsense") == -1
+
+
+def test_the_schema_ships_with_the_package():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as file:
+        package_data = tomllib.load(file)["tool"]["setuptools"]["package-data"]["shared"]
+    assert os.path.basename(SCHEMA_PATH) in package_data and os.path.dirname(SCHEMA_PATH).endswith("shared")
+
+
+def test_the_schema_knows_every_config_field():
+    """A field added to Config without the schema would make every report fail validation: this names it."""
+    assert set(dataclasses.asdict(Config())) <= set(schema()["$defs"]["config"]["properties"])
+
+
+def test_the_changelog_has_this_version_and_the_readme_names_all_three():
+    changelog = open(os.path.join(ROOT, "docs", "report-changelog.md")).read()
+    assert re.search(rf"^## {re.escape(SCHEMA_VERSION)}\b", changelog, re.M)
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    for name in ("schema_version", "shared/report.schema.json", "docs/report-changelog.md"):
+        assert name in readme
+
+
+def test_a_minimal_report_validates():
+    check_report(minimal_report())
+
+
+@pytest.mark.parametrize("change, where", [
+    (lambda r: r.pop("schema_version"), "'schema_version' is a required property"),
+    (lambda r: r.update(schema_version="0.9"), "'1.0' was expected"),
+    (lambda r: r.update(unknown_field=1), "Additional properties are not allowed ('unknown_field' was unexpected)"),
+    (lambda r: r["config"].pop("seed"), "'seed' is a required property"),
+    (lambda r: r["environment"].update(data_sha256="abc"), "'abc' does not match"),
+    # Issue 12 renamed parity.<trainer>.tolerance (a number) to tolerances; a report with the old key fails.
+    (lambda r: r["parity"].update(dtensor={"tolerance": 1e-4}), "Additional properties are not allowed"),
+])
+def test_the_schema_rejects_a_report_that_breaks_the_contract(change, where):
+    report = copy.deepcopy(minimal_report())
+    change(report)
+    with pytest.raises(AssertionError, match=re.escape(where)):
+        check_report(report)
