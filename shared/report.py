@@ -184,13 +184,13 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
 def print_repeats_and_baseline(run, out=sys.stdout) -> None:
     """--repeat's table (shared/reproducibility.py) and --baseline's (shared/baseline.py)."""
     if run.reproducibility:
-        print(f"\nReproducibility: each trainer trained {run.config.repeat} times from the same start in this process, "
-              f"compared bit for bit (op determinism {'on' if op_determinism_enabled() else 'off'}: --deterministic)",
-              file=out)
+        print(fit_width(f"\nReproducibility: each trainer trained {run.config.repeat} times from the same start in "
+                        f"this process, compared bit for bit (op determinism "
+                        f"{'on' if op_determinism_enabled() else 'off'}: --deterministic)"), file=out)
         print(tabulate([[name, found.runs, found.line()] for name, found in run.reproducibility.items()],
                        ["trainer", "runs", "result"], tablefmt="github"), file=out)
     if run.baseline is not None:
-        print(f"\n{baseline.title(run.baseline)}", file=out)
+        print(fit_width(f"\n{baseline.title(run.baseline)}"), file=out)
         print(tabulate(baseline.rows(run.baseline), baseline.BASELINE_HEADERS, tablefmt="github"), file=out)
 
 

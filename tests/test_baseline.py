@@ -19,7 +19,7 @@ from shared.digest import SAMPLE_COUNT, data_sha256, digest, digests
 from shared.errors import UsageError
 from shared.history import History
 from shared.report_schema import SCHEMA_VERSION
-from tests.cli import read_report, run_compare
+from tests.cli import read_report, run_compare, unwrapped
 
 STEPS = 6
 NAMES = ["reference", "dtensor", "mirrored"]
@@ -228,8 +228,8 @@ def test_with_float64_cannot_start_from_a_float32_checkpoint(devices):
     ('{"config": {}, "environment": {}, "trainers": {}}',
      "--baseline {path}: written before reports had a schema_version; save it again with this compare.py (schema "
      f"{SCHEMA_VERSION})"),
-    ('{"schema_version": "2.0", "config": {}, "environment": {}, "trainers": {}}',
-     "--baseline {path}: schema_version 2.0, this compare.py reads 1.x (docs/report-changelog.md); save it again "
+    ('{"schema_version": "3.0", "config": {}, "environment": {}, "trainers": {}}',
+     "--baseline {path}: schema_version 3.0, this compare.py reads 2.x (docs/report-changelog.md); save it again "
      "with this compare.py"),
 ])
 def test_a_file_that_is_not_a_report_of_this_major_version_is_refused(tmp_path, contents, message):
@@ -273,7 +273,7 @@ def test_the_same_float64_run_against_its_own_report_is_the_same_for_every_train
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.rstrip().splitlines()
     assert lines[-2] == "PARITY OK" and lines[-1].startswith("BASELINE SAME")
-    assert f"Against the baseline {float64_baseline} (TensorFlow 2." in result.stdout
+    assert f"Against the baseline {float64_baseline} (TensorFlow 2." in unwrapped(result.stdout)
     found = read_report(tmp_path / "b.json")["baseline"]
     assert found["ok"] is True and found["tolerances"]["loss"] == [1e-7, 1e-7]
     assert {name: entry["verdict"] for name, entry in found["trainers"].items()} == dict.fromkeys(NAMES, "same")

@@ -34,10 +34,14 @@ def minimal_report():
         "schema_version": SCHEMA_VERSION, "ok": False, "config": dataclasses.asdict(Config()),
         "environment": {"tensorflow": "2.21.0", "data_source": "embedded", "data_reason": "--data embedded",
                         "devices": ["CPU:0"], "train_examples": 4000, "test_examples": 1000,
-                        "data_sha256": "0" * 64, "op_determinism": False},
-        "trainers": {"reference": {"failed": True, "error": "RuntimeError: x"}}, "parity": {},
-        "float64_rerun": None, "reproducibility": None, "baseline": None,
-        "compute": {"flops_per_example": 5422800, "matmul_peak_gflops": 80.0, "achieved_gflops": {}}}))
+                        "data_sha256": "0" * 64, "op_determinism": False, "data_fallback": None},
+        "trainers": {"reference": {"failed": True, "error": "RuntimeError: x", "traceback": "Traceback ..."}},
+        "parity": {}, "float64_rerun": None, "reproducibility": None, "baseline": None,
+        "model": {"name": "mlp 784-10", "description": "", "parameters": 7850, "flops_per_example": 47040,
+                  "variables": [{"name": "layers/0/w", "shape": [784, 10], "layout": []},
+                                {"name": "layers/0/b", "shape": [10], "layout": []}]},
+        "compute": {"flops_per_example": 5422800, "matmul_peak_gflops": 80.0, "matmul_peak_dtype": "float32",
+                    "achieved_gflops": {}}}))
 
 
 def test_the_schema_is_a_json_schema_of_this_version():
