@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     add = group("how each approach distributes").add_argument
     add("--dtensor-input", choices=("pack", "dataset"), default=defaults.dtensor_input,
         help="DTensor input: split + dtensor.pack per batch, or dtensor.DTensorDataset")
+    add("--no-dtensor-nccl", dest="dtensor_nccl", action="store_false",
+        help="on GPUs, leave DTensor's collectives on TensorFlow's ring instead of NCCL (DTensor's own default; "
+             "default: NCCL wherever TensorFlow allows it, one physical GPU per device; CPUs have no NCCL)")
     add("--mirrored-update", choices=("auto", "primary", "replicas"), default=defaults.mirrored_update,
         help="MirroredStrategy's optimizer step: once on the first device with the weights copied to the "
              "replicas, or on every replica after an all-reduce (auto: primary in one process, replicas "
@@ -170,6 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--sweep-devices", type=_int_list, default=None, metavar="N,N,...",
         help="also measure throughput, parity and memory per device at each device count, e.g. 1,2,4,8; "
              "each configuration beside its own reference run (default: none)")
+    add("--profile", action="store_true",
+        help="after training, trace each trainer's steady train call with TensorFlow's profiler: a step's forward, "
+             "backward, collectives, update, input and other time, and the bytes its collectives send per device "
+             "(a few seconds per trainer; docs/throughput.md)")
+    add("--link-gbps", type=_positive_float, default=None, metavar="G",
+        help="with --profile, the least time those bytes take per step over links of G gigabits per second, e.g. "
+             "your NVLink's or network's (default: none)")
     add("--sweep-meshes", choices=("all", "batch"), default="all",
         help="all: DTensor on every batch x model mesh of each count and MirroredStrategy in each update "
              "mode; batch: DTensor on batch=N and MirroredStrategy's --mirrored-update only")
@@ -205,7 +215,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         hidden=args.hidden,
         shuffle=args.shuffle, dtensor_input=args.dtensor_input, mirrored_update=args.mirrored_update,
         dtype=args.dtype, tolerance=args.tolerance, explain=args.explain, with_float64=args.with_float64,
-        repeat=args.repeat, deterministic=args.deterministic,
+        repeat=args.repeat, deterministic=args.deterministic, profile=args.profile, dtensor_nccl=args.dtensor_nccl,
         quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,
         restore=args.restore, reference_from_scratch=args.reference_from_scratch, export=args.export)
 

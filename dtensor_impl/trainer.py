@@ -17,17 +17,17 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl import combining
+from dtensor_impl import combining, nccl
 from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_client_mesh, create_mesh,
                                describe_layout, mesh_spec, variable_layout)
-from shared import training
+from shared import profile, training, traffic
 from shared.checksums import state_checksums, state_variables
 from shared.config import Config
 from shared.data import MnistData, epoch_batches, epoch_order, equal_shape_runs, without_autotune
 from shared.errors import UsageError
 from shared.history import History
 from shared.losses import correct_count, loss_sum, mean_loss
-from shared.memory import located_bytes, tally
+from shared.memory import located_bytes, short_device, tally
 from shared.model import Model
 from shared.models import build_model_and_optimizer, definition_for
 from shared.optim import make_optimizer
@@ -207,10 +207,12 @@ def train_step(model, optimizer, x, y, example_weights):
     and the padded last batch needs no second input.
     """
     with tf.GradientTape() as tape:
-        logits = model(x)
-        loss = mean_loss(logits, y, tf.reduce_sum(example_weights), example_weights)
+        with tf.name_scope(profile.FORWARD_SCOPE):  # the scopes name the step's parts for --profile
+            logits = model(x)
+            loss = mean_loss(logits, y, tf.reduce_sum(example_weights), example_weights)
     grads = tape.gradient(loss, model.weights)
-    optimizer.apply_gradients(grads, model.weights)
+    with tf.name_scope(profile.UPDATE_SCOPE):
+        optimizer.apply_gradients(grads, model.weights)
     return loss, correct_count(logits, y, example_weights)
 
 
@@ -298,15 +300,21 @@ def check_float64_collectives(dtype: str, spec: MeshSpec) -> None:
                          f"collectives have no float64); use --dtype float32 or a newer TensorFlow")
 
 
+def before_runtime(config: Config, device_count: int) -> None:
+    """What must be fixed before TensorFlow's runtime starts in this process: DTensor's NCCL (nccl.py)."""
+    nccl.settle(config.device_type, device_count, config.dtensor_nccl)
+
+
 class DTensorTrainer:
     """The parts shared.training.fit calls, on a mesh over exactly `devices` (every client's with --clients)."""
     name = "dtensor"
 
     def __init__(self, config: Config, data: MnistData, devices: Sequence[str], log: Callable = print):
         spec = check_config(config, devices)
-        self.config, self.data = config, data
+        self.config, self.data, self.spec = config, data, spec
         self.device_type = devices[0].split(":")[0]
         combining.settle(self.device_type)  # before anything starts DTensor in this process
+        self.collectives = nccl.settle(self.device_type, len(devices), config.dtensor_nccl)  # compare.py's came first
         if config.clients > 1:  # multi-client: pack_batch then packs only this client's shards
             self.mesh = create_client_mesh(spec, self.device_type)
             self.placement = f"mesh {spec} over {config.clients} clients x {len(devices)} {self.device_type}"
@@ -330,11 +338,13 @@ class DTensorTrainer:
         layouts = [f"{variable.name}{describe_layout(weight.layout)}"
                    for variable, weight in zip(self.definition.variables, self.model.weights)]
         split = [layout for layout in layouts if "model" in layout.split("[", 1)[1]]
-        self.details = {"mesh": str(spec), "dtensor_input": config.dtensor_input, "layouts": " ".join(layouts)}
+        self.details = {"mesh": str(spec), "dtensor_input": config.dtensor_input, "layouts": " ".join(layouts),
+                        "collectives": self.collectives.describe()}
         if padding:
             self.details["padding"] = ", ".join(padding)
         if not config.quiet:
-            log(f"{'dtensor':<10} {self.placement}; input {config.dtensor_input}; "
+            log(f"{'dtensor':<10} {self.placement}; input {config.dtensor_input}; collectives "
+                f"{self.collectives.describe()}; "
                 + (f"{len(split)} of {len(layouts)} variables split on the model axis" if split
                    else "every variable replicated")
                 + (f"; padded with zero units: {self.details['padding']}" if padding else ""))
@@ -372,6 +382,25 @@ class DTensorTrainer:
 
     def trace_count(self) -> int:
         return train_steps.experimental_get_tracing_count()
+
+    def step_call(self) -> profile.StepCall:
+        """--profile: a measured epoch's second call (its first full group of steps), packed on the host."""
+        batches = list(epoch_batches(self.data.x_train, self.data.y_train, self.config.batch_size))
+        group = next(equal_shape_runs(batches[1:], lambda batch: batch[0].shape, self.steps_per_call or 1),
+                     batches[:1])
+
+        def prepare():
+            return [pack_batch(x, y, self.mesh) for x, y in group]
+
+        def run(packed):
+            float(train_steps(self.model, self.optimizer, packed)[0][-1])  # host sync: the call has run
+
+        def count(packed=prepare()):
+            step = train_steps.get_concrete_function(self.model, self.optimizer, packed, False)
+            devices = [short_device(device) for device in self.mesh.local_devices()]
+            return traffic.dtensor_traffic(step, len(packed), self.spec.axes, devices)
+        notes = "input packed (training took DTensorDataset)" if self.config.dtensor_input == "dataset" else ""
+        return profile.StepCall(len(group), prepare, run, count, notes)
 
     def evaluate(self, x, y):
         """(mean loss, accuracy) over a whole split; one host sync at the end."""

@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from shared import training
+from shared import profile, training, traffic
 from shared.checksums import read_state_checksums, state_checksums, state_variables
 from shared.config import Config
 from shared.data import MnistData, batch_slices, epoch_batches, without_autotune
@@ -27,6 +27,7 @@ from shared.model import Model
 from shared.models import build_model_and_optimizer
 from shared.optim import apply_gradients_fused
 from shared.parity import max_abs_diff
+from shared.traffic import Implementation
 
 SUM = tf.distribute.ReduceOp.SUM
 COLLECTIVE_TIMEOUT_S = 60  # --clients: longest wait for a peer in one collective (first step: tracing skew)
@@ -95,6 +96,16 @@ def choose_cross_device_ops(devices: Sequence[str]) -> tf.distribute.CrossDevice
     if all_gpus and one_physical_gpu_each and len(devices) > 1:
         return tf.distribute.NcclAllReduce()
     return tf.distribute.ReductionToOneDevice()
+
+
+def implementation(cross_device_ops: tf.distribute.CrossDeviceOps, devices: Sequence[str]) -> Implementation:
+    """What choose_cross_device_ops chose, and why, for the result rows."""
+    name = type(cross_device_ops).__name__
+    if isinstance(cross_device_ops, tf.distribute.NcclAllReduce):
+        return Implementation(name, True, "one physical GPU per replica")
+    if devices[0].upper().startswith("CPU"):
+        return Implementation(name, False, "CPUs have no NCCL")
+    return Implementation(name, False, "one replica" if len(devices) == 1 else "NCCL needs one physical GPU each")
 
 
 @functools.lru_cache(maxsize=1)
@@ -203,14 +214,16 @@ def pipeline_per_replica(strategy) -> Optional[tf.distribute.InputOptions]:
 def piece(chunk, step):
     """In replica context: this replica's (x, y, global count) of step `step` from its epoch chunk."""
     x, y, sizes, global_counts = chunk
-    return x[step, :sizes[step]], y[step, :sizes[step]], global_counts[step]
+    with tf.name_scope(profile.INPUT_SCOPE):  # the scopes name the step's parts for --profile
+        return x[step, :sizes[step]], y[step, :sizes[step]], global_counts[step]
 
 
 def replica_loss_and_gradients(model, x, y, global_count):
     """(logits, this replica's loss share, its gradients of the global mean loss, not yet summed)."""
     with tf.GradientTape() as tape:
-        logits = model(x)
-        loss = mean_loss(logits, y, global_count)
+        with tf.name_scope(profile.FORWARD_SCOPE):
+            logits = model(x)
+            loss = mean_loss(logits, y, global_count)
     return logits, loss, tape.gradient(loss, model.weights)
 
 
@@ -219,7 +232,8 @@ def all_reduced(grads):
 
     ReductionToOneDevice on CPU: sum on one device, copy back to each (see choose_cross_device_ops).
     """
-    return tf.distribute.get_replica_context().all_reduce(SUM, grads)
+    with tf.name_scope(profile.COLLECTIVES_SCOPE):
+        return tf.distribute.get_replica_context().all_reduce(SUM, grads)
 
 
 @tf.function
@@ -247,19 +261,24 @@ def train_step(strategy, model, optimizer, chunk, step, primary_model=None):
         x, y, global_count = piece(replica_chunk, step)
         logits, loss, grads = replica_loss_and_gradients(model, x, y, global_count)
         if primary_model is None:
-            apply_gradients_fused(optimizer, all_reduced(grads), model.weights)  # XLA; this replica's copies
+            summed = all_reduced(grads)
+            with tf.name_scope(profile.UPDATE_SCOPE):
+                apply_gradients_fused(optimizer, summed, model.weights)  # XLA; this replica's copies
             grads = []
         return loss, correct_count(logits, y), grads
     losses, corrects, grads = strategy.run(on_replica, args=chunk)
     if primary_model is not None:
         primary = strategy.extended.worker_devices[0]
-        summed = strategy.extended.batch_reduce_to(SUM, [(grad, primary) for grad in grads])
-        with tf.device(primary):  # the reference's update, on the reference's kind of variables
+        with tf.name_scope(profile.COLLECTIVES_SCOPE):
+            summed = strategy.extended.batch_reduce_to(SUM, [(grad, primary) for grad in grads])
+        with tf.device(primary), tf.name_scope(profile.UPDATE_SCOPE):  # the reference's update and variables
             apply_gradients_fused(optimizer, [strategy.experimental_local_results(grad)[0] for grad in summed],
                                   primary_model.weights)
-        for copies, weight in zip(model.weights, primary_model.weights):
-            copies.assign(weight)  # cross-replica context: writes every replica's copy
-    return strategy.reduce(SUM, losses, axis=None), strategy.reduce(SUM, corrects, axis=None)
+        with tf.name_scope(profile.COLLECTIVES_SCOPE):
+            for copies, weight in zip(model.weights, primary_model.weights):
+                copies.assign(weight)  # cross-replica context: writes every replica's copy
+    with tf.name_scope(profile.COLLECTIVES_SCOPE):
+        return strategy.reduce(SUM, losses, axis=None), strategy.reduce(SUM, corrects, axis=None)
 
 
 @tf.function
@@ -363,12 +382,14 @@ class MirroredTrainer:
             self.strategy = multi_worker_strategy()  # first: before anything starts TensorFlow's runtime
             check_config(config, devices)
             cross_device_ops_name = "CollectiveAllReduce (RING, multi-worker)"
+            self.collectives = Implementation("CollectiveAllReduce", False, "RING across workers")
         else:
             check_config(config, devices)
             cross_device_ops = choose_cross_device_ops(devices)
             self.strategy = tf.distribute.MirroredStrategy(devices=[f"/device:{device}" for device in devices],
                                                            cross_device_ops=cross_device_ops)
             cross_device_ops_name = type(cross_device_ops).__name__
+            self.collectives = implementation(cross_device_ops, devices)
         self.config, self.data = config, data
         num_replicas = self.strategy.num_replicas_in_sync
         self.placement = (f"{num_replicas} replica{'s' * (num_replicas > 1)} on {devices[0].split(':')[0]}"
@@ -424,6 +445,18 @@ class MirroredTrainer:
 
     def trace_count(self) -> int:
         return train_step.experimental_get_tracing_count() + train_steps.experimental_get_tracing_count()
+
+    def step_call(self) -> profile.StepCall:
+        """--profile: a measured epoch's call, every step of the last epoch's element (tf.data made it ahead)."""
+        steps = len(self.global_counts)
+
+        def run(chunk):
+            train_steps(self.strategy, self.model, self.optimizer, chunk, tf.constant(0), tf.constant(steps),
+                        self.primary_model)[0].numpy()  # host sync: the call has run
+
+        step = train_step.get_concrete_function(self.strategy, self.model, self.optimizer, self.chunk, tf.constant(0),
+                                                self.primary_model)
+        return profile.StepCall(steps, lambda: self.chunk, run, lambda: traffic.cross_device_traffic(step))
 
     def evaluate(self, x, y):
         """The test split's pieces for this epoch come from the test pipeline (x, y are the same examples)."""

@@ -141,7 +141,7 @@ def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print
         return {name: rerun_one(name, float64_rerun_config(config), data, devices, log) for name in rerun_names}
     run = compare_results(config, devices, data, results, rerun, log=log)
     if config.repeat > 1:
-        again = config.replace(quiet=True, checkpoint_dir=None, export=None)  # the same run, from the same start
+        again = config.replace(quiet=True, checkpoint_dir=None, export=None, profile=False)  # the same run again
         run.reproducibility = {
             name: compare_runs(result.history, [train_one(name, again, data, devices, log)
                                                 for _ in range(config.repeat - 1)])
@@ -203,8 +203,8 @@ def rerun_one(name: str, config: Config, data: MnistData, devices: Sequence[str]
 
 
 def float64_rerun_config(config: Config) -> Config:
-    """The run again in float64, quietly: no epoch lines, checkpoints or export; float64's own tolerances."""
-    return config.replace(dtype="float64", quiet=True, checkpoint_dir=None, export=None, tolerance=None)
+    """The run again in float64, quietly: no epoch lines, checkpoints, export or profile; float64's own tolerances."""
+    return config.replace(dtype="float64", quiet=True, checkpoint_dir=None, export=None, tolerance=None, profile=False)
 
 
 def compare_results(config: Config, devices: Sequence[str], data: MnistData, results: Dict[str, TrainerResult],
@@ -229,7 +229,10 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], Mn
     The sweep's configurations are checked when it is planned (a sweep configuration that
     cannot run is skipped, with the reason, rather than stopping the run)."""
     configure_determinism(config.deterministic)  # before any op runs
-    all_devices = configure_devices(max([config.devices, *sweep_devices]), config.device_type)
+    device_count = max([config.devices, *sweep_devices])
+    for name in config.trainers:  # e.g. DTensor's NCCL: before anything starts TensorFlow's runtime
+        getattr(trainer_module(name), "before_runtime", lambda *args: None)(config, device_count)
+    all_devices = configure_devices(device_count, config.device_type)
     check_config(config, all_devices[:config.devices])
     data = load_data(config.data, config.train_examples, config.test_examples)
     return all_devices, data
@@ -238,6 +241,8 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], Mn
 def run(config: Config, args) -> int:
     """compare.py's whole job in one process; returns the exit code (0 parity holds, 1 it does not)."""
     from shared import report
+    if getattr(args, "link_gbps", None) and not config.profile:
+        raise UsageError("--link-gbps turns the bytes that --profile counts into time; add --profile")
     report.check_outputs(args)
     saved = baseline.load(args.baseline) if args.baseline else None
     all_devices, data = prepare(config, args.sweep_devices or ())

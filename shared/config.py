@@ -48,6 +48,11 @@ class Config:
     # tf.config.experimental.enable_op_determinism(), for the whole process, before any op runs (docs/reproducibility.md)
     deterministic: bool = False
     quiet: bool = False
+    # After training, trace each trainer's steady train call: its step's parts and bytes per device (shared/profile.py).
+    profile: bool = False
+    # On GPUs, DTensor's collectives use NCCL where TensorFlow allows it (one physical GPU per device); False
+    # leaves TensorFlow's default, its own ring collectives (dtensor_impl/nccl.py). CPUs have no NCCL.
+    dtensor_nccl: bool = True
     # Checkpoints and export (shared/checkpoint.py, shared/export.py); None: off.
     checkpoint_dir: Optional[str] = None  # DIR/<trainer>/epoch-NNNN after every epoch, each complete or absent
     keep_checkpoints: int = 3  # the newest N epochs stay per trainer, older ones are deleted; 0 keeps all

@@ -43,6 +43,11 @@ class History:
     step_state_checksums: List[np.ndarray] = dataclasses.field(default_factory=list)
     state_names: List[str] = dataclasses.field(default_factory=list)
     state_sizes: List[int] = dataclasses.field(default_factory=list)  # elements of each, for shared.parity.state_atol
+    collectives: Optional[object] = None  # shared.traffic.Implementation: what its collectives ran with
+    # --profile (shared/profile.py): the step's parts, its bytes per device (shared.traffic.Traffic), or why none
+    step_profile: Optional[object] = None
+    traffic: Optional[object] = None
+    traffic_missing: str = ""
 
     def add_final_state(self, checksums) -> None:
         """The state checksums after the last step (float64 runs; shared/checksums.py)."""

@@ -137,7 +137,8 @@ def run(config: Config, args) -> int:
     """compare.py --clients C: a client when the environment names one, else the launcher."""
     role = role_from_environment(config)
     for flag, given in (("--sweep-devices", args.sweep_devices), ("--repeat", config.repeat > 1),
-                        ("--baseline", args.baseline), ("--with-float64", config.with_float64)):
+                        ("--baseline", args.baseline), ("--with-float64", config.with_float64),
+                        ("--profile", config.profile)):
         if given:
             raise UsageError(f"{flag} runs in one process; drop it, or drop --clients")
     if role is None:
@@ -167,7 +168,7 @@ def run_client(config: Config, args, role: ClientRole) -> int:
     if args.result_file:
         write_atomically(args.result_file + ".started", b"")
     try:
-        join_cluster(role.trainer, config.device_type)  # blocks until every client has joined
+        join_cluster(role.trainer, config)  # blocks until every client has joined
     except Exception as error:  # noqa: BLE001 - TensorFlow says only "Could not start gRPC server"
         if "could not start grpc server" not in str(error).lower():
             raise
@@ -196,13 +197,15 @@ def own_address(role: ClientRole, environ=os.environ) -> str:
     return json.loads(environ["TF_CONFIG"])["cluster"]["worker"][role.client_id]
 
 
-def join_cluster(trainer: str, device_type: str) -> None:
+def join_cluster(trainer: str, config: Config) -> None:
     """Start this client's part of TensorFlow's distributed runtime, before anything else starts it."""
+    device_type = config.device_type
     if trainer == "dtensor":
         from tensorflow.experimental import dtensor
 
-        from dtensor_impl import combining
+        from dtensor_impl import combining, nccl
         combining.settle(device_type)  # before DTensor starts: dtensor_impl/combining.py
+        nccl.settle(device_type, config.devices, config.dtensor_nccl)  # DTENSOR_GPU_USE_NCCL_COMMUNICATION, read below
         # Reads DTENSOR_*; in multi-client mode its shutdown_accelerator_system() raises, so it is
         # never called: the process exits instead.
         dtensor.initialize_accelerator_system(device_type)

@@ -1,5 +1,6 @@
 """The comparison's plots: the tutorial's loss and accuracy curves, the per-step loss
-difference from the reference, and throughput (against device count when sweeping).
+difference from the reference, throughput (against device count when sweeping), and with
+--profile each configuration's step parts, stacked.
 
 Each PNG is rendered to memory and written atomically.
 """
@@ -153,9 +154,46 @@ def _throughput_plot(run, sweep, directory: str) -> None:
     _save(figure, directory, "throughput.png")
 
 
+def profiled_bars(run, sweep) -> list:
+    """(label, StepProfile) per bar: each profiled trainer of the run, then each profiled sweep configuration."""
+    bars = [(f"{name}\n{result.history.placement}".replace(" over ", "\nover "), result.history.step_profile)
+            for name, result in run.results.items()
+            if result.history is not None and result.history.step_profile is not None]
+    return bars + [(f"{entry.devices} dev\n{entry.trainer}\n" + entry.label.replace(",", "\n").replace("update ", ""),
+                    entry.step_profile) for entry in sweep if entry.step_profile is not None]
+
+
+def _step_profile_plot(bars, directory: str) -> None:
+    """--profile: each configuration's ms per step, its parts stacked."""
+    from shared.profile import PARTS
+    figure, axes = plt.subplots(figsize=FIGURE_SIZE)
+    bottoms = np.zeros(len(bars))
+    colours = {"forward": "#1f77b4", "backward": "#aec7e8", "collectives": "#d62728", "update": "#2ca02c",
+               "input": "#9467bd", "other": "#c7c7c7"}
+    for part in PARTS:
+        heights = np.array([profile.parts_ms[part] for _, profile in bars])
+        axes.bar(range(len(bars)), heights, bottom=bottoms, color=colours[part], label=part, edgecolor="white",
+                 linewidth=0.5)
+        bottoms += heights
+    for position, (_, profile) in enumerate(bars):
+        axes.annotate(f"{profile.step_ms:.1f}", (position, profile.step_ms), ha="center", va="bottom", fontsize=7,
+                      xytext=(0, 2), textcoords="offset points")
+    axes.set_xticks(range(len(bars)))
+    axes.set_xticklabels([label for label, _ in bars], fontsize=6)
+    axes.set_ylabel("ms per step (wall time, split by the ops that ran)")
+    axes.set_title("Where a step's time goes (--profile; collectives: time the step waited on them)")
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3, axis="y")
+    figure.tight_layout()
+    _save(figure, directory, "step_profile.png")
+
+
 def write_all(directory: str, run, sweep) -> None:
     _epoch_metric_plot(run, directory, "loss", "loss (cross-entropy)")
     _epoch_metric_plot(run, directory, "accuracy", "accuracy (fraction correct)")
     if run.results["reference"].history is not None:
         _loss_diff_plot(run, directory)
     _throughput_plot(run, sweep, directory)
+    bars = profiled_bars(run, sweep)
+    if bars:
+        _step_profile_plot(bars, directory)

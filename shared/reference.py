@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from shared import training
+from shared import profile, training, traffic
 from shared.checksums import state_checksums, state_variables
 from shared.config import Config
 from shared.data import MnistData, epoch_batches, step_chunks
@@ -33,10 +33,12 @@ def compute_gradients(model, x, y):
 def train_step(model, optimizer, x, y):
     """One optimizer step on a global batch; returns (mean loss, correct count) before the update."""
     with tf.GradientTape() as tape:
-        logits = model(x)
-        loss = mean_loss(logits, y, tf.shape(y)[0])
+        with tf.name_scope(profile.FORWARD_SCOPE):  # the scopes name the step's parts for --profile
+            logits = model(x)
+            loss = mean_loss(logits, y, tf.shape(y)[0])
     grads = tape.gradient(loss, model.weights)
-    apply_gradients_fused(optimizer, grads, model.weights)  # the update compiled by XLA
+    with tf.name_scope(profile.UPDATE_SCOPE):
+        apply_gradients_fused(optimizer, grads, model.weights)  # the update compiled by XLA
     return loss, correct_count(logits, y)
 
 
@@ -55,7 +57,9 @@ def train_steps(model, optimizer, x_steps, y_steps, record_state: bool = False):
     for i in tf.range(steps):
         if record_state:  # Python bool: decided when traced
             checksums = checksums.write(i, state_checksums(variables))
-        loss, correct = train_step(model, optimizer, x_steps[i], y_steps[i])
+        with tf.name_scope(profile.INPUT_SCOPE):
+            x, y = x_steps[i], y_steps[i]
+        loss, correct = train_step(model, optimizer, x, y)
         losses, corrects = losses.write(i, loss), corrects.write(i, correct)
     return losses.stack(), corrects.stack(), checksums.stack()
 
@@ -76,9 +80,10 @@ class ReferenceTrainer:
     name = "reference"
 
     def __init__(self, config: Config, data: MnistData, device: str):
-        self.config, self.data = config, data
+        self.config, self.data, self.device = config, data, device
         self.placement = f"1 x {device.split(':')[0]} ({device})"
         self.details = {}
+        self.collectives = traffic.ONE_DEVICE
         self.model, self.optimizer = build_model_and_optimizer(config)
         self.checkpointed = (self.model, self.optimizer)
 
@@ -101,6 +106,17 @@ class ReferenceTrainer:
 
     def trace_count(self) -> int:
         return train_steps.experimental_get_tracing_count()
+
+    def step_call(self) -> profile.StepCall:
+        """--profile: a measured epoch's first call, the stacked run of its equal-size batches."""
+        def prepare():
+            batches = epoch_batches(self.data.x_train, self.data.y_train, self.config.batch_size)
+            return tuple(tf.constant(array) for array in next(step_chunks(batches)))
+
+        def run(inputs):
+            train_steps(self.model, self.optimizer, *inputs)[0].numpy()  # host sync: the call has run
+
+        return profile.StepCall(len(prepare()[1]), prepare, run, lambda: (traffic.one_device(self.device), ""))
 
     def evaluate(self, x, y):
         """(mean loss, accuracy) over a whole split, in batches."""

@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from dtensor_impl.mesh import parse_mesh
 from mirrored_impl.trainer import describe_pieces
-from shared import baseline
+from shared import baseline, profile_report
 from shared.benchmark import PEAK_MATMUL_SIZE
 from shared.console import fit_width
 from shared.devices import op_determinism_enabled
@@ -32,11 +32,11 @@ from shared.sweep import best_against_one_device, sweep_notes
 from shared.report_schema import SCHEMA_VERSION
 from shared.reproducibility import reproducibility_dict
 
-RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
+RESULT_HEADERS = ["trainer", "devices / mesh", "collectives", "train loss", "train acc", "test loss", "test acc",
                   "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "memory/device MB", "peak MB"]
 # One table of all twelve is ~180 columns: printed as two, "Results" and "Speed and memory", each
 # within shared.console.LINE_WIDTH; the trainer's name leads both.
-RESULT_COLUMNS = 6  # trainer, devices / mesh, losses and accuracies; the rest are speed and memory
+RESULT_COLUMNS = 7  # trainer, devices / mesh, collectives, losses and accuracies; the rest are speed and memory
 SWEEP_HEADERS = ["devices", "configuration", "examples/s", "reference", "ratio", "MB/device", "parity", "fastest"]
 BELOW_FLOOR = (f"-: no epoch after the first ran {MIN_MEASURED_SECONDS:g} s or more without tracing (the timing "
                f"floor, shared/history.py);\n   use more --epochs or --train-examples")
@@ -87,13 +87,13 @@ def result_rows(run) -> List[list]:
     for name, result in run.results.items():
         history = result.history
         if history is None:
-            rows.append([name, "-", "-", "-", "-", "-", "FAILED", "-", "-", "-", "-", "-"])  # why: under parity
+            rows.append([name, "-", "-", "-", "-", "-", "-", "FAILED", "-", "-", "-", "-", "-"])  # why: under parity
             continue
         last = history.epochs[-1] if history.epochs else None
         figures = throughput(history, train_examples)
         percentiles = step_time_percentiles_ms(history)
         rows.append([
-            name, history.placement,
+            name, history.placement, history.collectives.name if history.collectives else "-",
             *(f"{v:.4f}" for v in ((last.train_loss, last.train_accuracy, last.test_loss, last.test_accuracy)
                                    if last else (float("nan"),) * 4)),
             "-" if figures is None else f"{figures[0]:,.0f} ({figures[1]:,.0f}-{figures[2]:,.0f})",
@@ -135,7 +135,48 @@ def exit_ok(run, sweep) -> bool:
     return passed(run, sweep) and (run.baseline is None or run.baseline.ok)
 
 
-def print_tables(run, sweep, out=sys.stdout) -> None:
+def collectives_line(run) -> str:
+    """Under the results: which collective implementation each trainer ran, and why that one."""
+    return "collectives: " + "; ".join(f"{name} {result.history.collectives.describe()}"
+                                       for name, result in run.results.items()
+                                       if result.history is not None and result.history.collectives is not None)
+
+
+def sweep_collectives_line(sweep) -> str:
+    """Under the sweep table (no column is left within 120): each trainer's rows' collective implementation."""
+    seen = {}
+    for entry in sweep:
+        if entry.collectives is not None:
+            seen.setdefault(entry.trainer, set()).add(entry.collectives.describe())
+    return ("collectives: " + "; ".join(f"{trainer} rows {', '.join(sorted(names))}" for trainer, names in seen.items())
+            if seen else "")
+
+
+def print_profile(run, link_gbps, out=sys.stdout) -> None:
+    """--profile: each trainer's step parts, and under them its bytes per step."""
+    histories = [(name, result.history) for name, result in run.results.items()]
+    rows = profile_report.trainer_rows(histories)
+    if rows:
+        print(f"\n{profile_report.TITLE}", file=out)
+        print(tabulate(rows, ["trainer", *profile_report.PART_HEADERS], tablefmt="github"), file=out)
+        for line in profile_report.traffic_lines([(name, history.traffic, history.traffic_missing)
+                                                  for name, history in histories if history is not None], link_gbps):
+            print(fit_width(line, indent=2), file=out)
+
+
+def print_sweep_profile(sweep, link_gbps, out=sys.stdout) -> None:
+    """--profile with --sweep-devices: the same for every configuration of the sweep."""
+    rows = profile_report.sweep_rows(sweep)
+    if rows:
+        print("\nStep profile of every sweep configuration, ms per step (each reference's: the step profile above)",
+              file=out)
+        print(tabulate(rows, ["devices", "configuration", *profile_report.PART_HEADERS], tablefmt="github"), file=out)
+        for line in profile_report.traffic_lines([(f"{e.devices} devices {e.trainer} {e.label}", e.traffic,
+                                                   e.traffic_missing) for e in sweep], link_gbps):
+            print(fit_width(line, indent=2), file=out)
+
+
+def print_tables(run, sweep, out=sys.stdout, link_gbps=None) -> None:
     if run.parity or any(r.failed for r in run.results.values()):
         print(f"\n{parity_title(run)}", file=out)
         print(tabulate(parity_rows(run), PARITY_HEADERS, tablefmt="github"), file=out)
@@ -145,13 +186,14 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
     print("\nResults after the last epoch", file=out)
     print(tabulate([row[:RESULT_COLUMNS] for row in rows], RESULT_HEADERS[:RESULT_COLUMNS], tablefmt="github"),
           file=out)
+    print(fit_width(collectives_line(run), indent=2), file=out)
     print("\nSpeed and memory (throughput and step times from the epochs after the first, which traces;\n"
           "memory/device: weights + optimizer state on the busiest device; peak MB on CPU: the process's peak RSS "
           "so far)", file=out)
     print(tabulate([row[:1] + row[RESULT_COLUMNS:] for row in rows], RESULT_HEADERS[:1] + RESULT_HEADERS[RESULT_COLUMNS:],
                    tablefmt="github"), file=out)
     compute = compute_facts(run)
-    below_floor = any(row[6] == "-" for row in rows) or None in compute["achieved_gflops"].values()
+    below_floor = any(row[RESULT_COLUMNS] == "-" for row in rows) or None in compute["achieved_gflops"].values()
     if compute["matmul_peak_gflops"]:
         achieved = ", ".join(f"{name} -" if gflops is None else
                              f"{name} {gflops:.0f} ({gflops / compute['matmul_peak_gflops']:.0%})"
@@ -164,17 +206,19 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
         print(BELOW_FLOOR, file=out)
     for line in export_lines(run):
         print(fit_width(line), file=out)
+    print_profile(run, link_gbps, out)
     if sweep:
         print("\nThroughput against device count: every configuration, each beside its own reference", file=out)
         print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
         print("(examples/s: each one's fastest epoch after the first; reference: the same of the reference trained "
               "just before it;\nratio: the two's; MB/device: weights + optimizer state on the busiest device; "
               "fastest at that count, by ratio:\nM the DTensor mesh, A the approach)", file=out)
-        for line in sweep_notes(sweep) + [best_against_one_device(sweep)]:
+        for line in [sweep_collectives_line(sweep)] + sweep_notes(sweep) + [best_against_one_device(sweep)]:
             if line:
                 print(fit_width(line, indent=2), file=out)
         if not below_floor and any(e.throughput_examples_per_s is None and not e.skipped for e in sweep):
             print(BELOW_FLOOR, file=out)
+        print_sweep_profile(sweep, link_gbps, out)
     print_repeats_and_baseline(run, out)
     print(f"\n{last_line(run, passed(run, sweep))}", file=out)
     if run.baseline is not None:
@@ -217,7 +261,7 @@ def sweep_rows(sweep) -> List[list]:
     return rows
 
 
-def report_dict(run, sweep) -> dict:
+def report_dict(run, sweep, link_gbps=None) -> dict:
     train_examples = len(run.data.y_train)
     trainers = {}
     for name, result in run.results.items():
@@ -241,6 +285,10 @@ def report_dict(run, sweep) -> dict:
             "memory_per_device": [dataclasses.asdict(record) for record in history.memory_per_device],
             "details": history.details,
             "final_weights": digests(history),  # shared/digest.py: what --baseline compares
+            "collectives": profile_report.implementation_dict(history.collectives),
+            "step_profile": profile_report.profile_dict(history.step_profile),  # --profile
+            "traffic": profile_report.traffic_dict(history.traffic, link_gbps),
+            "traffic_missing": history.traffic_missing,
         }
     config = dataclasses.asdict(run.config)
     return {
@@ -259,7 +307,9 @@ def report_dict(run, sweep) -> dict:
         "baseline": baseline.baseline_dict(run.baseline),
         "model": model_facts(definition_for(run.config)),
         "compute": compute_facts(run),
-        **({"sweep": [dataclasses.asdict(entry) for entry in sweep]} if sweep else {}),
+        "link_gbps": link_gbps,  # --link-gbps
+        **({"sweep": [{**dataclasses.asdict(entry), "traffic": profile_report.traffic_dict(entry.traffic, link_gbps)}
+                      for entry in sweep]} if sweep else {}),
     }
 
 
@@ -291,14 +341,15 @@ def write_tensorboard(logdir: str, run) -> None:
 
 def publish(args, run, sweep=()) -> int:
     """Print the tables, write --json, --plots and --logdir; return compare.py's exit code (0: parity holds)."""
-    print_tables(run, sweep)
+    print_tables(run, sweep, link_gbps=getattr(args, "link_gbps", None))
     write_outputs(args, run, sweep)
     return 0 if exit_ok(run, sweep) else 1
 
 
 def write_outputs(args, run, sweep) -> None:
     if args.json:
-        payload = json.dumps(_finite(report_dict(run, sweep)), indent=2, allow_nan=False).encode()
+        payload = json.dumps(_finite(report_dict(run, sweep, getattr(args, "link_gbps", None))), indent=2,
+                             allow_nan=False).encode()
         write_atomically(args.json, payload)
     if args.plots:
         from shared import plots

@@ -75,6 +75,11 @@ class SweepEntry:
     skipped: str = ""  # why this configuration did not run
     fastest_mesh: bool = False  # the DTensor mesh with the best ratio at this device count
     faster_approach: bool = False  # the better ratio of DTensor's fastest mesh and MirroredStrategy's best update
+    collectives: Optional[object] = None  # shared.traffic.Implementation its collectives ran with
+    # --profile: shared.profile.StepProfile, shared.traffic.Traffic (bytes per step), or why it has none
+    step_profile: Optional[object] = None
+    traffic: Optional[object] = None
+    traffic_missing: str = ""
 
     @property
     def ok(self) -> bool:
@@ -144,6 +149,8 @@ def sweep_entry(point: SweepPoint, run, train_examples: int) -> SweepEntry:
     if not result.failed:
         entry.throughput_examples_per_s = _fastest(throughput(result.history, train_examples))
         entry.memory_per_device_bytes = largest_total_bytes(result.history.memory_per_device)
+        entry.collectives, entry.step_profile = result.history.collectives, result.history.step_profile
+        entry.traffic, entry.traffic_missing = result.history.traffic, result.history.traffic_missing
     if entry.throughput_examples_per_s is not None and entry.reference_examples_per_s:
         entry.ratio_to_reference = entry.throughput_examples_per_s / entry.reference_examples_per_s
     verdict = run.verdicts.get(point.trainer)

@@ -17,11 +17,14 @@ of calls). A trainer is an object with what distributing changes, and `fit` call
     final_weights()               [arrays], unpadded
     memory_per_device()           [shared.memory.DeviceMemory]
     predict_logits(x)             the trainer's own logits for host images (--export checks them)
+    step_call()                   --profile: its steady train call (shared.profile.StepCall)
+    collectives                   the collective implementation its steps run (shared.traffic.Implementation)
 and optionally begin(start_epoch) (after --restore, before the first step), before_save() and
 finish(history).
 """
 from typing import Callable
 
+from shared import profile
 from shared.checkpoint import TrainingState
 from shared.checksums import read_state_checksums, state_names, state_sizes
 from shared.config import Config
@@ -69,4 +72,7 @@ def fit(trainer, config: Config, data: MnistData, log: Callable = print) -> Hist
     getattr(trainer, "finish", lambda history: None)(history)
     export_trainer(config, trainer.name, definition, history.final_weights, trainer.predict_logits,  # --export
                    data.x_test, history.details)
+    history.collectives = trainer.collectives
+    if config.profile:  # last: it steps the weights on, after every figure of the run is recorded
+        history.step_profile, history.traffic, history.traffic_missing = profile.measure(trainer.step_call())
     return history
