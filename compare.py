@@ -234,6 +234,8 @@ def main(argv=None) -> int:
     # These import TensorFlow: after argument errors are reported, and after its messages are hidden.
     from shared import comparison, multiclient
     try:
+        if args.link_gbps and not config.profile:
+            raise UsageError("--link-gbps turns the bytes that --profile counts into time; add --profile")
         if config.clients > 1:  # several processes: the launcher starts them, or this is one of them
             return multiclient.run(config, args)
         return comparison.run(config, args)

@@ -52,12 +52,13 @@ def decide(device_type: str, device_count: int, wanted: bool, physical_gpus: int
     return Implementation("NCCL", True, "one physical GPU per device"), {VARIABLE: "1"}
 
 
-def settle(device_type: str, device_count: int, wanted: bool = True) -> Implementation:
-    """Fix DTensor's NCCL for this process, the first time it is called; return what its collectives use."""
+def settle(device_type: str, device_count: int, wanted: bool = True,
+           physical_gpus: Optional[int] = None) -> Implementation:
+    """Fix DTensor's NCCL for this process, the first time it is called; return what its collectives use.
+    `physical_gpus`: None counts them."""
     global _setting
     if _setting is None:
-        physical_gpus = 0
-        if device_type == "GPU":
+        if physical_gpus is None:
             import tensorflow as tf
             physical_gpus = len(tf.config.list_physical_devices("GPU"))  # does not start the runtime
         _setting, variables = decide(device_type, device_count, wanted, physical_gpus, _runtime_started(),

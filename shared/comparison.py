@@ -241,8 +241,6 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], Mn
 def run(config: Config, args) -> int:
     """compare.py's whole job in one process; returns the exit code (0 parity holds, 1 it does not)."""
     from shared import report
-    if getattr(args, "link_gbps", None) and not config.profile:
-        raise UsageError("--link-gbps turns the bytes that --profile counts into time; add --profile")
     report.check_outputs(args)
     saved = baseline.load(args.baseline) if args.baseline else None
     all_devices, data = prepare(config, args.sweep_devices or ())

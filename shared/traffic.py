@@ -116,8 +116,13 @@ def lowered_functions(concrete_function) -> List[str]:
     context's library: "<its name>__func_..." calls "_func_...". Empty before its first call (DTensor lowers
     a function when it first runs it) or where this TensorFlow names them otherwise."""
     from tensorflow.python.eager import context
-    root = concrete_function.name.decode() if isinstance(concrete_function.name, bytes) else concrete_function.name
+    root = _name(concrete_function)
     return sorted(name for name in context.context().list_function_names() if name.startswith(root + "__func_"))
+
+
+def _name(concrete_function) -> str:
+    name = concrete_function.name
+    return name.decode() if isinstance(name, bytes) else name
 
 
 def _const_value(nodes: Dict[str, object], tensor_name: str) -> np.ndarray:
@@ -149,8 +154,7 @@ def dtensor_traffic(concrete_function, steps: int, mesh_axes: Sequence[Tuple[str
     `steps` steps, already run) to; (None, why) when that function is not found."""
     wrappers = lowered_functions(concrete_function)
     if len(wrappers) != 1:
-        return None, (f"found {len(wrappers)} functions that DTensor lowered {concrete_function.name!r} to, "
-                      f"not one")
+        return None, f"found {len(wrappers)} functions that DTensor lowered {_name(concrete_function)} to, not one"
     found: Dict[Tuple[str, str, int], List[int]] = defaultdict(lambda: [0, 0])  # (kind, axes, g) -> count, bytes
     pending, seen = [wrappers[0]], set()
     while pending:

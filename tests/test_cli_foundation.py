@@ -10,7 +10,7 @@ OPTIONS = ["--trainers", "--devices", "--device-type", "--mesh", "--epochs", "--
            "--test-examples", "--tolerance", "--json", "--plots", "--logdir", "--sweep-devices",
            "--quiet", "--hidden", "--shuffle", "--dtensor-input", "--mirrored-update",
            "--keep-checkpoints", "--verbose", "--dtype", "--no-explain", "--sweep-meshes", "--baseline",
-           "--with-float64", "--repeat", "--deterministic"]
+           "--with-float64", "--repeat", "--deterministic", "--profile", "--link-gbps", "--no-dtensor-nccl"]
 
 
 def test_help_lists_every_option_with_its_default():
