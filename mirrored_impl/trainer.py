@@ -98,10 +98,14 @@ def choose_cross_device_ops(devices: Sequence[str]) -> tf.distribute.CrossDevice
     return tf.distribute.ReductionToOneDevice()
 
 
-def implementation(cross_device_ops: tf.distribute.CrossDeviceOps, devices: Sequence[str]) -> Implementation:
-    """What choose_cross_device_ops chose, and why, for the result rows."""
+def implementation(cross_device_ops: tf.distribute.CrossDeviceOps, devices: Sequence[str], update: str) -> Implementation:
+    """What the gradients' sum ran with, and why, for the result rows: choose_cross_device_ops's choice, except
+    that NcclAllReduce sums onto one destination (`primary`) with ReductionToOneDevice (cross_device_ops.py)."""
     name = type(cross_device_ops).__name__
     if isinstance(cross_device_ops, tf.distribute.NcclAllReduce):
+        if update == "primary":
+            return Implementation("ReductionToOneDevice", False, "the primary update sums on one device: NcclAllReduce "
+                                                                 "falls back to it")
         return Implementation(name, True, "one physical GPU per replica")
     if devices[0].upper().startswith("CPU"):
         return Implementation(name, False, "CPUs have no NCCL")
@@ -389,7 +393,7 @@ class MirroredTrainer:
             self.strategy = tf.distribute.MirroredStrategy(devices=[f"/device:{device}" for device in devices],
                                                            cross_device_ops=cross_device_ops)
             cross_device_ops_name = type(cross_device_ops).__name__
-            self.collectives = implementation(cross_device_ops, devices)
+            self.collectives = implementation(cross_device_ops, devices, update_mode(config))
         self.config, self.data = config, data
         num_replicas = self.strategy.num_replicas_in_sync
         self.placement = (f"{num_replicas} replica{'s' * (num_replicas > 1)} on {devices[0].split(':')[0]}"

@@ -156,10 +156,14 @@ def _throughput_plot(run, sweep, directory: str) -> None:
 
 def profiled_bars(run, sweep) -> list:
     """(label, StepProfile) per bar: each profiled trainer of the run, then each profiled sweep configuration."""
-    bars = [(f"{name}\n{result.history.placement}".replace(" over ", "\nover "), result.history.step_profile)
-            for name, result in run.results.items()
+    def label(name, history):  # e.g. "8 dev\ndtensor\nbatch=8", "1 dev\nreference"
+        details = history.details
+        mesh_or_update = details.get("mesh") or (f"update {details['update']}" if "update" in details else "")
+        devices = 1 if name == "reference" else run.config.devices
+        return f"{devices} dev\n{name}\n" + mesh_or_update.replace(",", "\n").replace(" ", "\n")
+    bars = [(label(name, result.history), result.history.step_profile) for name, result in run.results.items()
             if result.history is not None and result.history.step_profile is not None]
-    return bars + [(f"{entry.devices} dev\n{entry.trainer}\n" + entry.label.replace(",", "\n").replace("update ", ""),
+    return bars + [(f"{entry.devices} dev\n{entry.trainer}\n" + entry.label.replace(",", "\n").replace(" ", "\n"),
                     entry.step_profile) for entry in sweep if entry.step_profile is not None]
 
 

@@ -85,3 +85,18 @@ def test_a_cpu_trainer_says_it_has_no_nccl(devices, embedded):
     assert trainer.collectives == Implementation("ring", False, "CPUs have no NCCL")
     assert trainer.details["collectives"] == "ring (CPUs have no NCCL)"
     assert os.environ.get(VARIABLE) != "1"
+
+
+@pytest.mark.parametrize("cross_device_ops, devices, update, expected", [
+    ("NcclAllReduce", ["GPU:0", "GPU:1"], "replicas", Implementation("NcclAllReduce", True, "one physical GPU per replica")),
+    # NcclAllReduce sums onto one destination with ReductionToOneDevice (tensorflow/python/distribute/cross_device_ops.py).
+    ("NcclAllReduce", ["GPU:0", "GPU:1"], "primary", Implementation(
+        "ReductionToOneDevice", False, "the primary update sums on one device: NcclAllReduce falls back to it")),
+    ("ReductionToOneDevice", ["GPU:0", "GPU:1"], "replicas",
+     Implementation("ReductionToOneDevice", False, "NCCL needs one physical GPU each")),
+    ("ReductionToOneDevice", ["CPU:0", "CPU:1"], "primary", Implementation("ReductionToOneDevice", False, "CPUs have no NCCL")),
+])
+def test_mirrored_rows_name_what_summed_the_gradients(cross_device_ops, devices, update, expected):
+    import tensorflow as tf
+    from mirrored_impl.trainer import implementation
+    assert implementation(getattr(tf.distribute, cross_device_ops)(), devices, update) == expected
