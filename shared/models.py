@@ -47,8 +47,6 @@ def build_model_and_optimizer(config: Config):
 @functools.lru_cache(maxsize=None)
 def load(spec: str, hidden: Optional[Sequence[int]] = None) -> ModelDefinition:
     """One definition per spec and process: every trainer of a run shares it."""
-    if hidden is not None and spec != "mlp":
-        raise UsageError(f"--hidden sets the MLP's layers; drop it, or use --model mlp (not {spec})")
     if spec == "mlp":
         return mlp(TUTORIAL_HIDDEN if hidden is None else tuple(hidden))
     if spec == "vit":

@@ -403,8 +403,10 @@ def test_the_header_names_only_what_the_chosen_trainers_use(devices, embedded, t
     from shared import report
     from shared.config import Config
     # A mesh for 3 devices: were the mesh parsed without DTensor, this would raise.
+    from shared.trainers import describe_runs
     mesh = None if "dtensor" in trainers else "batch=3"
-    text = report.header(Config(trainers=trainers, mesh=mesh), devices, embedded)
+    config = Config(trainers=trainers, mesh=mesh)
+    text = report.header(config, devices, embedded, describe_runs(config))
     assert shown in text.splitlines() and hidden not in text
     assert ("DTensor mesh batch=8" in text.splitlines()[0]) == ("dtensor" in trainers)
     assert max(len(line) for line in text.splitlines()) <= LINE_WIDTH

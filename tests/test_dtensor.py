@@ -22,6 +22,8 @@ from shared.config import Config
 from shared.errors import UsageError
 from shared.parity import TOLERANCES, check_parity
 
+pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
+
 TRAIN_EXAMPLES, TEST_EXAMPLES = 301, 101
 BASE = Config(epochs=2, batch_size=64, quiet=True)
 STEPS = 2 * 5  # 4 batches of 64 and one of 45 per epoch
