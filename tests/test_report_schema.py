@@ -75,7 +75,7 @@ def test_a_minimal_report_validates():
 
 @pytest.mark.parametrize("change, where", [
     (lambda r: r.pop("schema_version"), "'schema_version' is a required property"),
-    (lambda r: r.update(schema_version="0.9"), "'1.0' was expected"),
+    (lambda r: r.update(schema_version="0.9"), f"'{SCHEMA_VERSION}' was expected"),
     (lambda r: r.update(unknown_field=1), "Additional properties are not allowed ('unknown_field' was unexpected)"),
     (lambda r: r["config"].pop("seed"), "'seed' is a required property"),
     (lambda r: r["environment"].update(data_sha256="abc"), "'abc' does not match"),
