@@ -18,8 +18,18 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from dtensor_impl import combining
-from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_client_mesh, create_mesh,
-                               describe_layout, every_mesh, mesh_spec, parse_mesh, variable_layout)
+from dtensor_impl.mesh import (
+    BATCH_AXIS,
+    MeshSpec,
+    batch_layout,
+    create_client_mesh,
+    create_mesh,
+    describe_layout,
+    every_mesh,
+    mesh_spec,
+    parse_mesh,
+    variable_layout,
+)
 from shared import training
 from shared.checksums import state_checksums, state_variables
 from shared.config import Config

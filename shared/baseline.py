@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from shared.config import Config, NUMERIC_OPTIONS
+from shared.config import NUMERIC_OPTIONS, Config
 from shared.digest import SUMS, digests, same_bytes
 from shared.errors import UsageError
 from shared.mlp import TUTORIAL_HIDDEN

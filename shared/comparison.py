@@ -30,7 +30,6 @@ from shared.trainers import describe_runs, trainer_module
 from shared.verdict import Verdict, judge
 
 
-
 @dataclasses.dataclass
 class TrainerResult:
     name: str

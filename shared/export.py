@@ -17,12 +17,12 @@ if __name__ == "__main__":  # `python -m shared.export`: before TensorFlow's imp
     from shared.console import hide_tensorflow_messages
     hide_tensorflow_messages("--verbose" in sys.argv[1:])
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from shared.files import partial_path, publish_directory  # noqa: E402
-from shared.data import IMAGE_PIXELS  # noqa: E402
-from shared.model import Model  # noqa: E402
+from shared.data import IMAGE_PIXELS
+from shared.files import partial_path, publish_directory
+from shared.model import Model
 
 PROBE_EXAMPLES = 100
 PROBE_FILE = os.path.join("assets.extra", "probe.npz")

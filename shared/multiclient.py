@@ -135,7 +135,7 @@ def run_client(config: Config, role: ClientRole) -> int:
         write_atomically(config.result_file + ".started", b"")
     try:
         trainer_module(role.trainer).join_cluster(config.device_type)  # blocks until every client has joined
-    except Exception as error:  # noqa: BLE001 - TensorFlow says only "Could not start gRPC server"
+    except Exception as error:  # re-raised unless it is the port: TensorFlow says only "Could not start gRPC server"
         if "could not start grpc server" not in str(error).lower():
             raise
         address = own_address(role)

@@ -16,7 +16,6 @@ from typing import Callable, List, Sequence
 
 import tensorflow as tf
 
-
 ADAM_BETA_1 = 0.9
 ADAM_BETA_2 = 0.999
 ADAM_EPSILON = 1e-7

@@ -24,11 +24,18 @@ from shared.files import check_writable_dir, write_atomically
 from shared.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
 from shared.memory import MB, largest_total_bytes
 from shared.models import definition_for
-from shared.parity_report import (PARITY_HEADERS, float64_rerun_dict, last_line, parity_dict, parity_notes,
-                                  parity_rows, parity_title)
-from shared.sweep import best_against_one_device, sweep_notes
+from shared.parity_report import (
+    PARITY_HEADERS,
+    float64_rerun_dict,
+    last_line,
+    parity_dict,
+    parity_notes,
+    parity_rows,
+    parity_title,
+)
 from shared.report_schema import SCHEMA_VERSION
 from shared.reproducibility import reproducibility_dict
+from shared.sweep import best_against_one_device, sweep_notes
 
 RESULT_HEADERS = ["trainer", "devices / mesh", "train loss", "train acc", "test loss", "test acc",
                   "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "memory/device MB", "peak MB"]

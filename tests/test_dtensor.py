@@ -253,6 +253,7 @@ def test_dtensor_started_before_the_trainer_leaves_the_combining_on_and_the_trai
     import json
     import subprocess
     import sys
+
     from tensorflow.dtensor.python import api
     assert hasattr(api, "_dtensor_singleton")  # what combining._dtensor_started reads, on this release
     env = {key: value for key, value in os.environ.items() if key != dtensor_trainer.COMBINE_ALL_REDUCES}

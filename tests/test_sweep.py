@@ -4,8 +4,15 @@ import pytest
 
 from shared.config import Config
 from shared.errors import UsageError
-from shared.sweep import (SweepEntry, best_against_one_device, describe_plan, mark_fastest, plan_sweep,
-                          rerun_summary, sweep_notes)
+from shared.sweep import (
+    SweepEntry,
+    best_against_one_device,
+    describe_plan,
+    mark_fastest,
+    plan_sweep,
+    rerun_summary,
+    sweep_notes,
+)
 
 
 def labels(points):
