@@ -17,10 +17,10 @@ Exit code 0 when every verdict is ok or float noise (and none is CHANGED against
 bad input.
 """
 import argparse
-import math
+import dataclasses
 import sys
 
-from shared.config import DTYPES, TRAINER_NAMES, Config
+from shared.config import CHOICES, TRAINER_NAMES, Config
 from shared.console import hide_tensorflow_messages
 from shared.errors import UsageError
 
@@ -50,47 +50,20 @@ class _Parser(argparse.ArgumentParser):
         raise _ParserExit(status, message or "")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
-    return value
-
-
 def _int_list(text: str):
     try:
-        values = tuple(int(part) for part in text.split(","))
+        return tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every value must be a positive integer")
-    return values
 
 
-def _trainer_list(text: str):
-    names = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [n for n in names if n not in TRAINER_NAMES]
-    if unknown or not names:
-        shown = ",".join(unknown) if unknown else repr(text)
-        raise argparse.ArgumentTypeError(f"unknown trainer {shown}; "
-                                         f"choose from {','.join(TRAINER_NAMES)}")
-    return names
+def _name_list(text: str):
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _choices(field: str) -> dict:
+    """How --help shows a field's values; Config checks them (one place, the same error for the Python API)."""
+    return {"metavar": "{" + ",".join(CHOICES[field]) + "}"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,35 +72,35 @@ def build_parser() -> argparse.ArgumentParser:
                      formatter_class=_HelpFormatter)
     group = parser.add_argument_group
     add = group("what trains where").add_argument
-    add("--trainers", type=_trainer_list, default=",".join(defaults.trainers),
+    add("--trainers", type=_name_list, default=",".join(defaults.trainers),
         help="comma-separated trainers to run: " + ",".join(TRAINER_NAMES))
-    add("--devices", type=_positive_int, default=defaults.devices, help="logical devices (per client)")
-    add("--clients", type=_positive_int, default=defaults.clients,
+    add("--devices", type=int, default=defaults.devices, help="logical devices (per client)")
+    add("--clients", type=int, default=defaults.clients,
         help="processes, each with --devices logical devices: DTensor multi-client and "
              "MultiWorkerMirroredStrategy; started here on loopback ports unless the environment names "
              "this process's cluster (DTENSOR_CLIENT_ID.. or TF_CONFIG; docs/multi-machine.md)")
-    add("--result-file", help=argparse.SUPPRESS)  # set by the --clients launcher for its client processes
-    add("--device-type", choices=("CPU", "GPU"), type=str.upper, default=defaults.device_type,
+    add("--client-config", help=argparse.SUPPRESS)  # the --clients launcher's Config for a client, as JSON
+    add("--device-type", **_choices("device_type"), type=str.upper, default=defaults.device_type,
         help="logical CPUs (one physical CPU split) or GPUs (one physical GPU split if needed)")
     add("--mesh", default=defaults.mesh, help="DTensor mesh batch=B[,model=M] (default: batch=DEVICES)")
     add = group("the training run (the same for every trainer)").add_argument
-    add("--epochs", type=_non_negative_int, default=defaults.epochs, help="passes over the training set")
-    add("--batch-size", type=_positive_int, default=defaults.batch_size, help="global batch size")
-    add("--learning-rate", type=_positive_float, default=defaults.learning_rate, help="Adam or SGD step size")
-    add("--seed", type=_non_negative_int, default=defaults.seed,
+    add("--epochs", type=int, default=defaults.epochs, help="passes over the training set")
+    add("--batch-size", type=int, default=defaults.batch_size, help="global batch size")
+    add("--learning-rate", type=float, default=defaults.learning_rate, help="Adam or SGD step size")
+    add("--seed", type=int, default=defaults.seed,
         help="initial values use stateless seed (SEED, SEED+1); also the --shuffle seed")
-    add("--optimizer", choices=("adam", "sgd"), default=defaults.optimizer,
+    add("--optimizer", **_choices("optimizer"), default=defaults.optimizer,
         help="sgd exposes gradient-scale errors that Adam's normalisation hides")
-    add("--adam", choices=("fixed", "tutorial"), default=defaults.adam,
+    add("--adam", **_choices("adam"), default=defaults.adam,
         help="tutorial: the tutorial's Adam (read-after-assign, frozen step count)")
-    add("--dtype", choices=DTYPES, default=defaults.dtype,
+    add("--dtype", **_choices("dtype"), default=defaults.dtype,
         help="of weights, Adam slots and losses; float64 starts from the float32 initial values widened, "
              "and its parity is judged on every step with far tighter tolerances (docs/parity.md)")
     add = group("data").add_argument
     add("--data", default=defaults.data, help="auto, tfds, embedded, or a directory of MNIST IDX files")
-    add("--train-examples", type=_positive_int, default=None,
+    add("--train-examples", type=int, default=None,
         help="training examples (default: tfds/IDX 5000, embedded 4000)")
-    add("--test-examples", type=_positive_int, default=None,
+    add("--test-examples", type=int, default=None,
         help="test examples (default: tfds/IDX 5000, embedded 1000)")
     add("--model", default=defaults.model,
         help="mlp (the tutorial's), vit (a small Vision Transformer), or FILE.py:FUNCTION returning a "
@@ -135,17 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
     add("--hidden", type=_int_list, default=None, help="the MLP's hidden layer sizes (default: 700,500)")
     add("--shuffle", action="store_true", help="reshuffle the training set every epoch from --seed")
     add = group("how each approach distributes").add_argument
-    add("--dtensor-input", choices=("pack", "dataset"), default=defaults.dtensor_input,
+    add("--dtensor-input", **_choices("dtensor_input"), default=defaults.dtensor_input,
         help="DTensor input: split + dtensor.pack per batch, or dtensor.DTensorDataset")
     add("--no-dtensor-nccl", dest="dtensor_nccl", action="store_false",
         help="on GPUs, leave DTensor's collectives on TensorFlow's ring instead of NCCL (DTensor's own default; "
              "default: NCCL wherever TensorFlow allows it, one physical GPU per device; CPUs have no NCCL)")
-    add("--mirrored-update", choices=("auto", "primary", "replicas"), default=defaults.mirrored_update,
+    add("--mirrored-update", **_choices("mirrored_update"), default=defaults.mirrored_update,
         help="MirroredStrategy's optimizer step: once on the first device with the weights copied to the "
              "replicas, or on every replica after an all-reduce (auto: primary in one process, replicas "
              "with --clients)")
     add = group("parity").add_argument
-    add("--tolerance", type=_positive_float, default=None, metavar="T",
+    add("--tolerance", type=float, default=None, metavar="T",
         help="parity bound in the run's dtype: |a - b| <= T + T |b| for every step's loss and the first "
              "step's gradients, 10 T for the final weights (default: measured per dtype, docs/parity.md)")
     add("--no-explain", dest="explain", action="store_false",
@@ -160,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--with-float64", action="store_true",
         help="also train every trainer in float64 and write it into --json's report, so that a later --baseline "
              "against it can tell float32 noise from a change; about doubles the training time")
-    add("--repeat", type=_positive_int, default=defaults.repeat, metavar="N",
+    add("--repeat", type=int, default=defaults.repeat, metavar="N",
         help="train each trainer N times from the same start; report whether the runs are bitwise identical")
     add("--deterministic", action="store_true",
         help="tf.config.experimental.enable_op_determinism() for this process, before anything runs")
@@ -177,17 +150,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="after training, trace each trainer's steady train call with TensorFlow's profiler: a step's forward, "
              "backward, collectives, update, input and other time, and the bytes its collectives send per device "
              "(a few seconds per trainer; docs/throughput.md)")
-    add("--link-gbps", type=_positive_float, default=None, metavar="G",
+    add("--link-gbps", type=float, default=None, metavar="G",
         help="with --profile, the least time those bytes take per step over links of G gigabits per second, e.g. "
              "your NVLink's or network's (default: none)")
-    add("--sweep-meshes", choices=("all", "batch"), default="all",
+    add("--sweep-meshes", **_choices("sweep_meshes"), default=defaults.sweep_meshes,
         help="all: DTensor on every batch x model mesh of each count and MirroredStrategy in each update "
              "mode; batch: DTensor on batch=N and MirroredStrategy's --mirrored-update only")
     add = group("checkpoints and export").add_argument
     add("--checkpoint-dir", metavar="DIR",
         help="after every epoch write each trainer's full state to DIR/<trainer>/epoch-NNNN, e.g. epoch-0001 "
              "(default: none)")
-    add("--keep-checkpoints", type=_non_negative_int, default=defaults.keep_checkpoints, metavar="N",
+    add("--keep-checkpoints", type=int, default=defaults.keep_checkpoints, metavar="N",
         help="with --checkpoint-dir, keep each trainer's newest N epochs and delete older ones; 0 keeps all")
     add("--restore", metavar="PATH",
         help="start the trainers from a checkpoint any trainer wrote: DIR/<trainer>/epoch-NNNN, or DIR/<trainer> "
@@ -206,39 +179,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    return Config(
-        trainers=args.trainers, devices=args.devices, clients=args.clients, device_type=args.device_type,
-        mesh=args.mesh,
-        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        seed=args.seed, optimizer=args.optimizer, adam=args.adam, data=args.data,
-        train_examples=args.train_examples, test_examples=args.test_examples, model=args.model,
-        hidden=args.hidden,
-        shuffle=args.shuffle, dtensor_input=args.dtensor_input, mirrored_update=args.mirrored_update,
-        dtype=args.dtype, tolerance=args.tolerance, explain=args.explain, with_float64=args.with_float64,
-        repeat=args.repeat, deterministic=args.deterministic, profile=args.profile, dtensor_nccl=args.dtensor_nccl,
-        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,
-        restore=args.restore, reference_from_scratch=args.reference_from_scratch, export=args.export)
+    """The Config that the flags describe (every flag's dest is a Config field); UsageError if bad."""
+    if args.client_config:  # a client of the --clients launcher: its whole configuration, as the launcher made it
+        with open(args.client_config) as file:
+            return Config.from_json(file.read())
+    fields = {field.name for field in dataclasses.fields(Config)}
+    return Config(**{name: value for name, value in vars(args).items() if name in fields})
 
 
 def main(argv=None) -> int:
     """compare.py's exit code: 0 parity holds (or --help), 1 it does not, 2 bad input (one line on stderr).
     Never raises SystemExit, so a Python caller gets the same codes as the command line."""
     try:
-        args = build_parser().parse_args(argv)
+        config = config_from_args(build_parser().parse_args(argv))
     except _ParserExit as done:
         print(done.message, end="", file=sys.stderr)
         return done.status
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the --clients launcher passes them on
-    config = config_from_args(args)
-    hide_tensorflow_messages(args.verbose)
+    except UsageError as error:  # a value or a combination Config refuses
+        see_help = "; see --help" if str(error).startswith("argument --") else ""
+        print(f"compare.py: error: {error}{see_help}", file=sys.stderr)
+        return 2
+    hide_tensorflow_messages(config.verbose)
     # These import TensorFlow: after argument errors are reported, and after its messages are hidden.
     from shared import comparison, multiclient
     try:
-        if args.link_gbps and not config.profile:
-            raise UsageError("--link-gbps turns the bytes that --profile counts into time; add --profile")
         if config.clients > 1:  # several processes: the launcher starts them, or this is one of them
-            return multiclient.run(config, args)
-        return comparison.run(config, args)
+            return multiclient.run(config)
+        return comparison.run(config)
     except UsageError as error:
         print(f"compare.py: error: {error}", file=sys.stderr)
         return 2

@@ -27,8 +27,8 @@ import time
 import nox
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from release_matrix.releases import RELEASES  # noqa: E402
-from release_matrix.table import RESULTS_DIR  # noqa: E402
+from release_matrix.releases import RELEASES
+from release_matrix.table import RESULTS_DIR
 
 nox.options.default_venv_backend = "uv|venv"
 nox.options.sessions = ["release", "table"]

@@ -1,24 +1,11 @@
 """DTensor's all-reduce combining: whether it is on in this process, decided once, before DTensor starts.
 
-DTensor can combine a function's independent all-reduces into one
-(DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION; on unless the variable is exactly "0").
-Two facts make it matter here:
-
-- With it on, a DVariable read after an assign in the same tf.function returns the value
-  from before the assign (docs/tutorial-differences.md). The DTensor trainer's calls of
-  several unrolled steps would then read the weights from before the previous step's update,
-  so while it is on the trainer runs one step per call (trainer.steps_per_call).
-- DTensor reads the variable once per process, when it creates its device (the first DTensor
-  op), not per compiled function. Measured (TensorFlow 2.21, 8 CPUs): one DTensor op before
-  the variable was set to "0" left the combining on for the whole process, and 4-step calls
-  then trained 0.53 off the reference within one 4-step epoch.
-
-So `settle` runs before anything of ours starts DTensor (`mesh.create_mesh`,
-`shared.multiclient.join_cluster`, `trainer.fit`): on CPUs it turns the combining off unless
-you set the variable (each gradient all-reduced on its own ran ~14% faster there:
-docs/throughput.md), and records what DTensor will read. If DTensor had started before
-(your own DTensor code in the same process), the setting it read is unknown, and the
-combining counts as on: correct, one step per call.
+With DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION on (TensorFlow's default) a DVariable read
+after an assign in the same tf.function returns the value from before the assign, so the DTensor
+trainer then runs one step per call. DTensor reads the variable once per process, when it starts;
+`settle` runs before anything of ours starts it: on CPUs it turns the combining off unless you set
+the variable (~14% faster), and records what DTensor will read. If DTensor had started before, the
+combining counts as on: correct, one step per call (docs/tutorial-differences.md, docs/parity.md).
 """
 import os
 from typing import Optional

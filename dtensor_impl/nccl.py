@@ -68,5 +68,5 @@ def settle(device_type: str, device_count: int, wanted: bool = True,
             from tensorflow.python.eager import context
             # What dtensor.initialize_accelerator_system does on one host (accelerator_util.py): the runtime's
             # collectives take NCCL on GPUs; read when the runtime starts.
-            context.context()._collective_use_nccl_communication = True  # noqa: SLF001
+            context.context()._collective_use_nccl_communication = True
     return _setting

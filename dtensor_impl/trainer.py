@@ -18,9 +18,19 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from dtensor_impl import combining, nccl
-from dtensor_impl.mesh import (BATCH_AXIS, MeshSpec, batch_layout, create_client_mesh, create_mesh,
-                               describe_layout, mesh_spec, variable_layout)
-from shared import profile, training, traffic
+from dtensor_impl.mesh import (
+    BATCH_AXIS,
+    MeshSpec,
+    batch_layout,
+    create_client_mesh,
+    create_mesh,
+    describe_layout,
+    every_mesh,
+    mesh_spec,
+    parse_mesh,
+    variable_layout,
+)
+from shared import profile, traffic, training
 from shared.checksums import state_checksums, state_variables
 from shared.config import Config
 from shared.data import MnistData, epoch_batches, epoch_order, equal_shape_runs, without_autotune
@@ -32,7 +42,6 @@ from shared.model import Model
 from shared.models import build_model_and_optimizer, definition_for
 from shared.optim import make_optimizer
 
-INPUT_MODES = ("pack", "dataset")
 # Steps per train_steps call. Measured on a pre-packed batch, alternating in one process: a
 # step took 8.2 ms in one call per step and 6.9 ms in calls of 4 at 2 devices (27.3 and
 # 25.5 ms at 8); calls of 8 gained ~0.2 ms more but doubled the trace time (3.3 s at 8).
@@ -244,14 +253,12 @@ def test_step(model, x, y, example_weights):
 # --- the loop -------------------------------------------------------------------------------
 
 def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: str) -> None:
-    """Raise UsageError for an unknown mode, or DTensorDataset on a mesh over part of the devices.
+    """Raise UsageError for DTensorDataset on a mesh over part of the devices.
 
     DTensorDataset takes the number of devices per batch shard from all logical
     devices of the process, not from the mesh; on a smaller mesh it repeats every
     per-shard batch (8 CPUs, mesh batch=2: each global batch is two copies of one half).
     """
-    if dtensor_input not in INPUT_MODES:
-        raise UsageError(f"--dtensor-input {dtensor_input!r} is unknown; use pack or dataset")
     process_device_count = dtensor.num_local_devices(device_type)
     if dtensor_input == "dataset" and mesh_device_count != process_device_count:
         raise UsageError(f"--dtensor-input dataset needs a mesh over all {process_device_count} logical "
@@ -264,9 +271,6 @@ def check_config(config: Config, devices: Sequence[str]) -> MeshSpec:
     """The mesh and input-mode checks, run before anything trains (compare.py runs them up front)."""
     # --clients: `devices` are this client's; the mesh spans every client's (shared/multiclient.py).
     spec = mesh_spec(config.mesh, len(devices) * config.clients, config.batch_size)
-    if config.clients > 1 and config.dtensor_input != "pack":
-        raise UsageError(f"--dtensor-input {config.dtensor_input} is not supported with --clients "
-                         f"{config.clients}; use --dtensor-input pack (each client packs its own shards)")
     check_input_mode(config.dtensor_input, len(devices), devices[0].split(":")[0])
     check_float64_collectives(config.dtype, spec)
     definition_for(config).split_sizes(spec.model)  # a width the model axis cannot split, and no padding
@@ -395,7 +399,8 @@ class DTensorTrainer:
         def run(packed):
             float(train_steps(self.model, self.optimizer, packed)[0][-1])  # host sync: the call has run
 
-        def count(packed=prepare()):
+        def count():
+            packed = prepare()
             step = train_steps.get_concrete_function(self.model, self.optimizer, packed, False)
             devices = [short_device(device) for device in self.mesh.local_devices()]
             return traffic.dtensor_traffic(step, len(packed), self.spec.axes, devices)
@@ -434,6 +439,26 @@ class DTensorTrainer:
     def before_save(self):
         if self.checkpointed[0] is not self.model:
             copy_to_host(self.model, self.optimizer, *self.checkpointed)
+
+
+def describe_run(config: Config) -> dict:
+    """The header's facts, before anything trains (--clients: the mesh spans every client's devices)."""
+    spec = parse_mesh(config.mesh, config.devices * config.clients)
+    return {"mesh": str(spec), "per_replica_batch": str(config.batch_size // spec.batch)}
+
+
+def sweep_configs(config: Config, count: int, every_layout: bool):
+    """The sweep's DTensor configurations at `count` devices: every mesh (batch x model), or batch=N only."""
+    specs = every_mesh(count) if every_layout else [MeshSpec(batch=count)]
+    return [({"mesh": str(spec)}, config.replace(devices=count, mesh=str(spec))) for spec in specs]
+
+
+def join_cluster(config: Config) -> None:
+    """--clients: start this client's part of DTensor's runtime (reads DTENSOR_*), before anything else
+    starts it. In multi-client mode its shutdown_accelerator_system() raises, so it is never called."""
+    combining.settle(config.device_type)  # before DTensor starts: dtensor_impl/combining.py
+    nccl.settle(config.device_type, config.devices, config.dtensor_nccl)  # DTENSOR_GPU_USE_NCCL_COMMUNICATION
+    dtensor.initialize_accelerator_system(config.device_type)
 
 
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:

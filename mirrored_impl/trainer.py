@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from shared import profile, training, traffic
+from shared import profile, traffic, training
 from shared.checksums import read_state_checksums, state_checksums, state_variables
 from shared.config import Config
 from shared.data import MnistData, batch_slices, epoch_batches, without_autotune
@@ -44,11 +44,6 @@ def update_mode(config: Config) -> str:
     """
     if config.mirrored_update == "auto":
         return "replicas" if config.clients > 1 else "primary"
-    if config.mirrored_update not in UPDATE_MODES:
-        raise UsageError(f"--mirrored-update {config.mirrored_update!r} is unknown; use auto, primary or replicas")
-    if config.mirrored_update == "primary" and config.clients > 1:
-        raise UsageError(f"--mirrored-update primary needs one process, not --clients {config.clients}; "
-                         f"use --mirrored-update replicas (or auto)")
     return config.mirrored_update
 
 
@@ -128,6 +123,23 @@ def multi_worker_strategy():
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
         timeout_seconds=COLLECTIVE_TIMEOUT_S)
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def describe_run(config: Config) -> dict:
+    """The header's facts: MultiWorkerMirroredStrategy has one replica per worker (--clients)."""
+    replicas = config.clients if config.clients > 1 else config.devices
+    return {"per_replica_batch": describe_pieces(config.batch_size, replicas)}
+
+
+def sweep_configs(config: Config, count: int, every_layout: bool):
+    """The sweep's MirroredStrategy configurations at `count` devices: each update mode, or the chosen one."""
+    updates = UPDATE_MODES if every_layout else (update_mode(config),)
+    return [({"update": update}, config.replace(devices=count, mirrored_update=update)) for update in updates]
+
+
+def join_cluster(config: Config) -> None:
+    """--clients: join the workers that TF_CONFIG names, before anything else starts TensorFlow's runtime."""
+    multi_worker_strategy()
 
 
 def piece_sizes(global_count: int, num_replicas: int):

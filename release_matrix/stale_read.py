@@ -22,8 +22,8 @@ import sys
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl.mesh import MeshSpec, create_mesh
 from dtensor_impl.combining import VARIABLE as COMBINE_ALL_REDUCES
+from dtensor_impl.mesh import MeshSpec, create_mesh
 from dtensor_impl.trainer import build_model, pack_batch
 from shared.data import load_data
 from shared.devices import configure_devices

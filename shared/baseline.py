@@ -3,17 +3,11 @@
     python compare.py --dtype float64 --data embedded --json a.json      # save one
     python compare.py --dtype float64 --data embedded --baseline a.json  # later, elsewhere: exit 1 if CHANGED
 
-Every trainer in both runs is judged on every step's loss and its final weights (their digests,
-shared/digest.py), at this run's tolerances (shared/parity.py):
-  same         within them; "bit for bit" when every loss and every weight byte is equal
-  float noise  a float32 run beyond them whose float64 run agrees with the baseline's float64 run
-               of that trainer at float64's tolerances (a report holds float64 runs from its
-               explaining rerun, or from --with-float64; this run trains its own if needed)
-  CHANGED      at step k (or in the final weights): what left its bound; in float64, or in
-               float32 where float64 runs on both sides are missing or disagree
-Refused before anything trains, in one line (exit 2): a file that is not a compare.py report of
-this schema's major version, or whose run differs in an option that changes the numbers
-(shared/config.NUMERIC_OPTIONS, and the data: its counts and sha256). Docs: docs/baselines.md.
+Every trainer is judged on every step's loss and its final weights (their digests, shared/digest.py)
+at this run's tolerances: `same` (bit for bit when every loss and weight byte is equal), `float noise`
+(a float32 difference whose float64 runs agree) or `CHANGED at step k`. A file that is not a report
+of this schema's major version, or whose run differs in an option that changes the numbers
+(shared/config.NUMERIC_OPTIONS, and the data), is refused in one line. Docs: docs/baselines.md.
 """
 import dataclasses
 import json
@@ -21,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from shared.config import Config, NUMERIC_OPTIONS
+from shared.config import NUMERIC_OPTIONS, Config
 from shared.digest import SUMS, digests, same_bytes
 from shared.errors import UsageError
 from shared.mlp import TUTORIAL_HIDDEN

@@ -9,6 +9,7 @@ tf.function on one device, best of a few repeats: ~1 s (float64 ~3 s), run in th
 process as the trainers, so a loaded machine lowers both.
 """
 import time
+
 import tensorflow as tf
 
 PEAK_MATMUL_SIZE = 2048

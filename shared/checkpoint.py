@@ -3,36 +3,11 @@
     python compare.py --data embedded --epochs 2 --checkpoint-dir ckpt
     python compare.py --data embedded --epochs 3 --restore ckpt/dtensor --trainers mirrored
 
-Every trainer writes the same object graph with `tf.train.Checkpoint`, so any trainer
-restores what any other wrote, whatever the mesh, layout or mirroring (TensorFlow
-saves each variable whole and lays it out again on restore):
-
-    model/<variable name>              the weights, e.g. model/layers/0/w (shared/model.py)
-    optimizer/{m,v}/<i>, optimizer/step  Adam's slots and int64 step count (SGD has none;
-                                         --adam tutorial's Python-float step is not state)
-    progress/{epoch,batch,step}        epochs completed, batches of the next epoch done (0:
-                                         trainers save at epoch ends), optimizer steps so far
-    progress/{model,optimizer,dtype}   what the state is for: checked before restoring, so
-                                         a mismatch is one line, not a shape error (a float32
-                                         checkpoint does not restore into a --dtype float64 run)
-
-Files: `--checkpoint-dir DIR` gives DIR/<trainer>/epoch-0003/ckpt.index and
-ckpt.data-*, one line each unless --quiet; `--restore` takes such a directory, or
-DIR/<trainer> for its newest (`--reference-from-scratch`: the reference ignores it).
-
-Atomicity: `Checkpoint.write` writes an index and one or more data files (three on an
-8-device mesh) one after another, so a process killed in between leaves a prefix
-whose index is missing or does not match its data. Each checkpoint is therefore
-written into DIR/<trainer>/.epoch-0003.partial, fsynced, and renamed to epoch-0003:
-a rename within one directory is atomic, so epoch-0003 is complete or absent, and
-`latest` never looks at dot-directories. A kill leaves only the .partial directory,
-which the next write of that epoch removes. Not yet with --clients: every client would
-write and rename, so check_config refuses the three flags there.
-Retention: after each write, epochs older than the newest `--keep-checkpoints` N (default 3)
-are deleted. tf.train.CheckpointManager's max_to_keep is not used: it writes its checkpoints
-in place, as file prefixes in one directory with a state file, which the rename of a
-complete directory above cannot wrap.
-Cost: a checkpoint of the default 784-700-500-10 MLP with Adam is 11 MB; of the ViT, 0.9 MB.
+Every trainer writes the same object graph with `tf.train.Checkpoint` (model/<variable name>,
+optimizer/{m,v,step}, progress), so any trainer restores what any other wrote, whatever the mesh
+or layout. Each epoch goes to DIR/<trainer>/.epoch-NNNN.partial and is renamed to epoch-NNNN when
+complete; older epochs beyond --keep-checkpoints are deleted after it. What is checked before a
+restore, and why not CheckpointManager: docs/checkpoints-and-export.md.
 """
 import os
 import re
@@ -146,21 +121,8 @@ def check_restore(config: Config) -> Tuple[str, dict]:
     return prefix, progress
 
 
-def check_clients(config: Config) -> None:
-    """Checkpoints and export run in one process only, for now (see the module docstring)."""
-    flags = [flag for flag, value in (("--checkpoint-dir", config.checkpoint_dir), ("--restore", config.restore),
-                                      ("--export", config.export)) if value]
-    if config.clients > 1 and flags:
-        raise UsageError(f"{', '.join(flags)} with --clients {config.clients} is not supported yet; "
-                         f"use --clients 1")
-
-
 def check_config(config: Config) -> None:
     """--restore, --checkpoint-dir and --export, before anything trains."""
-    check_clients(config)
-    if config.reference_from_scratch and not config.restore:
-        raise UsageError("--reference-from-scratch compares trainers resumed from a checkpoint with a reference "
-                         "trained from the initial values; give --restore PATH too")
     if config.restore:
         check_restore(config)
     for flag, directory in (("--checkpoint-dir", config.checkpoint_dir), ("--export", config.export)):
@@ -176,7 +138,6 @@ class TrainingState:
 
     def __init__(self, trainer: str, config: Config, model, optimizer, train_examples: int,
                  log: Callable = print):
-        check_clients(config)
         self.trainer, self.config, self.log = trainer, config, log
         self.steps_per_epoch = len(batch_slices(train_examples, config.batch_size))
         self.progress = Progress(model.definition.name, config.optimizer, config.dtype)

@@ -1,19 +1,10 @@
 """Per-step checksums of the training state: what names the first variable that differs.
 
-Comparing the whole state after every step would mean every parameter x (weight, Adam m,
-Adam v) per step (905k for the MLP). Instead, a trainer that records them (float64 runs; shared/parity.py
-compares them) computes, in the graph and in float64, one number per state variable:
-sum |x|, for every weight, bias and Adam slot. A sum of non-negative terms does not
-cancel, so a relative tolerance judges it, and any change of any element moves it
-(a sign flip alone would not, nor would the loss miss it for long).
-
-When: at the start of every step, inside the training call, where the step's own forward
-pass reads the state, and once after the last step. So entry s is the state step s
-starts from, as it reads it (entry 0 the initial state, the last one the final state):
-where DTensor returns a stale value for a read after an assign in the same call, the
-checksum sees what the step saw. Cost: one reduction per variable per step (on DTensor
-a sharded variable's is an all-reduce; a second checksum, sum x**2, made a small DTensor
-run ~40% slower); float32 runs record none, so their speed is unchanged.
+In float64 runs each trainer computes, in the graph, sum |x| of every weight, bias and Adam slot at
+the start of every step (where the step itself reads the state, so a stale read shows) and once
+after the last: one number per variable instead of the whole state. A sum of non-negative terms
+does not cancel, so any change moves it. Cost: one reduction per variable per step; float32 runs
+record none (docs/parity.md).
 """
 from typing import List
 

@@ -4,8 +4,8 @@ Kept out of compare.py so that tests and other programs can import it; compare.p
 only parses arguments.
 """
 import dataclasses
-import importlib
 import resource
+import sys
 import time
 import traceback
 from typing import Dict, List, Optional, Sequence
@@ -26,13 +26,8 @@ from shared.memory import with_peaks
 from shared.models import definition_for
 from shared.parity import Parity, check_parity
 from shared.reproducibility import Repeatability, compare_runs
+from shared.trainers import describe_runs, trainer_module
 from shared.verdict import Verdict, judge
-
-TRAINER_MODULES = {
-    "reference": "shared.reference",
-    "dtensor": "dtensor_impl.trainer",
-    "mirrored": "mirrored_impl.trainer",
-}
 
 
 @dataclasses.dataclass
@@ -77,17 +72,8 @@ class RunResult:
         return {**self.more_float64_histories, **self.float64_histories}
 
 
-def trainer_module(name: str):
-    return importlib.import_module(TRAINER_MODULES[name])
-
-
 def check_config(config: Config, devices: Sequence[str]) -> None:
     """Each chosen trainer's own checks (a mesh, a batch over replicas) before anything trains."""
-    if config.batch_size < 1 or config.epochs < 0 or config.repeat < 1:
-        raise UsageError("--batch-size and --repeat must be positive and --epochs not negative")
-    if config.with_float64 and config.restore:
-        raise UsageError(f"--with-float64 cannot start a float64 run from the float32 checkpoint --restore "
-                         f"{config.restore}; drop one of them")
     definition_for(config)  # --model: a user's definition is loaded and checked here, once
     for name in config.trainers:
         check = getattr(trainer_module(name), "check_config", None)
@@ -116,7 +102,10 @@ def train_one(name: str, config: Config, data: MnistData, devices: Sequence[str]
         last = traceback.extract_tb(error.__traceback__)[-1]
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''} " \
                  f"({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
-        return TrainerResult(name, error=reason.strip(), traceback="".join(traceback.format_exception(error)))
+        result = TrainerResult(name, error=reason.strip(), traceback="".join(traceback.format_exception(error)))
+        if config.verbose:  # the one line is in the tables; a maintainer wants the whole story too
+            print(f"{name}: FAILED: {result.error}\n{result.traceback}", end="", file=sys.stderr, flush=True)
+        return result
     if config.device_type == "GPU":  # TensorFlow's own peak per device, beside the bytes the trainer holds
         history.memory_per_device = with_peaks(
             history.memory_per_device, {device: tf.config.experimental.get_memory_info(device)["peak"]
@@ -238,17 +227,17 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], Mn
     return all_devices, data
 
 
-def run(config: Config, args) -> int:
+def run(config: Config) -> int:
     """compare.py's whole job in one process; returns the exit code (0 parity holds, 1 it does not)."""
     from shared import report
-    report.check_outputs(args)
-    saved = baseline.load(args.baseline) if args.baseline else None
-    all_devices, data = prepare(config, args.sweep_devices or ())
+    report.check_outputs(config)
+    saved = baseline.load(config.baseline) if config.baseline else None
+    all_devices, data = prepare(config, config.sweep_devices or ())
     if saved is not None:
-        baseline.check_options(saved, config, data, data_sha256(data), args.baseline)
-    plan = sweep.plan_sweep(config, args.sweep_devices or (), args.sweep_meshes, all_devices)
+        baseline.check_options(saved, config, data, data_sha256(data), config.baseline)
+    plan = sweep.plan_sweep(config, all_devices)
     devices = all_devices[:config.devices]
-    print(report.header(config, devices, data))
+    print(report.header(config, devices, data, describe_runs(config)))
     if plan:
         print(sweep.describe_plan(config, plan))
     main_run = train_all(config, data, devices)
@@ -256,10 +245,10 @@ def run(config: Config, args) -> int:
         float64_runs(main_run, [name for name, result in main_run.results.items() if not result.failed],
                      data, devices)
     if saved is not None:
-        compare_with_baseline(main_run, saved, args.baseline, data, devices)
+        compare_with_baseline(main_run, saved, config.baseline, data, devices)
     main_run.matmul_peak_gflops = matmul_peak_gflops(devices[0], dtype=config.dtype)
     entries = run_sweep(config, data, all_devices, plan) if plan else []
-    return report.publish(args, main_run, entries)
+    return report.publish(config, main_run, entries)
 
 
 def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], plan: Sequence[sweep.SweepPoint],

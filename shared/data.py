@@ -66,9 +66,7 @@ def preprocess(images: np.ndarray, labels: np.ndarray) -> Tuple[np.ndarray, np.n
 
 def _example_count(name: str, requested: Optional[int], default: int, available: int, hint: str) -> int:
     """How many `name` examples to use: `requested`, else min(default, available); checked."""
-    count = min(default, available) if requested is None else requested
-    if count <= 0:
-        raise UsageError(f"--{name}-examples must be positive, got {count}")
+    count = min(default, available) if requested is None else requested  # Config checked it is positive
     if count > available:
         raise UsageError(f"--{name}-examples {count} is more than the {available} {name} "
                          f"examples in {hint}; use --{name}-examples {available} or fewer")

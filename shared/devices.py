@@ -19,8 +19,6 @@ _configured = {}  # device type -> logical device count set up by this process
 def configure_devices(count: int, device_type: str = "CPU") -> List[str]:
     """Make (at least) `count` logical devices of `device_type`; return the first `count` names."""
     device_type = device_type.upper()
-    if device_type not in ("CPU", "GPU"):
-        raise UsageError(f"--device-type {device_type!r} is unknown; use CPU or GPU")
     limit = MAX_LOGICAL_CPUS if device_type == "CPU" else None
     if count < 1 or (limit and count > limit):
         raise UsageError(f"--devices {count} is not possible; use 1 to {limit or 'the GPU count'}")

@@ -1,22 +1,13 @@
 """SavedModel export: any trainer's weights as a plain model that serves without mesh or strategy.
 
     python compare.py --data embedded --export exported
-    python -m shared.export exported/dtensor     # reload in a fresh process and check it (--verbose:
-                                                 # also TensorFlow's own log lines, hidden as compare.py does)
+    python -m shared.export exported/dtensor     # reload in a fresh process and check it
 
-tf.saved_model accepts only fully replicated DTensor models and drops every layout,
-and a MirroredStrategy model saves its strategy's variables; so each trainer hands
-over its final weights as arrays (a sharded DVariable all-gathered first), and they
-are saved as plain tf.Variables in the run's model (shared/model.py). The signature
-`serving_default` takes `images`, float32 [None, 784] in [0, 1], and returns
-`logits` [None, 10] and `probabilities` (their softmax).
-
-Each SavedModel carries a self-check in assets.extra/probe.npz (the conventional
-place for files TensorFlow does not read): the first PROBE_EXAMPLES test images and
-the logits the trainer itself computed for them on its mesh or replicas. Running
-this module on an export reloads it and compares; `fit` records the same difference,
-taken before saving, in history.details["export_max_abs_logit_diff"]. The directory
-is written beside its final name and renamed into place, like a checkpoint.
+Each trainer hands over its final weights as arrays (a sharded DVariable all-gathered first), saved
+as plain variables in the run's model: `serving_default` takes `images` [None, 784] and returns
+`logits` and `probabilities`. Each export carries its self-check in assets.extra/probe.npz: test
+images and the trainer's own logits for them, compared within LOGIT_TOLERANCE
+(docs/checkpoints-and-export.md). Written beside its final name and renamed into place.
 """
 import os
 import sys
@@ -26,12 +17,12 @@ if __name__ == "__main__":  # `python -m shared.export`: before TensorFlow's imp
     from shared.console import hide_tensorflow_messages
     hide_tensorflow_messages("--verbose" in sys.argv[1:])
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from shared.files import partial_path, publish_directory  # noqa: E402
-from shared.data import IMAGE_PIXELS  # noqa: E402
-from shared.model import Model  # noqa: E402
+from shared.data import IMAGE_PIXELS
+from shared.files import partial_path, publish_directory
+from shared.model import Model
 
 PROBE_EXAMPLES = 100
 PROBE_FILE = os.path.join("assets.extra", "probe.npz")

@@ -17,8 +17,8 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from shared.data import IMAGE_PIXELS, NUM_CLASSES
 from shared.config import Config
+from shared.data import IMAGE_PIXELS, NUM_CLASSES
 from shared.errors import UsageError
 from shared.mlp import TUTORIAL_HIDDEN, mlp
 from shared.model import Model, ModelDefinition, check_definition
@@ -47,8 +47,6 @@ def build_model_and_optimizer(config: Config):
 @functools.lru_cache(maxsize=None)
 def load(spec: str, hidden: Optional[Sequence[int]] = None) -> ModelDefinition:
     """One definition per spec and process: every trainer of a run shares it."""
-    if hidden is not None and spec != "mlp":
-        raise UsageError(f"--hidden sets the MLP's layers; drop it, or use --model mlp (not {spec})")
     if spec == "mlp":
         return mlp(TUTORIAL_HIDDEN if hidden is None else tuple(hidden))
     if spec == "vit":
@@ -74,7 +72,7 @@ def call_user_function(path: str, function_name: str, spec: str):
         raise UsageError(f"--model {spec}: {path} has no function {function_name}")
     try:
         return function()
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:  # noqa: BLE001 - the user's function: any error is one line
         raise UsageError(f"--model {spec}: {function_name}() raised {describe(error)}") from None
 
 
@@ -85,7 +83,7 @@ def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
         model = Model(definition, definition.initial_values(seed=0))
         try:
             logits = model(np.zeros((2, IMAGE_PIXELS), np.float32))
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:  # noqa: BLE001 - the user's forward: any error is one line
             raise UsageError(f"--model {spec}: its forward raised {describe(error)} on 2 images") from None
     if tuple(logits.shape) != (2, NUM_CLASSES):
         raise UsageError(f"--model {spec}: its forward returned shape {list(logits.shape)} for 2 images; "

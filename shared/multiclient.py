@@ -1,42 +1,12 @@
 """Several processes, one training run: multi-client DTensor and MultiWorkerMirroredStrategy.
 
     python compare.py --clients 2 --devices 2 --data embedded
-        # 2 local processes x 2 logical CPUs each: DTensor on a batch=4 mesh over both,
-        # MultiWorkerMirroredStrategy with 2 workers; the reference here; the usual tables
 
-`compare.py --clients C` has two roles:
-  launcher  no cluster variables in the environment (below). Checks flags and data, runs the
-            reference itself, then for each distributed trainer starts C client processes on
-            free ports (compare.py again, with the variables set), relays client 0's lines,
-            reads every client's History from a file, checks parity and prints the tables.
-  client    the variables set, by the launcher or by a cluster on real hosts. Trains one
-            trainer as one client. Under the launcher it writes its result to the file named
-            by --result-file; run by hand (docs/multi-machine.md) client 0 also runs the
-            reference and prints the tables.
-
-  dtensor   DTENSOR_CLIENT_ID, DTENSOR_NUM_CLIENTS, DTENSOR_JOB_NAME, DTENSOR_JOBS=host:port,...
-            (read by dtensor.initialize_accelerator_system)
-  mirrored  TF_CONFIG={"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": i}}
-            (read by tf.distribute.MultiWorkerMirroredStrategy)
-
-Training runs on TensorFlow's distributed runtime (gRPC servers, its coordination service
-and collectives); the launcher only starts processes and reads their results. Each client
-feeds only its own share of every global batch of `shared.data.epoch_batches`, so parity
-is checked against the single-process reference exactly as with one process. On CPU,
-MultiWorkerMirroredStrategy makes one replica per worker whatever --devices says.
-
-Faults, under the launcher: a client that exits non-zero, dies, or has not started within
-STARTUP_TIMEOUT_S ends its whole group (SIGKILL to each client's process group) and the
-trainer is reported FAILED in one line that names the client: exit code 1. Clients run in
-their own process groups and die with the launcher (PR_SET_PDEATHSIG); Ctrl-C or SIGTERM
-to the launcher kills them before it exits. Ports are found free by binding port 0; if one
-is taken before its client binds it, the group is restarted once on new ports; a second
-failure is reported ("could not listen on 127.0.0.1:P (port in use?)"). Without the launcher (a real cluster), a dead peer
-is caught by TensorFlow's coordination-service heartbeat and, for MultiWorkerMirroredStrategy,
-by collectives that time out after mirrored_impl.trainer.COLLECTIVE_TIMEOUT_S.
-
-Costs: each client is a fresh Python + TensorFlow process (~5 s to start on 2 cores), and
-the trainers run one after the other (one distributed runtime per process).
+Launcher (no cluster variables set): checks, runs the reference itself, then for each distributed
+trainer starts C client processes on free loopback ports, each handed the run's Config as JSON,
+relays client 0's lines, reads every client's result and reports. Client (DTENSOR_* or TF_CONFIG
+set, by the launcher or a real cluster): trains one trainer as one client. A client that dies or
+does not start ends its group, and the trainer is FAILED in one line. docs/multi-machine.md.
 """
 import atexit
 import ctypes
@@ -57,6 +27,7 @@ from shared.config import Config
 from shared.console import print_fitted
 from shared.errors import UsageError
 from shared.files import write_atomically
+from shared.trainers import describe_runs, trainer_module
 
 COMPARE_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compare.py")
 HOST = "127.0.0.1"
@@ -133,24 +104,19 @@ def free_ports(count: int) -> List[int]:
             sock.close()
 
 
-def run(config: Config, args) -> int:
+def run(config: Config) -> int:
     """compare.py --clients C: a client when the environment names one, else the launcher."""
     role = role_from_environment(config)
-    for flag, given in (("--sweep-devices", args.sweep_devices), ("--repeat", config.repeat > 1),
-                        ("--baseline", args.baseline), ("--with-float64", config.with_float64),
-                        ("--profile", config.profile)):
-        if given:
-            raise UsageError(f"{flag} runs in one process; drop it, or drop --clients")
     if role is None:
-        if args.result_file:
-            raise UsageError("--result-file is for the clients that --clients starts; drop it")
-        return run_launcher(config, args)
-    return run_client(config, args, role)
+        if config.result_file:
+            raise UsageError("--client-config is for the clients that --clients starts; drop it")
+        return run_launcher(config)
+    return run_client(config, role)
 
 
 # --- a client -------------------------------------------------------------------------------
 
-def run_client(config: Config, args, role: ClientRole) -> int:
+def run_client(config: Config, role: ClientRole) -> int:
     """Train `role.trainer` as one client; under the launcher, write the result file."""
     from shared import comparison, report
     from shared.data import load_data
@@ -161,15 +127,15 @@ def run_client(config: Config, args, role: ClientRole) -> int:
         raise UsageError(f"this process is {role.trainer} client {role.client_id} ({role.source} is set) "
                          f"and runs one distributed trainer; use --trainers {role.trainer} here and run "
                          f"{','.join(others)} as its own job")
-    if not args.result_file:
-        report.check_outputs(args)
+    if not config.result_file:
+        report.check_outputs(config)
     configure_determinism(config.deterministic)  # before any op runs
     devices = configure_devices(config.devices, config.device_type)
-    if args.result_file:
-        write_atomically(args.result_file + ".started", b"")
+    if config.result_file:
+        write_atomically(config.result_file + ".started", b"")
     try:
-        join_cluster(role.trainer, config)  # blocks until every client has joined
-    except Exception as error:  # noqa: BLE001 - TensorFlow says only "Could not start gRPC server"
+        trainer_module(role.trainer).join_cluster(config)  # blocks until every client has joined
+    except Exception as error:  # re-raised unless it is the port: TensorFlow says only "Could not start gRPC server"
         if "could not start grpc server" not in str(error).lower():
             raise
         address = own_address(role)
@@ -177,17 +143,17 @@ def run_client(config: Config, args, role: ClientRole) -> int:
                          f"free it or give this client another port in "
                          f"{'DTENSOR_JOBS' if role.trainer == 'dtensor' else 'TF_CONFIG'}") from None
     data = load_data(config.data, config.train_examples, config.test_examples)
-    if not args.result_file and role.client_id == 0:
-        print(report.header(config, devices, data))
+    if not config.result_file and role.client_id == 0:
+        print(report.header(config, devices, data, describe_runs(config)))
     result = comparison.train_one(role.trainer, config, data, devices, log=print_fitted)
-    if args.result_file:
-        write_atomically(args.result_file, pickle.dumps(result))
+    if config.result_file:
+        write_atomically(config.result_file, pickle.dumps(result))
         return 1 if result.failed else 0
     if role.client_id != 0:
         print(f"{role.trainer} client {role.client_id} of {role.num_clients}: "
               f"{'FAILED: ' + result.error if result.failed else 'finished'}; client 0 prints the comparison")
         return 1 if result.failed else 0
-    return report.publish(args, compare_with_reference(config, devices, data, result))
+    return report.publish(config, compare_with_reference(config, devices, data, result))
 
 
 def own_address(role: ClientRole, environ=os.environ) -> str:
@@ -195,23 +161,6 @@ def own_address(role: ClientRole, environ=os.environ) -> str:
     if role.trainer == "dtensor":
         return environ["DTENSOR_JOBS"].split(",")[role.client_id]
     return json.loads(environ["TF_CONFIG"])["cluster"]["worker"][role.client_id]
-
-
-def join_cluster(trainer: str, config: Config) -> None:
-    """Start this client's part of TensorFlow's distributed runtime, before anything else starts it."""
-    device_type = config.device_type
-    if trainer == "dtensor":
-        from tensorflow.experimental import dtensor
-
-        from dtensor_impl import combining, nccl
-        combining.settle(device_type)  # before DTensor starts: dtensor_impl/combining.py
-        nccl.settle(device_type, config.devices, config.dtensor_nccl)  # DTENSOR_GPU_USE_NCCL_COMMUNICATION, read below
-        # Reads DTENSOR_*; in multi-client mode its shutdown_accelerator_system() raises, so it is
-        # never called: the process exits instead.
-        dtensor.initialize_accelerator_system(device_type)
-    else:
-        from mirrored_impl.trainer import multi_worker_strategy
-        multi_worker_strategy()
 
 
 def compare_with_reference(config: Config, devices, data, result):
@@ -225,13 +174,13 @@ def compare_with_reference(config: Config, devices, data, result):
 
 # --- the launcher ---------------------------------------------------------------------------
 
-def run_launcher(config: Config, args) -> int:
+def run_launcher(config: Config) -> int:
     """Check, run the reference here, each distributed trainer in C processes, then report."""
     from shared import comparison, report
-    report.check_outputs(args)
+    report.check_outputs(config)
     devices, data = comparison.prepare(config)
     devices = devices[:config.devices]
-    print(report.header(config, devices, data))
+    print(report.header(config, devices, data, describe_runs(config)))
     print(f"clients: {config.clients} processes x {config.devices} logical {config.device_type}s on {HOST}; "
           f"each feeds its share of every global batch; the reference runs in this process")
     atexit.register(_stop_live_groups)
@@ -240,21 +189,21 @@ def run_launcher(config: Config, args) -> int:
     try:
         results = {"reference": comparison.train_one("reference", config, data, devices, log=print_fitted)}
         for trainer in [name for name in config.trainers if name != "reference"]:
-            results[trainer] = launch(trainer, config, args.argv, data.source, workdir)
+            results[trainer] = launch(trainer, config, data.source, workdir)
         run = comparison.compare_results(
             config, devices, data, results,
-            rerun=lambda names: rerun_in_float64(names, config, args.argv, data, devices, workdir))
+            rerun=lambda names: rerun_in_float64(names, config, data, devices, workdir))
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (see _on_sigterm)
         print(f"compare.py: {interrupt.args[0] if interrupt.args else 'interrupted'}; "
               f"every client process was stopped", file=sys.stderr)
         return 130
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return report.publish(args, run)
+    return report.publish(config, run)
 
 
-def rerun_in_float64(names: Sequence[str], config: Config, argv: Sequence[str], data, devices, workdir: str):
-    """shared/verdict.py's explaining rerun: the reference here, each trainer's clients again with --dtype float64."""
+def rerun_in_float64(names: Sequence[str], config: Config, data, devices, workdir: str):
+    """shared/verdict.py's explaining rerun: the reference here, each trainer's clients again in float64."""
     from shared import comparison
     float64 = comparison.float64_rerun_config(config)
     results = {"reference": comparison.train_one("reference", float64, data, devices, log=print_fitted)}
@@ -262,17 +211,17 @@ def rerun_in_float64(names: Sequence[str], config: Config, argv: Sequence[str], 
     os.makedirs(rerun_dir, exist_ok=True)
     for name in names:
         if name != "reference":
-            results[name] = launch(name, float64, [*argv, "--dtype", "float64", "--quiet"], data.source, rerun_dir)
+            results[name] = launch(name, float64, data.source, rerun_dir)
     return results
 
 
-def launch(trainer: str, config: Config, argv: Sequence[str], data_source: str, workdir: str):
+def launch(trainer: str, config: Config, data_source: str, workdir: str):
     """Run `trainer` in config.clients processes; client 0's result, or a failed one with one line."""
     from shared.comparison import TrainerResult
     for attempt in (1, 2):
         group = ClientGroup(trainer, config.clients, workdir, attempt)
         try:
-            group.start(argv, data_source)
+            group.start(config, data_source)
             error = group.watch()
         finally:
             group.stop()
@@ -296,16 +245,19 @@ class ClientGroup:
         self.processes: List[subprocess.Popen] = []
         self.relayed = 0  # bytes of client 0's stdout printed so far
 
-    def start(self, argv: Sequence[str], data_source: str) -> None:
+    def start(self, config: Config, data_source: str) -> None:
         ports = free_ports(self.count)
         _live_groups.add(self)
         for client in range(self.count):
             env = {name: value for name, value in os.environ.items()
                    if name not in DTENSOR_VARIABLES and name != "TF_CONFIG"}
             env.update(client_environment(self.trainer, client, ports), PYTHONUNBUFFERED="1")
-            # The flags as given; later ones win: this trainer only, the data source already resolved.
-            command = [sys.executable, COMPARE_PY, *argv, "--trainers", self.trainer, "--data", data_source,
-                       "--result-file", self.result_files[client]]
+            # The run's configuration whole: this trainer only, the data source already resolved.
+            client_config = config.replace(trainers=(self.trainer,), data=data_source,
+                                           result_file=self.result_files[client])
+            config_file = self.result_files[client] + ".config.json"
+            write_atomically(config_file, client_config.to_json().encode())
+            command = [sys.executable, COMPARE_PY, "--client-config", config_file]
             with open(self.stdout_files[client], "wb") as out, open(self.stderr_files[client], "wb") as err:
                 self.processes.append(subprocess.Popen(
                     command, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,

@@ -16,8 +16,6 @@ from typing import Callable, List, Sequence
 
 import tensorflow as tf
 
-from shared.errors import UsageError
-
 ADAM_BETA_1 = 0.9
 ADAM_BETA_2 = 0.999
 ADAM_EPSILON = 1e-7
@@ -63,8 +61,6 @@ class Adam(tf.Module):
     def __init__(self, variables: Sequence[tf.Variable], learning_rate: float,
                  zeros_like: Callable, make_step: Callable, formulation: str = "fixed"):
         super().__init__()
-        if formulation not in ("fixed", "tutorial"):
-            raise UsageError(f"--adam {formulation!r} is unknown; use fixed or tutorial")
         self.learning_rate = learning_rate
         self.formulation = formulation
         self.m: List[tf.Variable] = [zeros_like(var) for var in variables]
@@ -114,6 +110,4 @@ def make_optimizer(name: str, adam_formulation: str, variables, learning_rate: f
                    zeros_like: Callable, make_step: Callable):
     if name == "sgd":
         return SGD(learning_rate)
-    if name == "adam":
-        return Adam(variables, learning_rate, zeros_like, make_step, adam_formulation)
-    raise UsageError(f"--optimizer {name!r} is unknown; use adam or sgd")
+    return Adam(variables, learning_rate, zeros_like, make_step, adam_formulation)  # "adam" (Config checks it)

@@ -18,7 +18,7 @@ def parity_rows(run) -> List[list]:
         rows.append(["reference", "-", "-", "-", "-", "-", reference.verdict])
     elif run.results["reference"].failed:
         rows.append(["reference", "-", "-", "-", "-", "-", "FAILED"])
-    for name, result in run.results.items():
+    for name in run.results:
         if name == "reference":
             continue
         parity = run.parity.get(name)

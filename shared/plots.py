@@ -10,12 +10,12 @@ import os
 import matplotlib
 
 matplotlib.use("Agg")  # files only; no display needed
-import numpy as np  # noqa: E402
-from matplotlib import pyplot as plt  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+import numpy as np
+from matplotlib import pyplot as plt
+from matplotlib.patches import Patch
 
-from shared.files import write_atomically  # noqa: E402
-from shared.history import throughput  # noqa: E402
+from shared.files import write_atomically
+from shared.history import throughput
 
 FIGURE_SIZE = (9, 6)  # the tutorial's rcParams['figure.figsize']
 DPI = 100  # 900 x 600 pixels

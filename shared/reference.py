@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
-from shared import profile, training, traffic
+from shared import profile, traffic, training
 from shared.checksums import state_checksums, state_variables
 from shared.config import Config
 from shared.data import MnistData, epoch_batches, step_chunks

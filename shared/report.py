@@ -13,8 +13,6 @@ import numpy as np
 import tensorflow as tf
 from tabulate import tabulate
 
-from dtensor_impl.mesh import parse_mesh
-from mirrored_impl.trainer import describe_pieces
 from shared import baseline, profile_report
 from shared.benchmark import PEAK_MATMUL_SIZE
 from shared.console import fit_width
@@ -26,11 +24,18 @@ from shared.files import check_writable_dir, write_atomically
 from shared.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
 from shared.memory import MB, largest_total_bytes
 from shared.models import definition_for
-from shared.parity_report import (PARITY_HEADERS, float64_rerun_dict, last_line, parity_dict, parity_notes,
-                                  parity_rows, parity_title)
-from shared.sweep import best_against_one_device, sweep_notes
+from shared.parity_report import (
+    PARITY_HEADERS,
+    float64_rerun_dict,
+    last_line,
+    parity_dict,
+    parity_notes,
+    parity_rows,
+    parity_title,
+)
 from shared.report_schema import SCHEMA_VERSION
 from shared.reproducibility import reproducibility_dict
+from shared.sweep import best_against_one_device, sweep_notes
 
 RESULT_HEADERS = ["trainer", "devices / mesh", "collectives", "train loss", "train acc", "test loss", "test acc",
                   "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "memory/device MB", "peak MB"]
@@ -42,27 +47,26 @@ BELOW_FLOOR = (f"-: no epoch after the first ran {MIN_MEASURED_SECONDS:g} s or m
                f"floor, shared/history.py);\n   use more --epochs or --train-examples")
 
 
-def check_outputs(args) -> None:
+def check_outputs(config) -> None:
     """Reject unwritable output paths before any training starts."""
-    if args.json:
-        if os.path.isdir(args.json):
-            raise UsageError(f"--json {args.json} is a directory; give a file path such as {args.json}/report.json")
-        check_writable_dir("--json", os.path.dirname(os.path.abspath(args.json)), create=False)
-    for flag, directory in (("--plots", args.plots), ("--logdir", args.logdir)):
+    if config.json:
+        if os.path.isdir(config.json):
+            raise UsageError(f"--json {config.json} is a directory; give a file path such as {config.json}/report.json")
+        check_writable_dir("--json", os.path.dirname(os.path.abspath(config.json)), create=False)
+    for flag, directory in (("--plots", config.plots), ("--logdir", config.logdir)):
         if directory:
             check_writable_dir(flag, directory, create=True)
 
 
-def header(config, devices: Sequence[str], data) -> str:
-    """The run's facts, once: devices, and the mesh and per-replica batch only of the trainers that run."""
+def header(config, devices: Sequence[str], data, facts: dict) -> str:
+    """The run's facts, once: devices, and the mesh and per-replica batch only of the trainers that run
+    (`facts`: shared.trainers.describe_runs)."""
     per_replica, mesh = [], ""
-    if "dtensor" in config.trainers:  # --clients: the mesh spans every client's devices
-        batch_axis = parse_mesh(config.mesh, config.devices * config.clients).batch
-        mesh = f"; DTensor mesh {config.mesh or f'batch={batch_axis}'}"
-        per_replica.append(f"{config.batch_size // batch_axis} (DTensor)")
-    if "mirrored" in config.trainers:  # MultiWorkerMirroredStrategy has one replica per worker
-        mirrored_replicas = config.clients if config.clients > 1 else config.devices
-        per_replica.append(f"{describe_pieces(config.batch_size, mirrored_replicas)} (MirroredStrategy)")
+    if "dtensor" in facts:
+        mesh = f"; DTensor mesh {facts['dtensor']['mesh']}"
+        per_replica.append(f"{facts['dtensor']['per_replica_batch']} (DTensor)")
+    if "mirrored" in facts:
+        per_replica.append(f"{facts['mirrored']['per_replica_batch']} (MirroredStrategy)")
     return "\n".join(fit_width(line, indent=2) for line in [
         f"TensorFlow {tf.__version__}; {len(devices)} logical {config.device_type} devices "
         f"({devices[0]} .. {devices[-1]})" + (f" per client x {config.clients} clients" if config.clients > 1 else "")
@@ -339,20 +343,19 @@ def write_tensorboard(logdir: str, run) -> None:
         writer.close()
 
 
-def publish(args, run, sweep=()) -> int:
+def publish(config, run, sweep=()) -> int:
     """Print the tables, write --json, --plots and --logdir; return compare.py's exit code (0: parity holds)."""
-    print_tables(run, sweep, link_gbps=getattr(args, "link_gbps", None))
-    write_outputs(args, run, sweep)
+    print_tables(run, sweep, link_gbps=config.link_gbps)
+    write_outputs(config, run, sweep)
     return 0 if exit_ok(run, sweep) else 1
 
 
-def write_outputs(args, run, sweep) -> None:
-    if args.json:
-        payload = json.dumps(_finite(report_dict(run, sweep, getattr(args, "link_gbps", None))), indent=2,
-                             allow_nan=False).encode()
-        write_atomically(args.json, payload)
-    if args.plots:
+def write_outputs(config, run, sweep) -> None:
+    if config.json:
+        payload = json.dumps(_finite(report_dict(run, sweep, config.link_gbps)), indent=2, allow_nan=False).encode()
+        write_atomically(config.json, payload)
+    if config.plots:
         from shared import plots
-        plots.write_all(args.plots, run, sweep)
-    if args.logdir:
-        write_tensorboard(args.logdir, run)
+        plots.write_all(config.plots, run, sweep)
+    if config.logdir:
+        write_tensorboard(config.logdir, run)

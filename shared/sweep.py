@@ -3,39 +3,22 @@
     python compare.py --sweep-devices 2,8 --data embedded                      # every layout
     python compare.py --sweep-devices 2,8 --data embedded --sweep-meshes batch  # batch=N only
 
-At each device count N, `plan_sweep` lists DTensor on every mesh that N allows (every batch x
-model factorisation, `dtensor_impl.mesh.every_mesh`; a width the model axis does not divide is
-padded) and MirroredStrategy in each update mode (`--sweep-meshes batch`: DTensor on batch=N
-and MirroredStrategy in the chosen mode only, the sweep before layouts were searched). A
-configuration that cannot run (a batch axis that does not divide the global batch, say) is
-listed as skipped, with the trainer's own one-line reason.
-
-Each configuration trains beside a reference trained just before it, and its ratio is to that
-reference: on a shared machine throughput drifts by tens of percent within a minute, so a
-ratio to a reference measured minutes earlier would measure the drift. Both sides count their
-fastest measured epoch (shared.history: after the first, no trace, at least the timing floor);
-other processes only ever slow an epoch down. Parity is checked for every configuration: the
-table shows its verdict's keyword, the reasons follow under it, and a float32 failure's float64
-reruns are summed up in one line per device count. At each count the fastest DTensor mesh and
-the faster approach are marked, by ratio; one line says so when nothing beat one device.
-Costs: compare.py first trains the run its other flags describe (its epoch lines, tables, JSON
-and plots; the header says so), then a reference run per configuration (~3 s at the default
-settings), so the default sweep of 2 and 8 devices (10 configurations) takes about two minutes
-more on 2 cores.
+At each count every trainer offers its configurations (DTensor each mesh, MirroredStrategy each
+update mode; shared/trainers.py); one that cannot run is skipped with the trainer's reason. Each
+trains beside a reference trained just before it, and its ratio is to that reference (the
+machine's speed drifts within minutes); parity is judged for each. The fastest DTensor mesh and
+the faster approach are marked by ratio. Measurements and costs: docs/throughput.md.
 """
 import dataclasses
 from collections import Counter
 from typing import List, Optional, Sequence
 
-from dtensor_impl import trainer as dtensor_trainer
-from dtensor_impl.mesh import MeshSpec, every_mesh
-from mirrored_impl import trainer as mirrored_trainer
 from shared.config import Config
 from shared.errors import UsageError
 from shared.history import throughput
 from shared.memory import largest_total_bytes
+from shared.trainers import trainer_module
 
-SWEEP_MESHES = ("all", "batch")  # --sweep-meshes
 SKIPPED, FAILED = "skipped", "FAILED"  # a sweep entry's verdict besides shared/verdict.py's
 
 
@@ -104,34 +87,30 @@ def _devices(count: int) -> str:
     return f"{count} device{'s' * (count != 1)}"
 
 
-def _skip_reason(trainer_module, config: Config, devices: Sequence[str]) -> str:
+def _skip_reason(module, config: Config, devices: Sequence[str]) -> str:
     try:
-        trainer_module.check_config(config, devices)
+        module.check_config(config, devices)
     except UsageError as error:
         return str(error)
     return ""
 
 
-def plan_sweep(config: Config, counts: Sequence[int], meshes: str, all_devices: Sequence[str]) -> List[SweepPoint]:
+def plan_sweep(config: Config, all_devices: Sequence[str]) -> List[SweepPoint]:
     """Every configuration to train, count by count: DTensor's meshes, then MirroredStrategy's updates."""
-    if meshes not in SWEEP_MESHES:
-        raise UsageError(f"--sweep-meshes {meshes!r} is unknown; use all or batch")
-    base = config.replace(quiet=True, checkpoint_dir=None, export=None, repeat=1)  # those are the main run's
+    # The main run's outputs, checkpoints and repeats are not the configurations'.
+    base = config.replace(quiet=True, checkpoint_dir=None, export=None, repeat=1, sweep_devices=None, json=None,
+                          plots=None, logdir=None, baseline=None, with_float64=False)
     points = []
-    for count in counts:
+    for count in config.sweep_devices or ():
         devices = all_devices[:count]
-        if "dtensor" in config.trainers:
-            specs = every_mesh(count) if meshes == "all" else [MeshSpec(batch=count)]
-            for spec in specs:
-                point_config = base.replace(devices=count, mesh=str(spec), trainers=("dtensor",))
-                points.append(SweepPoint(count, "dtensor", point_config, mesh=str(spec),
-                                         skipped=_skip_reason(dtensor_trainer, point_config, devices)))
-        if "mirrored" in config.trainers:
-            updates = mirrored_trainer.UPDATE_MODES if meshes == "all" else (mirrored_trainer.update_mode(config),)
-            for update in updates:
-                point_config = base.replace(devices=count, mirrored_update=update, trainers=("mirrored",))
-                points.append(SweepPoint(count, "mirrored", point_config, update=update,
-                                         skipped=_skip_reason(mirrored_trainer, point_config, devices)))
+        for name in ("dtensor", "mirrored"):
+            if name not in config.trainers:
+                continue
+            module = trainer_module(name)
+            for label, point_config in module.sweep_configs(base.replace(trainers=(name,)), count,
+                                                             config.sweep_meshes == "all"):
+                points.append(SweepPoint(count, name, point_config, **label,
+                                         skipped=_skip_reason(module, point_config, devices)))
     return points
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.memory import MB
+
 # Collective ops as TensorFlow names them, by what they do. Each device hands in its own tensor.
 COLLECTIVE_KINDS = {
     "CollectiveReduceV2": "all-reduce", "CollectiveReduce": "all-reduce", "NcclAllReduce": "all-reduce",
@@ -251,7 +252,8 @@ def copies_traffic(transfers: Sequence[Tuple[str, str, int]], devices: Sequence[
     hubs = [device for device in devices if all(device in (s, d) for s, d, _ in transfers)]
     collectives = []
     for device in hubs[:1]:
-        for kind, mine in (("to one device", lambda s, d: d == device), ("from one device", lambda s, d: s == device)):
+        for kind, mine in (("to one device", lambda s, d, hub=device: d == hub),
+                           ("from one device", lambda s, d, hub=device: s == hub)):
             chosen = [(s, d, size) for s, d, size in transfers if mine(s, d)]
             others = {s if d == device else d for s, d, _ in chosen}
             if chosen:

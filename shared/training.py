@@ -1,26 +1,8 @@
 """The training run every trainer shares: restore, first-step gradients, epochs, evaluation, checkpoints.
 
-Written once (Orbit's StandardTrainer and torchtitan's Trainer.train() are the model: one level
-of calls). A trainer is an object with what distributing changes, and `fit` calls it:
-
-    name, placement, details      what the tables and JSON show
-    model, optimizer              a shared.model.Model and its optimizer, on the trainer's devices
-    checkpointed                  (model, optimizer) as checkpoints hold them (unpadded)
-    gradients(x, y)               [arrays] of the global mean loss at the current weights, unpadded
-    train_epoch(epoch, meter, first, record_state)
-                                  every step of one epoch, each added to `meter`; the run's first
-                                  call (first=True) is one step that waits for its loss: its time
-                                  is the trace time
-    trace_count()                 train-step traces so far (a measured epoch must add none)
-    evaluate(x, y)                (mean loss, accuracy) over a split
-    state()                       the variables whose checksums float64 runs record
-    final_weights()               [arrays], unpadded
-    memory_per_device()           [shared.memory.DeviceMemory]
-    predict_logits(x)             the trainer's own logits for host images (--export checks them)
-    step_call()                   --profile: its steady train call (shared.profile.StepCall)
-    collectives                   the collective implementation its steps run (shared.traffic.Implementation)
-and optionally begin(start_epoch) (after --restore, before the first step), before_save() and
-finish(history).
+Written once, as Orbit's StandardTrainer and torchtitan's Trainer.train() are: `fit` calls the
+parts a trainer supplies (what distributing changes: where the variables live, the train step,
+the evaluation, reading the weights back). The parts, and what each must do: docs/trainers.md.
 """
 from typing import Callable
 

@@ -1,19 +1,10 @@
 """The verdict on each distributed trainer, and the float64 rerun that explains a float32 failure.
 
-    ok           parity holds in the run's dtype (shared/parity.py)
-    float noise  float32 parity failed, and the reference and this trainer rerun in float64
-                 over the same steps, from the same start (the float32 initial values,
-                 widened), agree: the float32 difference is rounding amplified by training.
-                 Names the step where float32 first left its tolerance.
-    MISMATCH     float64 disagrees too (or the run was float64): a real difference. Names the
-                 first step that disagrees and what differs there (loss, gradients, and after
-                 that step's update the weights, biases and Adam slots).
-    diverged     a loss went NaN or infinite, this trainer's or the reference's: the runs
-                 cannot be compared from there on, and the run fails. No float64 rerun.
-
-compare.py exits 0 when every verdict is ok or float noise, 1 otherwise. The rerun trains
-the reference and the failing trainers again, quietly (the same steps, no checkpoints or
-export): as long as the float32 run took them, a little more in float64.
+`ok` within the run's tolerances; `float noise` when float32 failed and the reference and this
+trainer rerun in float64 from the same start agree; `MISMATCH` when float64 disagrees too (or the
+run was float64), naming the first step and what differs there; `diverged` when a loss went NaN
+or infinite (no rerun). compare.py exits 0 for ok and float noise, 1 otherwise. The rerun costs
+about as long as the float32 run of those trainers (docs/parity.md).
 """
 import dataclasses
 import time

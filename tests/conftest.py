@@ -7,9 +7,9 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import pytest  # noqa: E402
+import pytest
 
-from shared.devices import configure_devices  # noqa: E402
+from shared.devices import configure_devices
 
 TEST_DEVICES = configure_devices(8, "CPU")
 

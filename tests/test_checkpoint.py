@@ -85,7 +85,7 @@ def max_abs_diff(arrays, expected_arrays) -> float:
 
 
 def test_a_checkpoint_holds_the_writers_final_state(written):
-    for name, (history, directory) in written.items():
+    for _name, (history, directory) in written.items():
         prefix = checkpoint.resolve(str(directory))
         assert prefix == str(directory / "epoch-0002" / "ckpt")  # the newest of epoch-0001, epoch-0002
         progress = checkpoint.read_progress(prefix)
@@ -227,6 +227,7 @@ def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     prefix = checkpoint.resolve(str(directory))
     assert prefix == str(directory / "epoch-0001" / "ckpt")
     import tensorflow as tf
+
     from shared.mlp import mlp
     from shared.model import Model
     from shared.optim import make_optimizer

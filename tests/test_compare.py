@@ -3,8 +3,8 @@
 One full run (all three trainers, 2 devices, 1 epoch of 256 examples) is shared by
 the table, JSON and plot tests; each other case is its own process.
 """
-import os
 import json
+import os
 import re
 import struct
 
@@ -63,16 +63,16 @@ def test_tables_have_a_row_per_trainer_and_the_promised_columns(full_run):
     title = lines.index("Parity against the single-device reference, all 4 steps")
     assert lines[title + 1] == ("float32, |diff| <= atol + rtol |reference|: loss 1e-04 + 1e-04, gradients 1e-04 + "
                                 "1e-04, final weights 1e-03 + 1e-03")
-    parity_header = next(l for l in lines if l.startswith("| trainer") and "max |loss diff|" in l)
+    parity_header = next(line for line in lines if line.startswith("| trainer") and "max |loss diff|" in line)
     for column in ("at step", "rel loss diff", "max |grad diff|", "max |weight diff|", "verdict"):
         assert column in parity_header
-    results_header = next(l for l in lines if l.startswith("| trainer") and "test acc" in l)
+    results_header = next(line for line in lines if line.startswith("| trainer") and "test acc" in line)
     for column in ("devices / mesh", "train loss", "train acc", "test loss", "test acc"):
         assert column in results_header
-    speed_header = next(l for l in lines if l.startswith("| trainer") and "examples/s" in l)
+    speed_header = next(line for line in lines if line.startswith("| trainer") and "examples/s" in line)
     for column in ("step p50 ms", "step p95 ms", "trace s", "memory/device MB", "peak MB"):
         assert column in speed_header
-    rows = [l for l in lines if re.match(r"\| (reference|dtensor|mirrored) ", l)]
+    rows = [line for line in lines if re.match(r"\| (reference|dtensor|mirrored) ", line)]
     assert sorted(r.split("|")[1].strip() for r in rows) == \
         ["dtensor"] * 3 + ["mirrored"] * 3 + ["reference"] * 2  # parity rows + results and speed rows
     assert sum(r.rstrip().endswith("| ok        |") for r in rows) == 2
@@ -304,6 +304,7 @@ def test_sweep_tries_every_mesh_and_update_mode_with_parity_and_memory(tmp_path)
 def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devices, embedded, monkeypatch):
     """The failure path of compare.py in-process: the trainer's error becomes one table cell."""
     import io
+
     from mirrored_impl import trainer as mirrored_trainer
     from shared import comparison, report
     from shared.config import Config
@@ -402,9 +403,12 @@ def test_no_line_of_a_run_is_wider_than_a_terminal(tmp_path):
 def test_the_header_names_only_what_the_chosen_trainers_use(devices, embedded, trainers, shown, hidden):
     from shared import report
     from shared.config import Config
+
     # A mesh for 3 devices: were the mesh parsed without DTensor, this would raise.
+    from shared.trainers import describe_runs
     mesh = None if "dtensor" in trainers else "batch=3"
-    text = report.header(Config(trainers=trainers, mesh=mesh), devices, embedded)
+    config = Config(trainers=trainers, mesh=mesh)
+    text = report.header(config, devices, embedded, describe_runs(config))
     assert shown in text.splitlines() and hidden not in text
     assert ("DTensor mesh batch=8" in text.splitlines()[0]) == ("dtensor" in trainers)
     assert max(len(line) for line in text.splitlines()) <= LINE_WIDTH
@@ -412,6 +416,7 @@ def test_the_header_names_only_what_the_chosen_trainers_use(devices, embedded, t
 
 def test_a_float64_run_measures_its_matmul_peak_in_float64_and_says_so(devices, embedded):
     import io
+
     from shared import comparison, report
     from shared.benchmark import matmul_peak_gflops
     from shared.config import Config
@@ -432,6 +437,7 @@ def test_when_auto_falls_back_the_json_says_so(devices, monkeypatch):
     and the report's environment.data_fallback says why (null when the data is what was asked for)."""
     import sys
     import types
+
     from shared import comparison, report
     from shared.config import Config
     from shared.data import load_data

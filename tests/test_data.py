@@ -6,8 +6,16 @@ import sys
 import numpy as np
 import pytest
 
-from shared.data import (IDX_FILES, IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, _host_answers, batch_slices,
-                         embedded_split, epoch_batches, load_data)
+from shared.data import (
+    IDX_FILES,
+    IDX_IMAGES_MAGIC,
+    IDX_LABELS_MAGIC,
+    _host_answers,
+    batch_slices,
+    embedded_split,
+    epoch_batches,
+    load_data,
+)
 from shared.errors import UsageError
 
 
@@ -41,7 +49,7 @@ def test_embedded_is_real_stratified_mnist(embedded):
     train_rows = {row.tobytes() for row in embedded.x_train}
     assert not any(row.tobytes() in train_rows for row in embedded.x_test)
     # Every global batch of 128 mixes all ten digits (the file itself is sorted by label).
-    for x_batch, y_batch in epoch_batches(embedded.x_train, embedded.y_train, 128):
+    for _x_batch, y_batch in epoch_batches(embedded.x_train, embedded.y_train, 128):
         assert len(set(y_batch.tolist())) == 10
 
 
@@ -118,6 +126,7 @@ def test_tensorflow_datasets_imports_here():
     """tensorflow-datasets swallows its own import error and leaves a module without `builder`: it did
     with tensorflow-metadata 1.21.0 on protobuf < 6.31 (TensorFlow 2.12-2.19; pyproject excludes it)."""
     from importlib import metadata
+
     import tensorflow_datasets as tfds
     assert hasattr(tfds, "builder"), (f"tensorflow-datasets {metadata.version('tensorflow-datasets')} did not import "
                                       f"(protobuf {metadata.version('protobuf')}, tensorflow-metadata "
@@ -150,7 +159,7 @@ def test_batch_sequence_is_identical_across_calls_and_shuffles_by_seed(embedded)
     assert [len(b[1]) for b in plain] == [64, 64, 64, 64, 44]
     np.testing.assert_array_equal(np.concatenate([b[1] for b in plain]), y)
     again = list(epoch_batches(x, y, 64, epoch=2))
-    for (xa, ya), (xb, yb) in zip(plain, again):
+    for (xa, _ya), (xb, _yb) in zip(plain, again):
         np.testing.assert_array_equal(xa, xb)
     shuffled = [np.concatenate([b[1] for b in epoch_batches(x, y, 64, epoch=e, shuffle=True, seed=s)])
                 for e, s in ((0, 1), (0, 1), (1, 1), (0, 2))]

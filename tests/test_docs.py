@@ -34,7 +34,9 @@ def test_the_readmes_run_excerpt_starts_with_the_header_compare_prints(devices, 
     from shared.config import Config
     section = read("README.md").split("## What a run prints", 1)[1].split("\n## ", 1)[0]
     excerpt = [line[4:] for line in section.splitlines() if line.startswith("    ")]
-    header = report.header(Config(data="embedded"), devices, embedded).splitlines()
+    from shared.trainers import describe_runs
+    config = Config(data="embedded")
+    header = report.header(config, devices, embedded, describe_runs(config)).splitlines()
 
     def without_version(line):
         return re.sub(r"^TensorFlow \S+;", "TensorFlow ...;", line)

@@ -22,6 +22,8 @@ from shared.config import Config
 from shared.errors import UsageError
 from shared.parity import TOLERANCES, check_parity
 
+pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
+
 TRAIN_EXAMPLES, TEST_EXAMPLES = 301, 101
 BASE = Config(epochs=2, batch_size=64, quiet=True)
 STEPS = 2 * 5  # 4 batches of 64 and one of 45 per epoch
@@ -251,6 +253,7 @@ def test_dtensor_started_before_the_trainer_leaves_the_combining_on_and_the_trai
     import json
     import subprocess
     import sys
+
     from tensorflow.dtensor.python import api
     assert hasattr(api, "_dtensor_singleton")  # what combining._dtensor_started reads, on this release
     env = {key: value for key, value in os.environ.items() if key != dtensor_trainer.COMBINE_ALL_REDUCES}

@@ -1,10 +1,12 @@
 """The project's modules import each other one way: no module reaches, directly or through
-others, back to itself. Every import counts, module-level and inside functions alike."""
+others, back to itself, and no package does (shared/ sits below the trainer packages: it reaches
+them only through shared/trainers.py's registry). Every import counts, module-level and inside
+functions alike."""
 import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("shared", "dtensor_impl", "mirrored_impl")
+PACKAGES = ("shared", "dtensor_impl", "mirrored_impl", "release_matrix")
 
 
 def project_modules() -> dict:
@@ -60,16 +62,38 @@ def find_cycle(graph: dict):
     return None
 
 
+def package_graph(graph: dict) -> dict:
+    """{package: the other packages its modules import}; compare.py is a package of its own."""
+    packages = {}
+    for module, imported in graph.items():
+        package = module.split(".")[0]
+        packages.setdefault(package, set()).update(name.split(".")[0] for name in imported)
+    return {package: targets - {package} for package, targets in packages.items()}
+
+
 def test_the_import_graph_sees_the_known_edges():
     graph = import_graph()
     assert "shared.comparison" in graph["compare"] and "shared.multiclient" in graph["compare"]
     assert "shared.comparison" in graph["shared.multiclient"]  # the launcher uses the comparison
     assert "shared.plots" in graph["shared.report"]  # report writes the plots
     assert "dtensor_impl.mesh" in graph["dtensor_impl.trainer"]
+    assert package_graph(graph)["dtensor_impl"] == {"shared"}
 
 
 def test_the_project_has_no_import_cycle():
     assert find_cycle(import_graph()) is None, " -> ".join(find_cycle(import_graph()))
+
+
+def test_no_package_imports_back_into_another_that_imports_it():
+    packages = package_graph(import_graph())
+    assert find_cycle(packages) is None, " -> ".join(find_cycle(packages))
+
+
+def test_a_package_cycle_is_found_even_when_the_modules_do_not_cycle():
+    """shared.report -> dtensor_impl.mesh -> shared.errors: no module cycle, a package one."""
+    graph = {"shared.report": {"dtensor_impl.mesh"}, "dtensor_impl.mesh": {"shared.errors"}, "shared.errors": set()}
+    assert find_cycle(graph) is None
+    assert find_cycle(package_graph(graph)) == ["dtensor_impl", "shared", "dtensor_impl"]
 
 
 def test_the_cycle_finder_finds_a_cycle():

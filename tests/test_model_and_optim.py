@@ -6,7 +6,7 @@ import tensorflow as tf
 from shared.losses import correct_count, mean_loss
 from shared.mlp import layer_sizes, mlp, parameter_count
 from shared.model import Model
-from shared.optim import Adam, SGD
+from shared.optim import SGD, Adam
 
 TUTORIAL_SIZES = (784, 700, 500, 10)
 

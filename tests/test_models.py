@@ -17,6 +17,8 @@ from shared.errors import UsageError
 from shared.mlp import mlp
 from shared.model import Model
 
+pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -175,7 +177,7 @@ def test_model_spec_errors(tmp_path):
     with pytest.raises(UsageError, match=r"user_model.py has no function model"):
         models.load(spec)
     with pytest.raises(UsageError, match=r"--hidden sets the MLP's layers; drop it, or use --model mlp \(not vit\)"):
-        models.load("vit", (64,))
+        Config(model="vit", hidden=(64,))
 
 
 def test_the_example_model_loads_and_is_the_same_definition_each_time():

@@ -10,6 +10,8 @@ from shared.history import History
 from shared.parity import TOLERANCES, check_parity, first_non_finite_step, summarise_state
 from shared.verdict import DIVERGED, FLOAT_NOISE, MISMATCH, OK, judge
 
+pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
+
 WEIGHTS = [np.full((3, 2), 0.5), np.full(2, 0.5)]
 NAMES = ["layer 0 weight", "layer 0 bias", "layer 0 weight Adam m", "layer 0 bias Adam m",
          "layer 0 weight Adam v", "layer 0 bias Adam v"]

@@ -47,8 +47,8 @@ def test_achieved_gflops_stay_below_the_measured_matmul_peak(history, embedded, 
     printed 1497% of it. Figures come from whole epochs after the first, each at least the floor."""
     from shared.benchmark import matmul_peak_gflops
     from shared.comparison import RunResult, TrainerResult
-    from shared.report import compute_facts
     from shared.history import MIN_MEASURED_SECONDS
+    from shared.report import compute_facts
     config = Config(epochs=3, quiet=True)
     peak = matmul_peak_gflops(devices[0])
 

@@ -4,8 +4,15 @@ import pytest
 
 from shared.config import Config
 from shared.errors import UsageError
-from shared.sweep import (SweepEntry, best_against_one_device, describe_plan, mark_fastest, plan_sweep,
-                          rerun_summary, sweep_notes)
+from shared.sweep import (
+    SweepEntry,
+    best_against_one_device,
+    describe_plan,
+    mark_fastest,
+    plan_sweep,
+    rerun_summary,
+    sweep_notes,
+)
 
 
 def labels(points):
@@ -13,7 +20,7 @@ def labels(points):
 
 
 def test_every_mesh_and_update_mode_at_each_count(devices):
-    points = plan_sweep(Config(), (2, 8), "all", devices)
+    points = plan_sweep(Config(sweep_devices=(2, 8)), devices)
     assert labels(points) == [
         (2, "dtensor", "batch=2", ""), (2, "dtensor", "batch=1,model=2", ""),
         (2, "mirrored", "primary", ""), (2, "mirrored", "replicas", ""),
@@ -28,23 +35,24 @@ def test_every_mesh_and_update_mode_at_each_count(devices):
 
 
 def test_batch_meshes_only_is_the_sweep_before_layouts(devices):
-    points = plan_sweep(Config(trainers=("reference", "dtensor", "mirrored"), mirrored_update="replicas"),
-                        (1, 8), "batch", devices)
+    points = plan_sweep(Config(trainers=("reference", "dtensor", "mirrored"), mirrored_update="replicas",
+                               sweep_devices=(1, 8), sweep_meshes="batch"), devices)
     assert labels(points) == [(1, "dtensor", "batch=1", ""), (1, "mirrored", "replicas", ""),
                               (8, "dtensor", "batch=8", ""), (8, "mirrored", "replicas", "")]
 
 
 def test_a_configuration_that_cannot_run_is_skipped_with_the_trainers_reason(devices):
-    points = plan_sweep(Config(batch_size=100, trainers=("dtensor",)), (8,), "all", devices)
+    points = plan_sweep(Config(batch_size=100, trainers=("dtensor",), sweep_devices=(8,)), devices)
     assert labels(points) == [
         (8, "dtensor", "batch=8", "global batch 100 does not divide over the batch axis of 8 (--mesh batch=8); "
                                   "use --batch-size 96 or 104"),
         (8, "dtensor", "batch=4,model=2", ""), (8, "dtensor", "batch=2,model=4", ""),
         (8, "dtensor", "batch=1,model=8", "")]
-    dataset = plan_sweep(Config(dtensor_input="dataset", trainers=("dtensor",)), (2,), "batch", devices)
+    dataset = plan_sweep(Config(dtensor_input="dataset", trainers=("dtensor",), sweep_devices=(2,), sweep_meshes="batch"),
+                         devices)
     assert dataset[0].skipped.startswith("--dtensor-input dataset needs a mesh over all 8 logical CPUs")
-    with pytest.raises(UsageError, match="^--sweep-meshes 'model' is unknown; use all or batch$"):
-        plan_sweep(Config(), (2,), "model", devices)
+    with pytest.raises(UsageError, match=r"^argument --sweep-meshes: invalid choice: 'model' \(choose from 'all', 'batch'\)$"):
+        Config(sweep_devices=(2,), sweep_meshes="model")
 
 
 def entry(devices, trainer, label, ratio, parity_ok=True):
@@ -104,6 +112,6 @@ def test_reasons_go_under_the_table_and_reruns_are_summed_per_count():
 
 
 def test_the_header_says_the_sweep_comes_after_the_run(devices):
-    points = plan_sweep(Config(batch_size=100, trainers=("dtensor",)), (2, 8), "all", devices)
+    points = plan_sweep(Config(batch_size=100, trainers=("dtensor",), sweep_devices=(2, 8)), devices)
     assert describe_plan(Config(), points) == ("sweep: after this run at 8 devices, 6 configurations at 2, 8 devices "
                                                "(1 skipped), each beside its own reference run")
