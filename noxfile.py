@@ -20,6 +20,7 @@ setting's environment, the latter's report in out/kernels/S.json. Which kernels 
 float32 leaves its tolerance; no test may depend on it (docs/parity.md has the figures per setting).
 About 10 minutes a setting on 2 cores (tests 7-8, the run 1-2.5).
 """
+
 import os
 import sys
 import time
@@ -36,8 +37,15 @@ nox.options.sessions = ["release", "table"]
 # without AVX2, "AVX2" is the default). TF_ENABLE_ONEDNN_OPTS=0 and XLA_FLAGS=--xla_cpu_max_isa changed nothing.
 KERNEL_SETTINGS = {"default": {}, "SSE41": {"ONEDNN_MAX_CPU_ISA": "SSE41"}, "AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}
 # Every test file that trains and judges numbers (the multi-client and sweep tests judge the same parity).
-PARITY_TESTS = ["tests/test_compare.py", "tests/test_dtensor.py", "tests/test_mirrored.py", "tests/test_parity.py",
-                "tests/test_baseline.py", "tests/test_reproducibility.py", "tests/test_checkpoint.py"]
+PARITY_TESTS = [
+    "tests/test_compare.py",
+    "tests/test_dtensor.py",
+    "tests/test_mirrored.py",
+    "tests/test_parity.py",
+    "tests/test_baseline.py",
+    "tests/test_reproducibility.py",
+    "tests/test_checkpoint.py",
+]
 
 
 @nox.session
@@ -46,8 +54,15 @@ def release(session, tensorflow):
     started = time.perf_counter()
     session.install(f"tensorflow=={tensorflow}", "-e", ".[test]")
     install_seconds = time.perf_counter() - started
-    session.run("python", "-m", "release_matrix.checks", "--out", os.path.join(RESULTS_DIR, f"{tensorflow}.json"),
-                "--install-seconds", f"{install_seconds:.1f}")
+    session.run(
+        "python",
+        "-m",
+        "release_matrix.checks",
+        "--out",
+        os.path.join(RESULTS_DIR, f"{tensorflow}.json"),
+        "--install-seconds",
+        f"{install_seconds:.1f}",
+    )
 
 
 @nox.session(venv_backend="none")
@@ -62,6 +77,13 @@ def kernels(session, setting):
     env = KERNEL_SETTINGS[setting]
     session.run("python", "-m", "pytest", *(session.posargs or PARITY_TESTS), env=env)
     os.makedirs(os.path.join("out", "kernels"), exist_ok=True)
-    session.run("python", "compare.py", "--data", "embedded", "--quiet", "--json",
-                os.path.join("out", "kernels", f"{setting}.json"), env=env)
-
+    session.run(
+        "python",
+        "compare.py",
+        "--data",
+        "embedded",
+        "--quiet",
+        "--json",
+        os.path.join("out", "kernels", f"{setting}.json"),
+        env=env,
+    )

@@ -7,6 +7,7 @@ trainer then runs one step per call. DTensor reads the variable once per process
 the variable (~14% faster), and records what DTensor will read. If DTensor had started before, the
 combining counts as on: correct, one step per call (docs/tutorial-differences.md, docs/parity.md).
 """
+
 import os
 from typing import Optional
 
@@ -18,6 +19,7 @@ def _dtensor_started() -> bool:
     """Has DTensor created its device in this process? A private attribute that TensorFlow 2.12
     to 2.21 all have (tests/test_dtensor_mesh.py); without it, assume it has."""
     from tensorflow.dtensor.python import api
+
     return getattr(api, "_dtensor_singleton", True) is not None
 
 

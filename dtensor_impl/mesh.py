@@ -7,6 +7,7 @@ splits the data; on a mesh with a model axis each variable is split as its model
 on a mesh without one. Every check raises `UsageError` with one line that says what would work;
 `mesh_spec` runs them all without touching a device, so a caller can fail early.
 """
+
 import dataclasses
 from typing import List, Optional, Sequence, Tuple
 
@@ -46,11 +47,15 @@ def parse_mesh(text: Optional[str], device_count: int) -> MeshSpec:
     for part in text.replace(" ", "").split(","):
         name, equals, value = part.partition("=")
         if not equals or not value.isdigit() or int(value) < 1:
-            raise UsageError(f"--mesh {text!r}: {part!r} is not AXIS=SIZE with a positive SIZE; "
-                             f"use {MESH_FORMAT}, e.g. batch={device_count}")
+            raise UsageError(
+                f"--mesh {text!r}: {part!r} is not AXIS=SIZE with a positive SIZE; "
+                f"use {MESH_FORMAT}, e.g. batch={device_count}"
+            )
         if name not in (BATCH_AXIS, MODEL_AXIS):
-            raise UsageError(f"--mesh {text}: unknown axis {name!r}; the axes are {BATCH_AXIS} and "
-                             f"{MODEL_AXIS}, e.g. batch={device_count} or {_example_2d(device_count)}")
+            raise UsageError(
+                f"--mesh {text}: unknown axis {name!r}; the axes are {BATCH_AXIS} and "
+                f"{MODEL_AXIS}, e.g. batch={device_count} or {_example_2d(device_count)}"
+            )
         if name in sizes:
             raise UsageError(f"--mesh {text}: axis {name} is given twice; use {MESH_FORMAT}")
         sizes[name] = int(value)
@@ -75,13 +80,17 @@ def check_mesh(spec: MeshSpec, mesh_text: Optional[str], device_count: int, batc
             suggestion += f" or batch={device_count // spec.model},model={spec.model}"
         elif device_count % 2 == 0:
             suggestion += f" or {_example_2d(device_count)}"
-        raise UsageError(f"--mesh {shown} covers {spec.device_count} devices but there are {device_count}; "
-                         f"the axis sizes must multiply to {device_count}, e.g. {suggestion}")
+        raise UsageError(
+            f"--mesh {shown} covers {spec.device_count} devices but there are {device_count}; "
+            f"the axis sizes must multiply to {device_count}, e.g. {suggestion}"
+        )
     if batch_size % spec.batch:
         lower, upper = batch_size // spec.batch * spec.batch, (batch_size // spec.batch + 1) * spec.batch
         options = f"{lower} or {upper}" if lower else f"{upper}"
-        raise UsageError(f"global batch {batch_size} does not divide over the batch axis of {spec.batch} "
-                         f"(--mesh {shown}); use --batch-size {options}")
+        raise UsageError(
+            f"global batch {batch_size} does not divide over the batch axis of {spec.batch} "
+            f"(--mesh {shown}); use --batch-size {options}"
+        )
 
 
 def mesh_spec(mesh_text: Optional[str], device_count: int, batch_size: int) -> MeshSpec:
@@ -96,8 +105,11 @@ def every_mesh(device_count: int) -> List[MeshSpec]:
 
     8 -> batch=8, batch=4,model=2, batch=2,model=4, batch=1,model=8 (the device sweep tries each).
     """
-    return [MeshSpec(batch=device_count)] + [MeshSpec(batch=device_count // model, model=model)
-                                             for model in range(2, device_count + 1) if device_count % model == 0]
+    return [MeshSpec(batch=device_count)] + [
+        MeshSpec(batch=device_count // model, model=model)
+        for model in range(2, device_count + 1)
+        if device_count % model == 0
+    ]
 
 
 def create_mesh(spec: MeshSpec, devices: Sequence[str]) -> dtensor.Mesh:

@@ -12,6 +12,7 @@ wherever TensorFlow allows it (one physical GPU per device), off with --no-dtens
 had started before (your own TensorFlow code in the process), it changes nothing and reports what the
 runtime was configured with. CPUs have no NCCL.
 """
+
 import os
 from typing import Dict, Mapping, Optional, Tuple
 
@@ -25,17 +26,26 @@ def _runtime_started() -> bool:
     """Has TensorFlow's runtime started in this process? A private attribute that TensorFlow 2.12 to 2.21
     all have; without it, assume it has."""
     from tensorflow.python.eager import context
+
     return bool(getattr(context.context(), "_initialized", True))
 
 
 def _runtime_nccl() -> bool:
     """What the runtime's collectives are (or will be) configured with: True for NCCL on GPUs."""
     from tensorflow.python.eager import context
+
     return bool(getattr(context.context(), "_collective_use_nccl_communication", False))
 
 
-def decide(device_type: str, device_count: int, wanted: bool, physical_gpus: int, runtime_started: bool,
-           environ: Mapping[str, str], runtime_nccl: bool = False) -> Tuple[Implementation, Dict[str, str]]:
+def decide(
+    device_type: str,
+    device_count: int,
+    wanted: bool,
+    physical_gpus: int,
+    runtime_started: bool,
+    environ: Mapping[str, str],
+    runtime_nccl: bool = False,
+) -> Tuple[Implementation, Dict[str, str]]:
     """(what DTensor's collectives will use, the variables to set) for this process's facts."""
     if device_type != "GPU":
         return Implementation("ring", False, "CPUs have no NCCL"), {}
@@ -45,27 +55,32 @@ def decide(device_type: str, device_count: int, wanted: bool, physical_gpus: int
     if not wanted:
         return Implementation("ring", False, "--no-dtensor-nccl"), {VARIABLE: "0"}
     if physical_gpus < device_count:
-        return Implementation("ring", False, f"{device_count} logical GPUs on {physical_gpus} physical: NCCL needs "
-                                             f"one each"), {VARIABLE: "0"}
+        return Implementation(
+            "ring", False, f"{device_count} logical GPUs on {physical_gpus} physical: NCCL needs one each"
+        ), {VARIABLE: "0"}
     if environ.get(VARIABLE) == "0":
         return Implementation("ring", False, f"{VARIABLE}=0 set by you"), {}
     return Implementation("NCCL", True, "one physical GPU per device"), {VARIABLE: "1"}
 
 
-def settle(device_type: str, device_count: int, wanted: bool = True,
-           physical_gpus: Optional[int] = None) -> Implementation:
+def settle(
+    device_type: str, device_count: int, wanted: bool = True, physical_gpus: Optional[int] = None
+) -> Implementation:
     """Fix DTensor's NCCL for this process, the first time it is called; return what its collectives use.
     `physical_gpus`: None counts them."""
     global _setting
     if _setting is None:
         if physical_gpus is None:
             import tensorflow as tf
+
             physical_gpus = len(tf.config.list_physical_devices("GPU"))  # does not start the runtime
-        _setting, variables = decide(device_type, device_count, wanted, physical_gpus, _runtime_started(),
-                                     os.environ, _runtime_nccl())
+        _setting, variables = decide(
+            device_type, device_count, wanted, physical_gpus, _runtime_started(), os.environ, _runtime_nccl()
+        )
         os.environ.update(variables)
         if _setting.nccl:
             from tensorflow.python.eager import context
+
             # What dtensor.initialize_accelerator_system does on one host (accelerator_util.py): the runtime's
             # collectives take NCCL on GPUs; read when the runtime starts.
             context.context()._collective_use_nccl_communication = True

@@ -11,6 +11,7 @@ STEPS_PER_CALL steps per call. Each global batch becomes DTensors sharded on the
 split + `dtensor.pack` (`--dtensor-input pack`, the tutorial's) or `dtensor.DTensorDataset`.
 Where it departs from the tutorial, and what each choice costs: docs/trainers.md.
 """
+
 from typing import Callable, Iterator, Sequence, Tuple
 
 import numpy as np
@@ -72,6 +73,7 @@ def steps_per_call(device_type: str, step_operations: int = 0) -> int:
 
 # --- the model -----------------------------------------------------------------------------
 
+
 def on_mesh(value: np.ndarray, layout: dtensor.Layout):
     """`value` copied whole to every device, then sliced to `layout`: the same numbers for any layout."""
     replicated = dtensor.copy_to_mesh(tf.constant(value), dtensor.Layout.replicated(layout.mesh, layout.rank))
@@ -91,18 +93,25 @@ def to_numpy(tensor) -> np.ndarray:
 
 def build_model(definition, values: Sequence[np.ndarray], mesh: dtensor.Mesh) -> Model:
     """The model's variables as DVariables holding `values`, each in its layout on `mesh`."""
-    return Model(definition, values,
-                 lambda value, variable: dtensor.DVariable(on_mesh(value, variable_layout(mesh, variable))))
+    return Model(
+        definition, values, lambda value, variable: dtensor.DVariable(on_mesh(value, variable_layout(mesh, variable)))
+    )
 
 
 def build_optimizer(config: Config, model: Model, mesh: dtensor.Mesh):
     """The shared Adam/SGD; Adam's m and v slots take their weight's layout, the step is replicated."""
     return make_optimizer(
-        config.optimizer, config.adam, model.weights, config.learning_rate,
+        config.optimizer,
+        config.adam,
+        model.weights,
+        config.learning_rate,
         zeros_like=lambda var: dtensor.DVariable(
-            dtensor.call_with_layout(tf.zeros, var.layout, shape=var.shape, dtype=var.dtype)),
+            dtensor.call_with_layout(tf.zeros, var.layout, shape=var.shape, dtype=var.dtype)
+        ),
         make_step=lambda: dtensor.DVariable(
-            dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=(), dtype=tf.int64)))
+            dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=(), dtype=tf.int64)
+        ),
+    )
 
 
 def copy_to_host(model: Model, optimizer, host_model: Model, host_optimizer) -> None:
@@ -110,15 +119,17 @@ def copy_to_host(model: Model, optimizer, host_model: Model, host_optimizer) -> 
 
     tf.Module lists an optimizer's variables in attribute order, the same for both copies.
     """
-    for source, target in zip([*model.weights, *optimizer.variables],
-                              [*host_model.weights, *host_optimizer.variables], strict=True):
+    for source, target in zip(
+        [*model.weights, *optimizer.variables], [*host_model.weights, *host_optimizer.variables], strict=True
+    ):
         target.assign(to_numpy(source)[tuple(slice(0, size) for size in target.shape)])
 
 
 def copy_from_host(host_model: Model, host_optimizer, model: Model, optimizer) -> None:
     """The unpadded host copy (e.g. just restored) into the padded mesh model, zero-padded to its shapes."""
-    for source, target in zip([*host_model.weights, *host_optimizer.variables],
-                              [*model.weights, *optimizer.variables], strict=True):
+    for source, target in zip(
+        [*host_model.weights, *host_optimizer.variables], [*model.weights, *optimizer.variables], strict=True
+    ):
         value = source.numpy()
         if value.ndim:  # not the scalar step count
             value = np.pad(value, [(0, size - have) for size, have in zip(target.shape, value.shape)])
@@ -128,13 +139,15 @@ def copy_from_host(host_model: Model, host_optimizer, model: Model, optimizer) -
 def memory_per_device(model: Model, optimizer):
     """Bytes of weights and optimizer state on each mesh device, from every DVariable's per-device
     components (padding included: it is held)."""
+
     def components(variables):
-        return located_bytes(component for variable in variables
-                             for component in dtensor.unpack(variable.read_value()))
+        return located_bytes(component for variable in variables for component in dtensor.unpack(variable.read_value()))
+
     return tally(components(model.weights), components(optimizer.variables))
 
 
 # --- the input ------------------------------------------------------------------------------
+
 
 def pad_batch(x: np.ndarray, y: np.ndarray, batch_shards: int):
     """(x, y, example_weights), padded with zero-weight examples to a multiple of `batch_shards`."""
@@ -155,8 +168,7 @@ def shard_to_mesh(array: np.ndarray, layout: dtensor.Layout):
     their model index get the same batch shard.
     """
     shards = np.split(array, layout.mesh.dim_size(BATCH_AXIS))
-    return dtensor.pack([shards[location[BATCH_AXIS]] for location in layout.mesh.local_device_locations()],
-                        layout)
+    return dtensor.pack([shards[location[BATCH_AXIS]] for location in layout.mesh.local_device_locations()], layout)
 
 
 def pack_batch(x: np.ndarray, y: np.ndarray, mesh: dtensor.Mesh):
@@ -166,8 +178,9 @@ def pack_batch(x: np.ndarray, y: np.ndarray, mesh: dtensor.Mesh):
 
 
 def packed_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
-    for x_batch, y_batch in epoch_batches(data.x_train, data.y_train, config.batch_size, epoch,
-                                          config.shuffle, config.seed):
+    for x_batch, y_batch in epoch_batches(
+        data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed
+    ):
         yield pack_batch(x_batch, y_batch, mesh), len(y_batch)
 
 
@@ -183,11 +196,17 @@ def dataset_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.M
     if full_count:
         index = order[:full_count]
         examples = tf.data.Dataset.from_tensor_slices(  # full batches: every example weighs 1
-            (data.x_train[index], data.y_train[index], np.ones(full_count, np.float32)))
+            (data.x_train[index], data.y_train[index], np.ones(full_count, np.float32))
+        )
         examples = examples.with_options(without_autotune())
         batches = dtensor.DTensorDataset(
-            examples, mesh=mesh, layouts=(batch_layout(mesh, 2), batch_layout(mesh, 1), batch_layout(mesh, 1)),
-            global_batch_size=config.batch_size, batch_dim=BATCH_AXIS, prefetch=DATASET_PREFETCH)
+            examples,
+            mesh=mesh,
+            layouts=(batch_layout(mesh, 2), batch_layout(mesh, 1), batch_layout(mesh, 1)),
+            global_batch_size=config.batch_size,
+            batch_dim=BATCH_AXIS,
+            prefetch=DATASET_PREFETCH,
+        )
         # Take exactly the full batches: running the iterator to its end raises OutOfRange on
         # the DTensor device, which poisons its executor and cancels every later op.
         iterator = iter(batches)
@@ -200,6 +219,7 @@ def dataset_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.M
 
 
 # --- the steps ------------------------------------------------------------------------------
+
 
 @tf.function
 def compute_gradients(model, x, y, example_weights):
@@ -249,8 +269,8 @@ def test_step(model, x, y, example_weights):
     return loss_sum(logits, y, example_weights), correct_count(logits, y, example_weights)
 
 
-
 # --- the loop -------------------------------------------------------------------------------
+
 
 def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: str) -> None:
     """Raise UsageError for DTensorDataset on a mesh over part of the devices.
@@ -261,10 +281,12 @@ def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: st
     """
     process_device_count = dtensor.num_local_devices(device_type)
     if dtensor_input == "dataset" and mesh_device_count != process_device_count:
-        raise UsageError(f"--dtensor-input dataset needs a mesh over all {process_device_count} logical "
-                         f"{device_type}s of this process, not {mesh_device_count} (DTensorDataset would "
-                         f"repeat batches); use --dtensor-input pack, or --devices {mesh_device_count} "
-                         f"in a new process")
+        raise UsageError(
+            f"--dtensor-input dataset needs a mesh over all {process_device_count} logical "
+            f"{device_type}s of this process, not {mesh_device_count} (DTensorDataset would "
+            f"repeat batches); use --dtensor-input pack, or --devices {mesh_device_count} "
+            f"in a new process"
+        )
 
 
 def check_config(config: Config, devices: Sequence[str]) -> MeshSpec:
@@ -299,9 +321,11 @@ def check_float64_collectives(dtype: str, spec: MeshSpec) -> None:
     """One line instead of DTensor's MLIR error when this release cannot run float64 on this mesh."""
     needed = float64_collectives_since(spec)
     if dtype == "float64" and tensorflow_release() < needed:
-        raise UsageError(f"--dtype float64 on DTensor mesh {spec} needs TensorFlow "
-                         f"{'.'.join(map(str, needed))} or later (this is {tf.__version__}: its DTensor "
-                         f"collectives have no float64); use --dtype float32 or a newer TensorFlow")
+        raise UsageError(
+            f"--dtype float64 on DTensor mesh {spec} needs TensorFlow "
+            f"{'.'.join(map(str, needed))} or later (this is {tf.__version__}: its DTensor "
+            f"collectives have no float64); use --dtype float32 or a newer TensorFlow"
+        )
 
 
 def before_runtime(config: Config, device_count: int) -> None:
@@ -311,6 +335,7 @@ def before_runtime(config: Config, device_count: int) -> None:
 
 class DTensorTrainer:
     """The parts shared.training.fit calls, on a mesh over exactly `devices` (every client's with --clients)."""
+
     name = "dtensor"
 
     def __init__(self, config: Config, data: MnistData, devices: Sequence[str], log: Callable = print):
@@ -334,28 +359,39 @@ class DTensorTrainer:
         # Checkpoints hold the unpadded model, so any trainer and mesh restores them: with padding, an
         # unpadded copy on the host is what they read and write (one all-gather per save).
         self.checkpointed = (self.model, self.optimizer)
-        padding = [f"{name} {size} -> {sizes[name]}" for name, size in self.definition.sizes.items()
-                   if sizes[name] != size]
+        padding = [
+            f"{name} {size} -> {sizes[name]}" for name, size in self.definition.sizes.items() if sizes[name] != size
+        ]
         if padding:
             with tf.device("CPU:0"):
                 self.checkpointed = build_model_and_optimizer(config)
-        layouts = [f"{variable.name}{describe_layout(weight.layout)}"
-                   for variable, weight in zip(self.definition.variables, self.model.weights)]
+        layouts = [
+            f"{variable.name}{describe_layout(weight.layout)}"
+            for variable, weight in zip(self.definition.variables, self.model.weights)
+        ]
         split = [layout for layout in layouts if "model" in layout.split("[", 1)[1]]
-        self.details = {"mesh": str(spec), "dtensor_input": config.dtensor_input, "layouts": " ".join(layouts),
-                        "collectives": self.collectives.describe()}
+        self.details = {
+            "mesh": str(spec),
+            "dtensor_input": config.dtensor_input,
+            "layouts": " ".join(layouts),
+            "collectives": self.collectives.describe(),
+        }
         if padding:
             self.details["padding"] = ", ".join(padding)
         if not config.quiet:
-            log(f"{'dtensor':<10} {self.placement}; input {config.dtensor_input}; collectives "
+            log(
+                f"{'dtensor':<10} {self.placement}; input {config.dtensor_input}; collectives "
                 f"{self.collectives.describe()}; "
-                + (f"{len(split)} of {len(layouts)} variables split on the model axis" if split
-                   else "every variable replicated")
-                + (f"; padded with zero units: {self.details['padding']}" if padding else ""))
+                + (
+                    f"{len(split)} of {len(layouts)} variables split on the model axis"
+                    if split
+                    else "every variable replicated"
+                )
+                + (f"; padded with zero units: {self.details['padding']}" if padding else "")
+            )
 
     def gradients(self, x, y):
-        return self.definition.unpad([to_numpy(g) for g in
-                                      compute_gradients(self.model, *pack_batch(x, y, self.mesh))])
+        return self.definition.unpad([to_numpy(g) for g in compute_gradients(self.model, *pack_batch(x, y, self.mesh))])
 
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
         # Every epoch is grouped alike, the first batch alone: its call's time is the trace time plus a
@@ -369,19 +405,20 @@ class DTensorTrainer:
             self.call(group, meter, record_state)
 
     def call(self, group, meter, record_state: bool):
-        losses, corrects, checksums = train_steps(self.model, self.optimizer, [batch for batch, _ in group],
-                                                  record_state)
+        losses, corrects, checksums = train_steps(
+            self.model, self.optimizer, [batch for batch, _ in group], record_state
+        )
         # Wait for the call's last step: a call of several steps can return before they have
         # run, and the step times would then be dispatch times (measured: ~3% of throughput).
         float(losses[-1])
-        meter.add_steps(losses, corrects, [real_count for _, real_count in group],
-                        checksums if record_state else None)
+        meter.add_steps(losses, corrects, [real_count for _, real_count in group], checksums if record_state else None)
 
     def traced_operations(self, record_state: bool) -> int:
         """Operations in the traced one-step call (deterministic, unlike its trace time)."""
         first_batch, _ = next(iter(packed_batches(self.data, self.config, 0, self.mesh)))
-        graph = train_steps.get_concrete_function(self.model, self.optimizer, [first_batch],
-                                                  record_state).graph.as_graph_def()
+        graph = train_steps.get_concrete_function(
+            self.model, self.optimizer, [first_batch], record_state
+        ).graph.as_graph_def()
         return len(graph.node) + sum(len(function.node_def) for function in graph.library.function)
 
     def trace_count(self) -> int:
@@ -390,8 +427,7 @@ class DTensorTrainer:
     def step_call(self) -> profile.StepCall:
         """--profile: a measured epoch's second call (its first full group of steps), packed on the host."""
         batches = list(epoch_batches(self.data.x_train, self.data.y_train, self.config.batch_size))
-        group = next(equal_shape_runs(batches[1:], lambda batch: batch[0].shape, self.steps_per_call or 1),
-                     batches[:1])
+        group = next(equal_shape_runs(batches[1:], lambda batch: batch[0].shape, self.steps_per_call or 1), batches[:1])
 
         def prepare():
             return [pack_batch(x, y, self.mesh) for x, y in group]
@@ -404,13 +440,16 @@ class DTensorTrainer:
             step = train_steps.get_concrete_function(self.model, self.optimizer, packed, False)
             devices = [short_device(device) for device in self.mesh.local_devices()]
             return traffic.dtensor_traffic(step, len(packed), self.spec.axes, devices)
+
         notes = "input packed (training took DTensorDataset)" if self.config.dtensor_input == "dataset" else ""
         return profile.StepCall(len(group), prepare, run, count, notes)
 
     def evaluate(self, x, y):
         """(mean loss, accuracy) over a whole split; one host sync at the end."""
-        results = [test_step(self.model, *pack_batch(x_batch, y_batch, self.mesh))
-                   for x_batch, y_batch in epoch_batches(x, y, self.config.batch_size)]
+        results = [
+            test_step(self.model, *pack_batch(x_batch, y_batch, self.mesh))
+            for x_batch, y_batch in epoch_batches(x, y, self.config.batch_size)
+        ]
         total_loss = sum(float(batch_loss) for batch_loss, _ in results)  # host sync point
         total_correct = sum(float(batch_correct) for _, batch_correct in results)
         return total_loss / len(y), total_correct / len(y)
@@ -427,7 +466,7 @@ class DTensorTrainer:
     def predict_logits(self, x: np.ndarray) -> np.ndarray:
         """Logits for host images, computed on the mesh: what --export checks its SavedModel against."""
         images, _, _ = pack_batch(x, np.zeros(len(x), np.int64), self.mesh)
-        return to_numpy(self.model(images))[:len(x)]
+        return to_numpy(self.model(images))[: len(x)]
 
     def begin(self, start_epoch: int):
         if start_epoch and self.checkpointed[0] is not self.model:  # restored into the host copy

@@ -13,6 +13,7 @@ own piece, so it normalises its 16 examples on their own: another function, a MI
 step 0 (docs/parity.md, "Batch statistics"). A DTensor batch padded with zero-weight examples
 (a last batch that does not divide over the batch axis) would count the padding in its statistics.
 """
+
 import tensorflow as tf
 
 from shared.model import ModelDefinition, Variable, ones, truncated_normal, zeros
@@ -38,6 +39,10 @@ def batch_norm_mlp() -> ModelDefinition:
         Variable("out/w", (UNITS, 10), truncated_normal(0.1, stream=2)),
         Variable("out/b", (10,), zeros),
     )
-    return ModelDefinition(name=f"batch-norm mlp 784-{UNITS}-10", variables=variables, forward=forward,
-                           flops_per_example=3 * 2 * (784 * UNITS + UNITS * 10),
-                           description=f"MLP 784-{UNITS}-10 with batch normalisation")
+    return ModelDefinition(
+        name=f"batch-norm mlp 784-{UNITS}-10",
+        variables=variables,
+        forward=forward,
+        flops_per_example=3 * 2 * (784 * UNITS + UNITS * 10),
+        description=f"MLP 784-{UNITS}-10 with batch normalisation",
+    )

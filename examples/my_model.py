@@ -9,6 +9,7 @@ with a `model` axis) and one pure forward of (variables by name, images [N, 784]
 This one is a small CNN: a 5x5 convolution of 8 channels, ReLU, 2x2 max pool, then a dense
 layer of 128 units split over the model axis (column then row parallel, as Megatron-LM does).
 """
+
 import tensorflow as tf
 
 from shared.model import MODEL_AXIS, UNSHARDED, ModelDefinition, Variable, truncated_normal, zeros
@@ -38,9 +39,13 @@ def my_model() -> ModelDefinition:
     )
     multiply_adds = 28 * 28 * 5 * 5 * CHANNELS + POOLED * UNITS + UNITS * 10
     return ModelDefinition(
-        name=f"cnn conv5x5x{CHANNELS} dense {UNITS}", variables=variables, forward=forward,
+        name=f"cnn conv5x5x{CHANNELS} dense {UNITS}",
+        variables=variables,
+        forward=forward,
         flops_per_example=3 * 2 * multiply_adds,
         # "units" may be padded with zero units when a model axis does not divide 128 (e.g. 3):
         # a zero unit's ReLU is 0 with gradient 0, so it stays 0 and the function is unchanged.
-        sizes={"units": UNITS}, paddable=frozenset({"units"}),
-        description=f"CNN: 5x5 conv of {CHANNELS} channels, 2x2 max pool, dense {UNITS}")
+        sizes={"units": UNITS},
+        paddable=frozenset({"units"}),
+        description=f"CNN: 5x5 conv of {CHANNELS} channels, 2x2 max pool, dense {UNITS}",
+    )

@@ -7,6 +7,7 @@ MirroredStrategy, from the same start on the same batches, and returns compare.p
 (a float32 difference is rerun in float64 to tell float noise from a real difference). Small
 slices keep it to about a minute on 2 CPU cores.
 """
+
 import os
 
 from shared.api import check_model

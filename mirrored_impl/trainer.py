@@ -9,6 +9,7 @@ global batch's real count, and the update either once on the first device (`--mi
 primary`) or on every replica after an all-reduce (`replicas`; the only mode across workers).
 With `--clients C` it is MultiWorkerMirroredStrategy. Design, departures and costs: docs/trainers.md.
 """
+
 import functools
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -56,20 +57,26 @@ def check_config(config: Config, devices: Sequence[str]) -> None:
     batch_size = config.batch_size
     if config.clients > 1:  # MultiWorkerMirroredStrategy: one replica per worker on CPU (see fit)
         if batch_size < config.clients:
-            raise UsageError(f"--batch-size {batch_size} is smaller than the {config.clients} workers; "
-                             f"use --batch-size {config.clients} or more")
+            raise UsageError(
+                f"--batch-size {batch_size} is smaller than the {config.clients} workers; "
+                f"use --batch-size {config.clients} or more"
+            )
         return
     device_type = devices[0].split(":")[0]
     configured = {device.name.replace("/device:", "") for device in tf.config.list_logical_devices()}
     missing = [device for device in devices if device not in configured]
     if missing:
         available = len(tf.config.list_logical_devices(device_type))
-        raise UsageError(f"--devices {len(devices)}: {', '.join(missing)} not configured; TensorFlow "
-                         f"has {available} logical {device_type}s, use --devices {available} or fewer")
+        raise UsageError(
+            f"--devices {len(devices)}: {', '.join(missing)} not configured; TensorFlow "
+            f"has {available} logical {device_type}s, use --devices {available} or fewer"
+        )
     if batch_size < len(devices):
-        raise UsageError(f"--batch-size {batch_size} is smaller than the {len(devices)} replicas, so some "
-                         f"replicas would never see an example; use --batch-size {len(devices)} or more, "
-                         f"or --devices {batch_size} or fewer")
+        raise UsageError(
+            f"--batch-size {batch_size} is smaller than the {len(devices)} replicas, so some "
+            f"replicas would never see an example; use --batch-size {len(devices)} or more, "
+            f"or --devices {batch_size} or fewer"
+        )
 
 
 def choose_cross_device_ops(devices: Sequence[str]) -> tf.distribute.CrossDeviceOps:
@@ -86,21 +93,23 @@ def choose_cross_device_ops(devices: Sequence[str]) -> tf.distribute.CrossDevice
     size 2". ReductionToOneDevice and NcclAllReduce keep no such process-wide state.
     """
     all_gpus = all(device.upper().startswith("GPU") for device in devices)
-    one_physical_gpu_each = (len(tf.config.list_logical_devices("GPU"))
-                             == len(tf.config.list_physical_devices("GPU")))
+    one_physical_gpu_each = len(tf.config.list_logical_devices("GPU")) == len(tf.config.list_physical_devices("GPU"))
     if all_gpus and one_physical_gpu_each and len(devices) > 1:
         return tf.distribute.NcclAllReduce()
     return tf.distribute.ReductionToOneDevice()
 
 
-def implementation(cross_device_ops: tf.distribute.CrossDeviceOps, devices: Sequence[str], update: str) -> Implementation:
+def implementation(
+    cross_device_ops: tf.distribute.CrossDeviceOps, devices: Sequence[str], update: str
+) -> Implementation:
     """What the gradients' sum ran with, and why, for the result rows: choose_cross_device_ops's choice, except
     that NcclAllReduce sums onto one destination (`primary`) with ReductionToOneDevice (cross_device_ops.py)."""
     name = type(cross_device_ops).__name__
     if isinstance(cross_device_ops, tf.distribute.NcclAllReduce):
         if update == "primary":
-            return Implementation("ReductionToOneDevice", False, "the primary update sums on one device: NcclAllReduce "
-                                                                 "falls back to it")
+            return Implementation(
+                "ReductionToOneDevice", False, "the primary update sums on one device: NcclAllReduce falls back to it"
+            )
         return Implementation(name, True, "one physical GPU per replica")
     if devices[0].upper().startswith("CPU"):
         return Implementation(name, False, "CPUs have no NCCL")
@@ -120,8 +129,8 @@ def multi_worker_strategy():
     a collective that waits for a peer that is alive but stuck.
     """
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
-        timeout_seconds=COLLECTIVE_TIMEOUT_S)
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING, timeout_seconds=COLLECTIVE_TIMEOUT_S
+    )
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
@@ -144,8 +153,7 @@ def join_cluster(config: Config) -> None:
 
 def piece_sizes(global_count: int, num_replicas: int):
     """Contiguous per-replica shares of a global batch, replica 0 first: 44 over 8 is 6,6,6,6,5,5,5,5."""
-    return [global_count // num_replicas + (replica < global_count % num_replicas)
-            for replica in range(num_replicas)]
+    return [global_count // num_replicas + (replica < global_count % num_replicas) for replica in range(num_replicas)]
 
 
 def describe_pieces(global_count: int, num_replicas: int) -> str:
@@ -154,8 +162,9 @@ def describe_pieces(global_count: int, num_replicas: int) -> str:
     return f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}"
 
 
-def replica_chunks(num_examples: int, batch_size: int, num_replicas: int, epochs: Sequence[int],
-                   shuffle: bool, seed: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def replica_chunks(
+    num_examples: int, batch_size: int, num_replicas: int, epochs: Sequence[int], shuffle: bool, seed: int
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Which examples each replica takes at each step, epoch by epoch: (indices, sizes, global_counts).
 
     The global batches of `epoch_batches` for `epochs`, cut into `piece_sizes` contiguous pieces,
@@ -173,14 +182,15 @@ def replica_chunks(num_examples: int, batch_size: int, num_replicas: int, epochs
         for step, (batch, _) in enumerate(epoch_batches(example_ids, example_ids, batch_size, epoch, shuffle, seed)):
             start = 0
             for replica, size in enumerate(piece_sizes(len(batch), num_replicas)):
-                indices[e, replica, step, :size] = batch[start:start + size]
+                indices[e, replica, step, :size] = batch[start : start + size]
                 sizes[e, replica, step], global_counts[e, replica, step] = size, len(batch)
                 start += size
     return indices, sizes, global_counts
 
 
-def distribute_batches(strategy, x: np.ndarray, y: np.ndarray, batch_size: int, epochs: Sequence[int],
-                       shuffle: bool = False, seed: int = 0):
+def distribute_batches(
+    strategy, x: np.ndarray, y: np.ndarray, batch_size: int, epochs: Sequence[int], shuffle: bool = False, seed: int = 0
+):
     """The global batches of `epochs` as one distributed dataset: per epoch, each replica's pieces of
     every step, (x [steps, P, 784], y [steps, P], sizes [steps], global counts [steps]).
 
@@ -193,21 +203,25 @@ def distribute_batches(strategy, x: np.ndarray, y: np.ndarray, batch_size: int, 
     stalled for up to 20 s here. Take exactly one element per epoch: asking for one more waits
     for every replica's end of data (stalls of seconds here too).
     """
+
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         num_replicas = input_context.num_replicas_in_sync
         indices, sizes, global_counts = replica_chunks(len(y), batch_size, num_replicas, epochs, shuffle, seed)
         # Each pipeline feeds only its own replicas: worker w's replicas w*L .. w*L+L-1 across
         # workers, one replica's in one process (pipeline_per_replica).
         local_replicas = num_replicas // input_context.num_input_pipelines
-        local = slice(input_context.input_pipeline_id * local_replicas,
-                      (input_context.input_pipeline_id + 1) * local_replicas)
+        local = slice(
+            input_context.input_pipeline_id * local_replicas, (input_context.input_pipeline_id + 1) * local_replicas
+        )
         images, labels = tf.constant(x), tf.constant(y)
 
         def take_chunk(index, size, global_count):
             return tf.gather(images, index), tf.gather(labels, index), size, global_count
+
         chunks = tuple(array[:, local].reshape(-1, *array.shape[2:]) for array in (indices, sizes, global_counts))
         pipeline = tf.data.Dataset.from_tensor_slices(chunks).map(take_chunk).prefetch(local_replicas)
         return pipeline.with_options(without_autotune())
+
     # Already per replica: a pipeline of L replicas hands L consecutive elements to them in order.
     return strategy.distribute_datasets_from_function(dataset_fn, pipeline_per_replica(strategy))
 
@@ -223,15 +237,18 @@ def pipeline_per_replica(strategy) -> Optional[tf.distribute.InputOptions]:
     """
     if not isinstance(strategy, tf.distribute.MirroredStrategy):
         return None
-    return tf.distribute.InputOptions(experimental_fetch_to_device=False, experimental_place_dataset_on_device=True,
-                                      experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA)
+    return tf.distribute.InputOptions(
+        experimental_fetch_to_device=False,
+        experimental_place_dataset_on_device=True,
+        experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
+    )
 
 
 def piece(chunk, step):
     """In replica context: this replica's (x, y, global count) of step `step` from its epoch chunk."""
     x, y, sizes, global_counts = chunk
     with tf.name_scope(profile.INPUT_SCOPE):  # the scopes name the step's parts for --profile
-        return x[step, :sizes[step]], y[step, :sizes[step]], global_counts[step]
+        return x[step, : sizes[step]], y[step, : sizes[step]], global_counts[step]
 
 
 def replica_loss_and_gradients(model, x, y, global_count):
@@ -255,8 +272,10 @@ def all_reduced(grads):
 @tf.function
 def global_gradients(strategy, model, chunk, step):
     """The gradients of the global mean loss at the current weights, as every replica sees them."""
+
     def on_replica(*replica_chunk):
         return all_reduced(replica_loss_and_gradients(model, *piece(replica_chunk, step))[2])
+
     return strategy.run(on_replica, args=chunk)
 
 
@@ -273,6 +292,7 @@ def train_step(strategy, model, optimizer, chunk, step, primary_model=None):
     Every epoch's chunk has the same shapes and `step` is a tensor, so it traces once (per
     replica: strategy.run traces its function N times); the pieces' sizes vary inside the graph.
     """
+
     def on_replica(*replica_chunk):
         x, y, global_count = piece(replica_chunk, step)
         logits, loss, grads = replica_loss_and_gradients(model, x, y, global_count)
@@ -282,14 +302,16 @@ def train_step(strategy, model, optimizer, chunk, step, primary_model=None):
                 apply_gradients_fused(optimizer, summed, model.weights)  # XLA; this replica's copies
             grads = []
         return loss, correct_count(logits, y), grads
+
     losses, corrects, grads = strategy.run(on_replica, args=chunk)
     if primary_model is not None:
         primary = strategy.extended.worker_devices[0]
         with tf.name_scope(profile.COLLECTIVES_SCOPE):
             summed = strategy.extended.batch_reduce_to(SUM, [(grad, primary) for grad in grads])
         with tf.device(primary), tf.name_scope(profile.UPDATE_SCOPE):  # the reference's update and variables
-            apply_gradients_fused(optimizer, [strategy.experimental_local_results(grad)[0] for grad in summed],
-                                  primary_model.weights)
+            apply_gradients_fused(
+                optimizer, [strategy.experimental_local_results(grad)[0] for grad in summed], primary_model.weights
+            )
         with tf.name_scope(profile.COLLECTIVES_SCOPE):
             for copies, weight in zip(model.weights, primary_model.weights):
                 copies.assign(weight)  # cross-replica context: writes every replica's copy
@@ -309,8 +331,7 @@ def train_steps(strategy, model, optimizer, chunk, first_step, steps, primary_mo
     losses = tf.TensorArray(model.weights[0].dtype, size=steps)
     corrects = tf.TensorArray(tf.float32, size=steps)
     variables = state_variables(primary_model or model, optimizer)
-    checksums = tf.TensorArray(tf.float64, size=steps if record_state else 0,
-                               element_shape=[len(variables)])
+    checksums = tf.TensorArray(tf.float64, size=steps if record_state else 0, element_shape=[len(variables)])
     for i in tf.range(steps):
         if record_state:  # Python bool: decided when traced; cross-replica context reads replica 0's copy
             checksums = checksums.write(i, state_checksums(variables))
@@ -325,6 +346,7 @@ def test_step(strategy, model, chunk, step):
         x, y, _ = piece(replica_chunk, step)
         logits = model(x)
         return loss_sum(logits, y), correct_count(logits, y)
+
     loss_sums, corrects = strategy.run(on_replica, args=chunk)
     return strategy.reduce(SUM, loss_sums, axis=None), strategy.reduce(SUM, corrects, axis=None)
 
@@ -349,7 +371,8 @@ def predict_logits(strategy, model, x: np.ndarray) -> np.ndarray:
 
     def piece(context: tf.distribute.experimental.ValueContext):
         replica = context.replica_id_in_sync_group
-        return tf.constant(x[bounds[replica]:bounds[replica + 1]])
+        return tf.constant(x[bounds[replica] : bounds[replica + 1]])
+
     logits = forward(strategy, model, strategy.experimental_distribute_values_from_function(piece))
     return np.concatenate([part.numpy() for part in strategy.experimental_local_results(logits)])
 
@@ -383,14 +406,17 @@ def memory_per_device(strategy, model, optimizer, primary_model: Optional[object
     """Bytes of weights and optimizer state on each device: every replica's copy of each
     MirroredVariable, plus the first device's plain weights with "primary" (where the optimizer
     state is plain too: experimental_local_results gives a plain variable back as itself)."""
+
     def copies(variables):
         return located_bytes(copy for variable in variables for copy in strategy.experimental_local_results(variable))
+
     weights = copies(model.weights) + (located_bytes(primary_model.weights) if primary_model is not None else [])
     return tally(weights, copies(optimizer.variables))
 
 
 class MirroredTrainer:
     """The parts shared.training.fit calls, with one replica per device (per worker with --clients)."""
+
     name = "mirrored"
 
     def __init__(self, config: Config, data: MnistData, devices: Sequence[str], log: Callable = print):
@@ -402,14 +428,16 @@ class MirroredTrainer:
         else:
             check_config(config, devices)
             cross_device_ops = choose_cross_device_ops(devices)
-            self.strategy = tf.distribute.MirroredStrategy(devices=[f"/device:{device}" for device in devices],
-                                                           cross_device_ops=cross_device_ops)
+            self.strategy = tf.distribute.MirroredStrategy(
+                devices=[f"/device:{device}" for device in devices], cross_device_ops=cross_device_ops
+            )
             cross_device_ops_name = type(cross_device_ops).__name__
             self.collectives = implementation(cross_device_ops, devices, update_mode(config))
         self.config, self.data = config, data
         num_replicas = self.strategy.num_replicas_in_sync
-        self.placement = (f"{num_replicas} replica{'s' * (num_replicas > 1)} on {devices[0].split(':')[0]}"
-                          + (f" ({config.clients} workers)" if config.clients > 1 else ""))
+        self.placement = f"{num_replicas} replica{'s' * (num_replicas > 1)} on {devices[0].split(':')[0]}" + (
+            f" ({config.clients} workers)" if config.clients > 1 else ""
+        )
         update = update_mode(config)
         self.details = {
             "cross_device_ops": cross_device_ops_name,
@@ -418,8 +446,10 @@ class MirroredTrainer:
             "per_replica_batch": describe_pieces(config.batch_size, num_replicas),
         }
         if not config.quiet:
-            log(f"{'mirrored':<10} {self.placement}; cross-device ops {cross_device_ops_name}; update {update}; "
-                f"per-replica batch {self.details['per_replica_batch']}; input {self.details['input']}")
+            log(
+                f"{'mirrored':<10} {self.placement}; cross-device ops {cross_device_ops_name}; update {update}; "
+                f"per-replica batch {self.details['per_replica_batch']}; input {self.details['input']}"
+            )
         self.model, self.optimizer, self.primary_model = build_models(self.strategy, config, update)
         self.checkpointed = (self.primary_model or self.model, self.optimizer)
         self.global_counts = [part.stop - part.start for part in batch_slices(len(data.y_train), config.batch_size)]
@@ -431,10 +461,14 @@ class MirroredTrainer:
                 copies.assign(weight)  # every replica's copy from the restored (or initial) weights
         config, data = self.config, self.data
         epochs = range(start_epoch, config.epochs)
-        self.train_iterator = iter(distribute_batches(self.strategy, data.x_train, data.y_train, config.batch_size,
-                                                      epochs or [0], config.shuffle, config.seed))
-        self.test_iterator = iter(distribute_batches(self.strategy, data.x_test, data.y_test, config.batch_size,
-                                                     epochs))
+        self.train_iterator = iter(
+            distribute_batches(
+                self.strategy, data.x_train, data.y_train, config.batch_size, epochs or [0], config.shuffle, config.seed
+            )
+        )
+        self.test_iterator = iter(
+            distribute_batches(self.strategy, data.x_test, data.y_test, config.batch_size, epochs)
+        )
         self.chunk = next(self.train_iterator)  # the first epoch's pieces
 
     def gradients(self, x, y):
@@ -448,15 +482,23 @@ class MirroredTrainer:
         done = 0
         if first:  # the first step alone: its time is the trace time
             initial_state = read_state_checksums(self.state()) if record_state else None
-            loss, correct = train_step(self.strategy, self.model, self.optimizer, self.chunk, tf.constant(0),
-                                       self.primary_model)
+            loss, correct = train_step(
+                self.strategy, self.model, self.optimizer, self.chunk, tf.constant(0), self.primary_model
+            )
             float(loss)  # host sync, once
             meter.add(loss, correct, self.global_counts[0], initial_state)
             done = 1
         if done < len(self.global_counts):  # the rest of the epoch in one call
-            losses, corrects, checksums = train_steps(self.strategy, self.model, self.optimizer, self.chunk,
-                                                      tf.constant(done), tf.constant(len(self.global_counts) - done),
-                                                      self.primary_model, record_state)
+            losses, corrects, checksums = train_steps(
+                self.strategy,
+                self.model,
+                self.optimizer,
+                self.chunk,
+                tf.constant(done),
+                tf.constant(len(self.global_counts) - done),
+                self.primary_model,
+                record_state,
+            )
             meter.add_steps(losses, corrects, self.global_counts[done:], checksums if record_state else None)
 
     def trace_count(self) -> int:
@@ -467,17 +509,24 @@ class MirroredTrainer:
         steps = len(self.global_counts)
 
         def run(chunk):
-            train_steps(self.strategy, self.model, self.optimizer, chunk, tf.constant(0), tf.constant(steps),
-                        self.primary_model)[0].numpy()  # host sync: the call has run
+            train_steps(
+                self.strategy, self.model, self.optimizer, chunk, tf.constant(0), tf.constant(steps), self.primary_model
+            )[0].numpy()  # host sync: the call has run
 
-        step = train_step.get_concrete_function(self.strategy, self.model, self.optimizer, self.chunk, tf.constant(0),
-                                                self.primary_model)
+        step = train_step.get_concrete_function(
+            self.strategy, self.model, self.optimizer, self.chunk, tf.constant(0), self.primary_model
+        )
         return profile.StepCall(steps, lambda: self.chunk, run, lambda: traffic.cross_device_traffic(step))
 
     def evaluate(self, x, y):
         """The test split's pieces for this epoch come from the test pipeline (x, y are the same examples)."""
-        return evaluate(self.strategy, self.model, next(self.test_iterator),
-                        len(batch_slices(len(y), self.config.batch_size)), len(y))
+        return evaluate(
+            self.strategy,
+            self.model,
+            next(self.test_iterator),
+            len(batch_slices(len(y), self.config.batch_size)),
+            len(y),
+        )
 
     def state(self):
         """The primary copy with "primary"; with "replicas" replica 0's copies are read."""

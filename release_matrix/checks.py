@@ -10,6 +10,7 @@ into docs/releases.md. Costs (2 cores, one release at a time): 400-600 s, of whi
 tests (2 processes) 150-360 s and each compare.py run 25-75 s. The float64 run is compared with
 the report committed in release_matrix/baseline-float64.json (compare.py --baseline).
 """
+
 import argparse
 import json
 import os
@@ -44,8 +45,25 @@ COMPARE_RUNS = {
     "dtensor_dataset": (SMALL + ["--trainers", "dtensor", "--dtensor-input", "dataset"], {}),
     # Combining on, as TensorFlow ships it: the tutorial's Adam then reads stale slots (expected exit 1).
     "adam_tutorial": (SMALL + ["--trainers", "dtensor", "--adam", "tutorial"], {COMBINE_ALL_REDUCES: "1"}),
-    "multi_client": (["--data", "embedded", "--clients", "2", "--devices", "2", "--train-examples", "256",
-                      "--test-examples", "64", "--epochs", "1", "--batch-size", "64"], {}),
+    "multi_client": (
+        [
+            "--data",
+            "embedded",
+            "--clients",
+            "2",
+            "--devices",
+            "2",
+            "--train-examples",
+            "256",
+            "--test-examples",
+            "64",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "64",
+        ],
+        {},
+    ),
 }
 # Each release's float64 run against one report committed in the repo, made on releases.BASELINE_RELEASE with these
 # arguments (`compare.py --quiet <FLOAT64_BASELINE_ARGS> --json release_matrix/baseline-float64.json`):
@@ -64,14 +82,24 @@ def run_process(args, env=None) -> dict:
     """Run `args` from the project root; exit code, wall seconds and the last stderr line."""
     started = time.perf_counter()
     try:
-        done = subprocess.run(args, cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})),
-                              capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+        done = subprocess.run(
+            args,
+            cwd=ROOT,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_SECONDS,
+        )
         exit_code, stdout, stderr = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as expired:
         exit_code, stdout, stderr = None, str(expired.stdout or ""), f"timed out after {TIMEOUT_SECONDS} s"
     lines = [line for line in stderr.splitlines() if line.strip() and not LOG_LINE.match(line)]
-    return {"exit_code": exit_code, "seconds": round(time.perf_counter() - started, 1),
-            "stderr_tail": lines[-1] if lines else "", "stdout": stdout}
+    return {
+        "exit_code": exit_code,
+        "seconds": round(time.perf_counter() - started, 1),
+        "stderr_tail": lines[-1] if lines else "",
+        "stdout": stdout,
+    }
 
 
 def run_compare(name: str, args, env, directory: str) -> dict:
@@ -87,19 +115,29 @@ def run_compare(name: str, args, env, directory: str) -> dict:
         report = json.load(file)
     result["ok"] = report["ok"]
     result["data"] = {"source": report["environment"]["data_source"], "reason": report["environment"]["data_reason"]}
-    result["parity"] = {trainer: {key: parity[key] for key in
-                                  ("max_abs_loss_diff", "max_abs_grad_diff", "max_abs_weight_diff", "ok")
-                                  + (("verdict",) if "verdict" in parity else ())}
-                        for trainer, parity in report["parity"].items()}
-    result["failed_trainers"] = {trainer: facts["error"] for trainer, facts in report["trainers"].items()
-                                 if facts["failed"]}
-    result["step_losses"] = {trainer: facts["step_losses"] for trainer, facts in report["trainers"].items()
-                             if not facts["failed"]}
+    result["parity"] = {
+        trainer: {
+            key: parity[key]
+            for key in ("max_abs_loss_diff", "max_abs_grad_diff", "max_abs_weight_diff", "ok")
+            + (("verdict",) if "verdict" in parity else ())
+        }
+        for trainer, parity in report["parity"].items()
+    }
+    result["failed_trainers"] = {
+        trainer: facts["error"] for trainer, facts in report["trainers"].items() if facts["failed"]
+    }
+    result["step_losses"] = {
+        trainer: facts["step_losses"] for trainer, facts in report["trainers"].items() if not facts["failed"]
+    }
     if report.get("baseline"):
-        result["baseline"] = {trainer: {key: (entry["difference"] or {}).get(key) for key in
-                                        ("max_abs_loss_diff", "max_abs_weight_sample_diff", "max_rel_weight_sum_diff")}
-                              | {key: entry[key] for key in ("verdict", "line", "bitwise_identical")}
-                              for trainer, entry in report["baseline"]["trainers"].items()}
+        result["baseline"] = {
+            trainer: {
+                key: (entry["difference"] or {}).get(key)
+                for key in ("max_abs_loss_diff", "max_abs_weight_sample_diff", "max_rel_weight_sum_diff")
+            }
+            | {key: entry[key] for key in ("verdict", "line", "bitwise_identical")}
+            for trainer, entry in report["baseline"]["trainers"].items()
+        }
     return result
 
 
@@ -139,8 +177,9 @@ def cross_restore(directory: str, uninterrupted: dict) -> dict:
 def fast_tests(directory: str) -> dict:
     """The fast parity tests under pytest; counts from its JUnit XML."""
     junit = os.path.join(directory, "junit.xml")
-    result = run_process([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-                          "-m", FAST_MARKER])
+    result = run_process(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "-m", FAST_MARKER]
+    )
     stdout = result.pop("stdout")
     result["marker"] = FAST_MARKER
     if os.path.exists(junit):
@@ -148,8 +187,11 @@ def fast_tests(directory: str) -> dict:
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
         counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
         result.update(counts, passed=counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"])
-        result["failed_tests"] = [f"{case.get('classname')}::{case.get('name')}" for case in suite.iter("testcase")
-                                  if case.find("failure") is not None or case.find("error") is not None]
+        result["failed_tests"] = [
+            f"{case.get('classname')}::{case.get('name')}"
+            for case in suite.iter("testcase")
+            if case.find("failure") is not None or case.find("error") is not None
+        ]
     else:
         result["stdout_tail"] = stdout[-2000:]
     return result
@@ -167,10 +209,16 @@ def stale_read(combine: str) -> dict:
 def project_commit() -> str:
     """The project's git commit, "+changes" when the working tree differs from it; "-" outside git."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                 capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "-"
     return commit + ("+changes" if changed else "")
@@ -197,16 +245,26 @@ def measure(install_seconds=None) -> dict:
         restore = cross_restore(directory, compare_runs["adam"])
         stale = {"combine_on": stale_read("on"), "combine_off": stale_read("off")}
         tests = fast_tests(directory)
-    return {"versions": installed, "install_seconds": install_seconds,
-            "run_seconds": round(time.perf_counter() - started, 1),
-            "fast_tests": tests, "compare": compare_runs, "cross_restore": restore, "stale_read": stale}
+    return {
+        "versions": installed,
+        "install_seconds": install_seconds,
+        "run_seconds": round(time.perf_counter() - started, 1),
+        "fast_tests": tests,
+        "compare": compare_runs,
+        "cross_restore": restore,
+        "stale_read": stale,
+    }
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="write the measurements here as JSON")
-    parser.add_argument("--install-seconds", type=float, default=None,
-                        help="how long installing the release and the project took (the caller measured it)")
+    parser.add_argument(
+        "--install-seconds",
+        type=float,
+        default=None,
+        help="how long installing the release and the project took (the caller measured it)",
+    )
     args = parser.parse_args(argv)
     facts = measure(args.install_seconds)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

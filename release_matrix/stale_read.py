@@ -14,6 +14,7 @@ where a stale variable is one whose read differs from the value just assigned to
 (README, "How this differs from the tutorial"). Exit code 0 either way: the answer is
 the output. Costs one TensorFlow start and one trace, ~5 s on 2 cores.
 """
+
 import argparse
 import json
 import os
@@ -41,8 +42,10 @@ def check(combine: bool) -> dict:
     mesh = create_mesh(MeshSpec(batch=DEVICES), configure_devices(DEVICES, "CPU"))
     definition = mlp()
     model = build_model(definition, definition.initial_values(seed=22), mesh)
-    slots = [dtensor.DVariable(dtensor.call_with_layout(tf.zeros, w.layout, shape=w.shape, dtype=w.dtype))
-             for w in model.weights]
+    slots = [
+        dtensor.DVariable(dtensor.call_with_layout(tf.zeros, w.layout, shape=w.shape, dtype=w.dtype))
+        for w in model.weights
+    ]
     data = load_data("embedded", train_examples=BATCH, test_examples=1)
 
     @tf.function
@@ -76,8 +79,12 @@ def check(combine: bool) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--combine", choices=("on", "off"), default="on",
-                        help="DTensor's all-reduce combining (DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION)")
+    parser.add_argument(
+        "--combine",
+        choices=("on", "off"),
+        default="on",
+        help="DTensor's all-reduce combining (DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION)",
+    )
     args = parser.parse_args(argv)
     print(json.dumps(check(args.combine == "on")))
     return 0

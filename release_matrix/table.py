@@ -12,6 +12,7 @@ exit code 1 unless every release passed every check (a check whose process hit i
 or was stopped makes its row "incomplete").
 Needs only the standard library.
 """
+
 import argparse
 import json
 import os
@@ -35,13 +36,28 @@ PARITY_COLUMNS = [
     ("Mirrored 8 replicas, SGD", "sgd", "mirrored"),
 ]
 DEFAULTS_COLUMN = "compare.py defaults (--data auto)"
-TFDS_BROKEN = "tensorflow_datasets does not work here"  # shared.data.TFDS_BROKEN (tests/test_releases.py), without numpy
+TFDS_BROKEN = (
+    "tensorflow_datasets does not work here"  # shared.data.TFDS_BROKEN (tests/test_releases.py), without numpy
+)
 BASELINE_COLUMN = f"float64 against the {BASELINE_RELEASE} baseline"
-CHECK_COLUMNS = ["fast tests"] + [column for column, _, _ in PARITY_COLUMNS] + [
-    "--adam tutorial caught", "DTensorDataset", "multi-client", "checkpoint cross-restore", DEFAULTS_COLUMN,
-    BASELINE_COLUMN]
-HEADERS = (["release", "project commit", "verdict", "install s", "checks s"] + CHECK_COLUMNS[:6]
-           + ["stale read after assign (combining on)"] + CHECK_COLUMNS[6:])
+CHECK_COLUMNS = (
+    ["fast tests"]
+    + [column for column, _, _ in PARITY_COLUMNS]
+    + [
+        "--adam tutorial caught",
+        "DTensorDataset",
+        "multi-client",
+        "checkpoint cross-restore",
+        DEFAULTS_COLUMN,
+        BASELINE_COLUMN,
+    ]
+)
+HEADERS = (
+    ["release", "project commit", "verdict", "install s", "checks s"]
+    + CHECK_COLUMNS[:6]
+    + ["stale read after assign (combining on)"]
+    + CHECK_COLUMNS[6:]
+)
 
 
 def _e(value: Optional[float]) -> str:
@@ -77,8 +93,16 @@ def fast_tests_check(tests: dict) -> dict:
         cell = f"not finished: {_exit(tests)} after {tests['seconds']:.0f} s"
     elif not ok:
         cell = f"FAILED {cell} ({_exit(tests)})"
-    return {"ok": ok, "finished": finished, "passed": tests.get("passed", 0), "skipped": skipped, "tests": total,
-            "seconds": tests["seconds"], "failed_tests": tests.get("failed_tests", []), "cell": cell}
+    return {
+        "ok": ok,
+        "finished": finished,
+        "passed": tests.get("passed", 0),
+        "skipped": skipped,
+        "tests": total,
+        "seconds": tests["seconds"],
+        "failed_tests": tests.get("failed_tests", []),
+        "cell": cell,
+    }
 
 
 def tutorial_check(run: dict) -> dict:
@@ -86,8 +110,12 @@ def tutorial_check(run: dict) -> dict:
     parity = run.get("parity", {}).get("dtensor")
     caught = run.get("exit_code") == 1 and parity is not None and not parity["ok"]
     loss = parity["max_abs_loss_diff"] if parity else None
-    return {"ok": caught, "exit_code": run.get("exit_code"), "max_abs_loss_diff": loss,
-            "cell": f"{'yes' if caught else 'NO'} ({_exit(run)}, loss {_e(loss)})"}
+    return {
+        "ok": caught,
+        "exit_code": run.get("exit_code"),
+        "max_abs_loss_diff": loss,
+        "cell": f"{'yes' if caught else 'NO'} ({_exit(run)}, loss {_e(loss)})",
+    }
 
 
 def dataset_check(run: dict, packed: dict) -> dict:
@@ -103,8 +131,11 @@ def dataset_check(run: dict, packed: dict) -> dict:
 def multi_client_check(run: dict) -> dict:
     dtensor, mirrored = parity_check(run, "dtensor"), parity_check(run, "mirrored")
     ok = dtensor["ok"] and mirrored["ok"]
-    cell = (f"ok {_e(dtensor['max_abs_loss_diff'])} / {_e(mirrored['max_abs_loss_diff'])}" if ok
-            else f"FAILED: dtensor {dtensor['cell']}; mirrored {mirrored['cell']}")
+    cell = (
+        f"ok {_e(dtensor['max_abs_loss_diff'])} / {_e(mirrored['max_abs_loss_diff'])}"
+        if ok
+        else f"FAILED: dtensor {dtensor['cell']}; mirrored {mirrored['cell']}"
+    )
     return {"ok": ok, "dtensor": dtensor, "mirrored": mirrored, "cell": cell}
 
 
@@ -151,8 +182,10 @@ def baseline_check(run: Optional[dict]) -> dict:
         return {"ok": False, "cell": f"FAILED ({_exit(run)}: {run.get('stderr_tail') or 'no report'})"[:160]}
     changed = [f"{name} {entry['line']}" for name, entry in trainers.items() if entry["verdict"] == "CHANGED"]
     compared = [entry for entry in trainers.values() if entry["verdict"] in ("same", "float noise")]
-    figures = {key: max((entry[key] for entry in compared if entry[key] is not None), default=None)
-               for key in ("max_abs_loss_diff", "max_abs_weight_sample_diff", "max_rel_weight_sum_diff")}
+    figures = {
+        key: max((entry[key] for entry in compared if entry[key] is not None), default=None)
+        for key in ("max_abs_loss_diff", "max_abs_weight_sample_diff", "max_rel_weight_sum_diff")
+    }
     ok = run["exit_code"] == 0 and not changed and bool(compared)
     if changed:
         cell = "CHANGED: " + "; ".join(changed)
@@ -162,8 +195,13 @@ def baseline_check(run: Optional[dict]) -> dict:
         cell = ("same " if ok else f"FAILED ({_exit(run)}) ") + " / ".join(_e(value) for value in figures.values())
     if run.get("without_dtensor"):
         cell += "; no dtensor (no float64 here)"
-    return {"ok": ok, "verdicts": {name: entry["verdict"] for name, entry in trainers.items()}, **figures,
-            "without_dtensor": run.get("without_dtensor", ""), "cell": cell[:200]}
+    return {
+        "ok": ok,
+        "verdicts": {name: entry["verdict"] for name, entry in trainers.items()},
+        **figures,
+        "without_dtensor": run.get("without_dtensor", ""),
+        "cell": cell[:200],
+    }
 
 
 def stale_read_fact(stale: dict) -> dict:
@@ -174,16 +212,28 @@ def stale_read_fact(stale: dict) -> dict:
     cell = f"{'yes' if on['stale_read'] else 'no'}, {on['stale_variables']} of {on['variables']} variables"
     if "stale_read" in off:
         cell += f" (off: {off['stale_variables']})"
-    return {"measured": True, "stale_read": on["stale_read"], "stale_variables": on["stale_variables"],
-            "variables": on["variables"], "read_zero_variables": on["read_zero_variables"],
-            "stale_variables_combining_off": off.get("stale_variables"), "cell": cell}
+    return {
+        "measured": True,
+        "stale_read": on["stale_read"],
+        "stale_variables": on["stale_variables"],
+        "variables": on["variables"],
+        "read_zero_variables": on["read_zero_variables"],
+        "stale_variables_combining_off": off.get("stale_variables"),
+        "cell": cell,
+    }
 
 
 def summarize(release: str, measured: Optional[dict]) -> dict:
     """One row: each check judged from the measurements, with its figures and its table cell."""
     if measured is None:
-        return {"release": release, "ok": False, "verdict": "not measured", "failed_checks": [],
-                "unfinished_checks": [], "checks": {}}
+        return {
+            "release": release,
+            "ok": False,
+            "verdict": "not measured",
+            "failed_checks": [],
+            "unfinished_checks": [],
+            "checks": {},
+        }
     compare = measured["compare"]
     checks = {"fast tests": fast_tests_check(measured["fast_tests"])}
     checks.update({column: parity_check(compare[run], trainer) for column, run, trainer in PARITY_COLUMNS})
@@ -196,10 +246,18 @@ def summarize(release: str, measured: Optional[dict]) -> dict:
     failed = [name for name, check in checks.items() if check["ok"] is False and check.get("finished", True)]
     unfinished = [name for name, check in checks.items() if not check.get("finished", True)]
     verdict = "FAILED" if failed else "incomplete" if unfinished else "ok"
-    return {"release": release, "ok": verdict == "ok", "verdict": verdict, "failed_checks": failed,
-            "unfinished_checks": unfinished, "versions": measured["versions"],
-            "install_seconds": measured["install_seconds"], "run_seconds": measured["run_seconds"],
-            "stale_read": stale_read_fact(measured["stale_read"]), "checks": checks}
+    return {
+        "release": release,
+        "ok": verdict == "ok",
+        "verdict": verdict,
+        "failed_checks": failed,
+        "unfinished_checks": unfinished,
+        "versions": measured["versions"],
+        "install_seconds": measured["install_seconds"],
+        "run_seconds": measured["run_seconds"],
+        "stale_read": stale_read_fact(measured["stale_read"]),
+        "checks": checks,
+    }
 
 
 def render(rows: List[dict]) -> str:
@@ -210,8 +268,13 @@ def render(rows: List[dict]) -> str:
             lines.append("| " + " | ".join([row["release"], "", "not measured"] + [""] * (len(HEADERS) - 3)) + " |")
             continue
         install = "-" if row["install_seconds"] is None else f"{row['install_seconds']:.0f}"
-        cells = [row["release"], row["versions"].get("project", "-"), row["verdict"], install,
-                 f"{row['run_seconds']:.0f}"]
+        cells = [
+            row["release"],
+            row["versions"].get("project", "-"),
+            row["verdict"],
+            install,
+            f"{row['run_seconds']:.0f}",
+        ]
         cells += [row["checks"][name]["cell"] for name in CHECK_COLUMNS[:6]]
         cells += [row["stale_read"]["cell"]] + [row["checks"][name]["cell"] for name in CHECK_COLUMNS[6:]]
         lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
@@ -219,8 +282,11 @@ def render(rows: List[dict]) -> str:
     install = sum(row["install_seconds"] or 0 for row in measured)
     checks = sum(row["run_seconds"] for row in measured)
     pythons = sorted({row["versions"]["python"] for row in measured})
-    lines += ["", f"{len(measured)} of {len(rows)} releases measured, on Python {', '.join(pythons) or '-'}: "
-                  f"install {install / 60:.1f} min and checks {checks / 60:.1f} min in all."]
+    lines += [
+        "",
+        f"{len(measured)} of {len(rows)} releases measured, on Python {', '.join(pythons) or '-'}: "
+        f"install {install / 60:.1f} min and checks {checks / 60:.1f} min in all.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -264,8 +330,11 @@ def write_markdown(path: str, table: str) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--results", default=os.path.join(ROOT, RESULTS_DIR),
-                        help="directory of <release>.json files from release_matrix.checks")
+    parser.add_argument(
+        "--results",
+        default=os.path.join(ROOT, RESULTS_DIR),
+        help="directory of <release>.json files from release_matrix.checks",
+    )
     parser.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="where releases.json and .md go")
     args = parser.parse_args(argv)
     previous = previous_rows(args.docs)
@@ -277,9 +346,16 @@ def main(argv=None) -> int:
     table = render(rows)
     write_markdown(os.path.join(args.docs, os.path.basename(DOC_MARKDOWN)), table)
     print(table, end="")
-    failed = [f"{row['release']} {row['verdict']}" + (f" ({', '.join(checks)})" if checks else "")
-              for row in rows if not row["ok"] for checks in [row["failed_checks"] + row["unfinished_checks"]]]
-    print(f"wrote {DOC_JSON} and {DOC_MARKDOWN}; " + (f"not ok: {'; '.join(failed)}" if failed else "every release passed"))
+    failed = [
+        f"{row['release']} {row['verdict']}" + (f" ({', '.join(checks)})" if checks else "")
+        for row in rows
+        if not row["ok"]
+        for checks in [row["failed_checks"] + row["unfinished_checks"]]
+    ]
+    print(
+        f"wrote {DOC_JSON} and {DOC_MARKDOWN}; "
+        + (f"not ok: {'; '.join(failed)}" if failed else "every release passed")
+    )
     return 1 if failed else 0
 
 

@@ -11,6 +11,7 @@ once per mesh and MirroredStrategy once, in this process, on the first `devices`
 is compare.py's: a float32 failure is rerun in float64 to tell float noise from a MISMATCH.
 Bad input raises shared.errors.UsageError with compare.py's one-line message.
 """
+
 import dataclasses
 from typing import Dict, Sequence
 
@@ -42,8 +43,14 @@ class ModelCheck:
         return "\n".join([f"model {self.model}"] + lines)
 
 
-def check_model(model: str = "mlp", meshes: Sequence[str] = ("batch=8",), trainers: Sequence[str] = ("dtensor", "mirrored"),
-                devices: int = 8, data: str = "embedded", **options) -> ModelCheck:
+def check_model(
+    model: str = "mlp",
+    meshes: Sequence[str] = ("batch=8",),
+    trainers: Sequence[str] = ("dtensor", "mirrored"),
+    devices: int = 8,
+    data: str = "embedded",
+    **options,
+) -> ModelCheck:
     """Train `model` with the reference and each of `trainers` (DTensor on every mesh) and judge them.
 
     `options` are shared.config.Config fields: epochs, batch_size, train_examples, dtype, ...
@@ -65,12 +72,22 @@ def check_model(model: str = "mlp", meshes: Sequence[str] = ("batch=8",), traine
         results[key] = comparison.train_one(key.split()[0], run_config, dataset, all_devices, print)
 
     def rerun(names):  # a float32 failure: the reference and those trainers again in float64
-        reruns = {"reference": comparison.train_one("reference", comparison.float64_rerun_config(config), dataset,
-                                                    all_devices, print)}
+        reruns = {
+            "reference": comparison.train_one(
+                "reference", comparison.float64_rerun_config(config), dataset, all_devices, print
+            )
+        }
         for key in names[1:]:
-            reruns[key] = comparison.rerun_one(key.split()[0], comparison.float64_rerun_config(configs[key]),
-                                               dataset, all_devices, print)
+            reruns[key] = comparison.rerun_one(
+                key.split()[0], comparison.float64_rerun_config(configs[key]), dataset, all_devices, print
+            )
         return reruns
+
     run = comparison.compare_results(config, all_devices, dataset, results, rerun, log=lambda line: None)
-    return ModelCheck(model, dict(run.verdicts), dict(run.parity),
-                      {name: result.error for name, result in run.results.items() if result.failed}, run)
+    return ModelCheck(
+        model,
+        dict(run.verdicts),
+        dict(run.parity),
+        {name: result.error for name, result in run.results.items() if result.failed},
+        run,
+    )

@@ -9,6 +9,7 @@ at this run's tolerances: `same` (bit for bit when every loss and weight byte is
 of this schema's major version, or whose run differs in an option that changes the numbers
 (shared/config.NUMERIC_OPTIONS, and the data), is refused in one line. Docs: docs/baselines.md.
 """
+
 import dataclasses
 import json
 from typing import Callable, Dict, List, Optional, Sequence
@@ -39,11 +40,15 @@ def load(path: str) -> dict:
         raise UsageError(f"--baseline {path}: not a compare.py report (no config, environment and trainers)")
     version = report.get("schema_version")
     if version is None:
-        raise UsageError(f"--baseline {path}: written before reports had a schema_version; save it again with "
-                         f"this compare.py (schema {SCHEMA_VERSION})")
+        raise UsageError(
+            f"--baseline {path}: written before reports had a schema_version; save it again with "
+            f"this compare.py (schema {SCHEMA_VERSION})"
+        )
     if major(version) != major(SCHEMA_VERSION):
-        raise UsageError(f"--baseline {path}: schema_version {version}, this compare.py reads {major(SCHEMA_VERSION)}.x "
-                         f"(docs/report-changelog.md); save it again with this compare.py")
+        raise UsageError(
+            f"--baseline {path}: schema_version {version}, this compare.py reads {major(SCHEMA_VERSION)}.x "
+            f"(docs/report-changelog.md); save it again with this compare.py"
+        )
     return report
 
 
@@ -71,27 +76,38 @@ def check_options(report: dict, config: Config, data, data_sha256: str, path: st
     recorded, environment = report["config"], report["environment"]
     saved = [name for name, entry in report["trainers"].items() if not entry.get("failed")]
     if not set(saved) & {"reference", *config.trainers}:
-        raise UsageError(f"--baseline {path}: holds none of this run's trainers (it has "
-                         f"{', '.join(report['trainers']) or 'none'}); save a baseline of them")
+        raise UsageError(
+            f"--baseline {path}: holds none of this run's trainers (it has "
+            f"{', '.join(report['trainers']) or 'none'}); save a baseline of them"
+        )
     defaults, current = dataclasses.asdict(Config()), dataclasses.asdict(config)
     saved_values = {name: _effective(name, recorded.get(name, defaults[name])) for name in NUMERIC_OPTIONS}
     current = {name: _effective(name, current[name]) for name in NUMERIC_OPTIONS}
-    differing = [f"{_flag(name)} {_shown(saved_values[name])} (this run {_shown(current[name])})"
-                 for name in NUMERIC_OPTIONS if _comparable(saved_values[name]) != _comparable(current[name])]
+    differing = [
+        f"{_flag(name)} {_shown(saved_values[name])} (this run {_shown(current[name])})"
+        for name in NUMERIC_OPTIONS
+        if _comparable(saved_values[name]) != _comparable(current[name])
+    ]
     counts = [("train_examples", len(data.y_train)), ("test_examples", len(data.y_test))]
-    other_counts = [f"{_flag(name)} {environment.get(name)} (this run {count})"
-                    for name, count in counts if environment.get(name) != count]
+    other_counts = [
+        f"{_flag(name)} {environment.get(name)} (this run {count})"
+        for name, count in counts
+        if environment.get(name) != count
+    ]
     differing += other_counts
     if not other_counts and environment.get("data_sha256") != data_sha256:
         differing.append(f"--data {environment.get('data_source')} (this run {data.source}: other images or labels)")
     if differing:
-        raise UsageError(f"--baseline {path}: its run differs in options that change the numbers: "
-                         f"{'; '.join(differing)}; run with the baseline's values or save a new baseline")
+        raise UsageError(
+            f"--baseline {path}: its run differs in options that change the numbers: "
+            f"{'; '.join(differing)}; run with the baseline's values or save a new baseline"
+        )
 
 
 @dataclasses.dataclass
 class Difference:
     """One trainer's run against a baseline run of it, at one dtype's tolerances."""
+
     dtype: str
     steps: int
     bitwise_identical: bool
@@ -118,8 +134,14 @@ def _sum_scale(digest: dict, key: str) -> float:
     return abs(digest["sum_squares" if key == "sum_squares" else "sum_abs"] or 0.0)
 
 
-def compare(losses: Sequence[float], weight_digests: Sequence[dict], baseline_losses: Sequence[Optional[float]],
-            baseline_digests: Sequence[dict], bounds: Dict[str, Tolerance], dtype: str) -> Difference:
+def compare(
+    losses: Sequence[float],
+    weight_digests: Sequence[dict],
+    baseline_losses: Sequence[Optional[float]],
+    baseline_digests: Sequence[dict],
+    bounds: Dict[str, Tolerance],
+    dtype: str,
+) -> Difference:
     """Every step's loss (as shared/parity.py judges it) and each weight array's digest: its samples at the
     weight tolerance, its sums relatively at the state tolerance (as shared/checksums.py's are judged)."""
     ours, theirs = _floats(losses), _floats(baseline_losses)
@@ -135,8 +157,9 @@ def compare(losses: Sequence[float], weight_digests: Sequence[dict], baseline_lo
     weights_beyond, max_sample, max_sum = [], 0.0, 0.0
     for ours_digest, theirs_digest in zip(weight_digests, baseline_digests):
         if ours_digest["shape"] != theirs_digest["shape"]:
-            weights_beyond.append(f"{ours_digest['name']} (shape {ours_digest['shape']}, baseline "
-                                  f"{theirs_digest['shape']})")
+            weights_beyond.append(
+                f"{ours_digest['name']} (shape {ours_digest['shape']}, baseline {theirs_digest['shape']})"
+            )
             continue
         out = False
         if ours_digest["sample_indices"] == theirs_digest["sample_indices"]:  # else another SAMPLE_COUNT: sums only
@@ -158,17 +181,24 @@ def compare(losses: Sequence[float], weight_digests: Sequence[dict], baseline_lo
     if len(weight_digests) != len(baseline_digests):
         weights_beyond.append(f"{len(weight_digests)} weight arrays, baseline has {len(baseline_digests)}")
 
-    identical = (len(ours) == len(theirs) and bool(np.all((ours == theirs) | (np.isnan(ours) & np.isnan(theirs))))
-                 and same_bytes(weight_digests, baseline_digests))
+    identical = (
+        len(ours) == len(theirs)
+        and bool(np.all((ours == theirs) | (np.isnan(ours) & np.isnan(theirs))))
+        and same_bytes(weight_digests, baseline_digests)
+    )
     if len(ours) != len(theirs):
         reason = f"{len(ours)} steps, the baseline has {len(theirs)}"
     elif first_loss is not None:
-        reason = (f"at step {first_loss}: loss {ours[first_loss]:.8g}, baseline {theirs[first_loss]:.8g} "
-                  f"(diff {diffs[first_loss]:.2g})" + (f"; up to {max_loss:.2g} at step {worst}" if worst != first_loss
-                                                       else ""))
+        reason = (
+            f"at step {first_loss}: loss {ours[first_loss]:.8g}, baseline {theirs[first_loss]:.8g} "
+            f"(diff {diffs[first_loss]:.2g})"
+            + (f"; up to {max_loss:.2g} at step {worst}" if worst != first_loss else "")
+        )
     elif weights_beyond:
-        reason = (f"in the final weights: {', '.join(weights_beyond[:3])}{' ...' if len(weights_beyond) > 3 else ''} "
-                  f"(samples up to {max_sample:.2g} apart, sums rel {max_sum:.2g})")
+        reason = (
+            f"in the final weights: {', '.join(weights_beyond[:3])}{' ...' if len(weights_beyond) > 3 else ''} "
+            f"(samples up to {max_sample:.2g} apart, sums rel {max_sum:.2g})"
+        )
     else:
         reason = ""
     return Difference(dtype, steps, identical, max_loss, worst, first_loss, max_sample, max_sum, weights_beyond, reason)
@@ -216,8 +246,10 @@ class BaselineResult:
 
 def where_float32_left(difference: Difference) -> str:
     if difference.first_loss_step_beyond is not None:
-        return (f"float32 left its tolerance at step {difference.first_loss_step_beyond} (loss diff up to "
-                f"{difference.max_abs_loss_diff:.2g} at step {difference.loss_diff_step})")
+        return (
+            f"float32 left its tolerance at step {difference.first_loss_step_beyond} (loss diff up to "
+            f"{difference.max_abs_loss_diff:.2g} at step {difference.loss_diff_step})"
+        )
     return f"float32 left its tolerance {difference.reason}"
 
 
@@ -228,8 +260,14 @@ def baseline_float64(report: dict, name: str):
     return None if losses is None or weights is None else (losses, weights)
 
 
-def judge(run, report: dict, path: str, float64_runs: Callable[[Sequence[str]], Dict], tolerance=None,
-          why_no_float64: str = "") -> BaselineResult:
+def judge(
+    run,
+    report: dict,
+    path: str,
+    float64_runs: Callable[[Sequence[str]], Dict],
+    tolerance=None,
+    why_no_float64: str = "",
+) -> BaselineResult:
     """Each trainer's verdict against `report`. float64_runs(names) -> {name: result with .history and .error}:
     this run's float64 run of each name (those it lacks are trained); `why_no_float64` when there can be none."""
     dtype = run.config.dtype
@@ -238,12 +276,23 @@ def judge(run, report: dict, path: str, float64_runs: Callable[[Sequence[str]], 
     for name, result in run.results.items():
         saved = report["trainers"].get(name)
         if saved is None or saved.get("failed") or result.history is None:
-            why = ("not in the baseline" if saved is None else "failed in the baseline" if saved.get("failed")
-                   else "failed in this run")
+            why = (
+                "not in the baseline"
+                if saved is None
+                else "failed in the baseline"
+                if saved.get("failed")
+                else "failed in this run"
+            )
             verdicts[name] = BaselineVerdict(NOT_COMPARED, why)
             continue
-        difference = compare(result.history.step_losses, digests(result.history), saved["step_losses"],
-                             saved.get("final_weights", []), bounds, dtype)
+        difference = compare(
+            result.history.step_losses,
+            digests(result.history),
+            saved["step_losses"],
+            saved.get("final_weights", []),
+            bounds,
+            dtype,
+        )
         if difference.within:
             verdicts[name] = BaselineVerdict(SAME, "bit for bit" if difference.bitwise_identical else "", difference)
         elif dtype != "float32":
@@ -267,55 +316,84 @@ def explain(name: str, difference: Difference, report: dict, float64_result, why
     elif float64_result is None or float64_result.history is None:
         note = f"float32; the float64 run failed: {getattr(float64_result, 'error', 'not run')}"
     else:
-        float64 = compare(float64_result.history.step_losses, digests(float64_result.history), *saved,
-                          tolerances("float64"), "float64")
+        float64 = compare(
+            float64_result.history.step_losses,
+            digests(float64_result.history),
+            *saved,
+            tolerances("float64"),
+            "float64",
+        )
         if float64.within:
-            return BaselineVerdict(FLOAT_NOISE, f"{where_float32_left(difference)}; float64 agrees with the baseline's "
-                                                f"float64 run on all {float64.steps} steps (max loss diff "
-                                                f"{float64.max_abs_loss_diff:.2g})", difference, float64)
-        return BaselineVerdict(CHANGED, f"{float64.reason} (in float64; {where_float32_left(difference)})",
-                               difference, float64)
+            return BaselineVerdict(
+                FLOAT_NOISE,
+                f"{where_float32_left(difference)}; float64 agrees with the baseline's "
+                f"float64 run on all {float64.steps} steps (max loss diff "
+                f"{float64.max_abs_loss_diff:.2g})",
+                difference,
+                float64,
+            )
+        return BaselineVerdict(
+            CHANGED, f"{float64.reason} (in float64; {where_float32_left(difference)})", difference, float64
+        )
     return BaselineVerdict(CHANGED, f"{difference.reason} ({note})", difference)
 
 
 # --- what compare.py prints and writes ---------------------------------------------------------
 
-BASELINE_HEADERS = ["trainer", "max |loss diff|", "at step", "max |weight sample diff|", "max rel weight sum diff",
-                    "verdict"]
+BASELINE_HEADERS = [
+    "trainer",
+    "max |loss diff|",
+    "at step",
+    "max |weight sample diff|",
+    "max rel weight sum diff",
+    "verdict",
+]
 
 
 def title(result: BaselineResult) -> str:
     environment, config = result.report["environment"], result.report["config"]
     devices, bounds = environment.get("devices") or [], result.bounds
-    return (f"Against the baseline {result.path} (TensorFlow {environment.get('tensorflow')}, {len(devices)} devices, "
-            f"mesh {config.get('mesh') or 'batch=' + str(len(devices))}): every step's loss and the final weights' "
-            f"samples and sums ({config.get('dtype')}, |diff| <= atol + rtol |baseline|: loss {bounds['loss'].atol:.0e} "
-            f"+ {bounds['loss'].rtol:.0e}, weight samples {bounds['weight'].atol:.0e} + {bounds['weight'].rtol:.0e}; "
-            f"sums rel {bounds['state'].rtol:.0e})")
+    return (
+        f"Against the baseline {result.path} (TensorFlow {environment.get('tensorflow')}, {len(devices)} devices, "
+        f"mesh {config.get('mesh') or 'batch=' + str(len(devices))}): every step's loss and the final weights' "
+        f"samples and sums ({config.get('dtype')}, |diff| <= atol + rtol |baseline|: loss {bounds['loss'].atol:.0e} "
+        f"+ {bounds['loss'].rtol:.0e}, weight samples {bounds['weight'].atol:.0e} + {bounds['weight'].rtol:.0e}; "
+        f"sums rel {bounds['state'].rtol:.0e})"
+    )
 
 
 def rows(result: BaselineResult) -> List[list]:
     table = []
     for name, verdict in result.verdicts.items():
         found = verdict.difference
-        figures = (["-"] * 4 if found is None else
-                   [f"{found.max_abs_loss_diff:.2e}", found.loss_diff_step, f"{found.max_abs_weight_sample_diff:.2e}",
-                    f"{found.max_rel_weight_sum_diff:.2e}"])
+        figures = (
+            ["-"] * 4
+            if found is None
+            else [
+                f"{found.max_abs_loss_diff:.2e}",
+                found.loss_diff_step,
+                f"{found.max_abs_weight_sample_diff:.2e}",
+                f"{found.max_rel_weight_sum_diff:.2e}",
+            ]
+        )
         table.append([name, *figures, verdict.line()])
     return table
 
 
 def last_line(result: BaselineResult) -> str:
     """BASELINE SAME (bit for bit), BASELINE SAME (float noise: reference) or BASELINE CHANGED (dtensor)."""
-    by_verdict = {kind: [name for name, v in result.verdicts.items() if v.verdict == kind]
-                  for kind in (SAME, FLOAT_NOISE, CHANGED)}
+    by_verdict = {
+        kind: [name for name, v in result.verdicts.items() if v.verdict == kind]
+        for kind in (SAME, FLOAT_NOISE, CHANGED)
+    }
     if by_verdict[CHANGED]:
         return f"BASELINE CHANGED ({', '.join(by_verdict[CHANGED])})"
     if by_verdict[FLOAT_NOISE]:
         return f"BASELINE SAME (float noise: {', '.join(by_verdict[FLOAT_NOISE])})"
     compared = [v for v in result.verdicts.values() if v.verdict == SAME]
-    return "BASELINE SAME" + (" (bit for bit)" if compared and all(v.difference.bitwise_identical for v in compared)
-                              else "")
+    return "BASELINE SAME" + (
+        " (bit for bit)" if compared and all(v.difference.bitwise_identical for v in compared) else ""
+    )
 
 
 def baseline_dict(result: Optional[BaselineResult]) -> Optional[dict]:
@@ -323,12 +401,23 @@ def baseline_dict(result: Optional[BaselineResult]) -> Optional[dict]:
     if result is None:
         return None
     environment = result.report["environment"]
-    return {"path": result.path, "schema_version": result.report["schema_version"],
-            "tensorflow": environment.get("tensorflow"), "devices": environment.get("devices"),
-            "ok": result.ok, "tolerances": {name: [bound.atol, bound.rtol] for name, bound in result.bounds.items()},
-            "trainers": {name: {"verdict": verdict.verdict, "reason": verdict.reason, "line": verdict.line(),
-                                "first_changed_step": verdict.first_changed_step,
-                                "bitwise_identical": bool(verdict.difference and verdict.difference.bitwise_identical),
-                                "difference": verdict.difference and dataclasses.asdict(verdict.difference),
-                                "float64": verdict.float64 and dataclasses.asdict(verdict.float64)}
-                         for name, verdict in result.verdicts.items()}}
+    return {
+        "path": result.path,
+        "schema_version": result.report["schema_version"],
+        "tensorflow": environment.get("tensorflow"),
+        "devices": environment.get("devices"),
+        "ok": result.ok,
+        "tolerances": {name: [bound.atol, bound.rtol] for name, bound in result.bounds.items()},
+        "trainers": {
+            name: {
+                "verdict": verdict.verdict,
+                "reason": verdict.reason,
+                "line": verdict.line(),
+                "first_changed_step": verdict.first_changed_step,
+                "bitwise_identical": bool(verdict.difference and verdict.difference.bitwise_identical),
+                "difference": verdict.difference and dataclasses.asdict(verdict.difference),
+                "float64": verdict.float64 and dataclasses.asdict(verdict.float64),
+            }
+            for name, verdict in result.verdicts.items()
+        },
+    }

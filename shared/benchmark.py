@@ -8,6 +8,7 @@ run's is its own: 11-13 GFLOP/s against float32's 34-36 on the 2-core test machi
 tf.function on one device, best of a few repeats: ~1 s (float64 ~3 s), run in the same
 process as the trainers, so a loaded machine lowers both.
 """
+
 import time
 
 import tensorflow as tf
@@ -16,8 +17,9 @@ PEAK_MATMUL_SIZE = 2048
 PEAK_REPEATS = 5
 
 
-def matmul_peak_gflops(device: str = "CPU:0", size: int = PEAK_MATMUL_SIZE, repeats: int = PEAK_REPEATS,
-                       dtype: str = "float32") -> float:
+def matmul_peak_gflops(
+    device: str = "CPU:0", size: int = PEAK_MATMUL_SIZE, repeats: int = PEAK_REPEATS, dtype: str = "float32"
+) -> float:
     """The best GFLOP/s of a size x size matmul in `dtype` (the run's --dtype) on `device` over `repeats` calls."""
     with tf.device(device):
         a = tf.random.stateless_uniform((size, size), seed=(1, 2), dtype=dtype)
@@ -29,4 +31,4 @@ def matmul_peak_gflops(device: str = "CPU:0", size: int = PEAK_MATMUL_SIZE, repe
             started = time.perf_counter()
             matmul(a, b).numpy()  # host sync: the matmul has run
             best = min(best, time.perf_counter() - started)
-    return 2 * size ** 3 / best / 1e9
+    return 2 * size**3 / best / 1e9

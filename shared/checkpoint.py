@@ -9,6 +9,7 @@ or layout. Each epoch goes to DIR/<trainer>/.epoch-NNNN.partial and is renamed t
 complete; older epochs beyond --keep-checkpoints are deleted after it. What is checked before a
 restore, and why not CheckpointManager: docs/checkpoints-and-export.md.
 """
+
 import os
 import re
 import shutil
@@ -43,15 +44,18 @@ class Progress(tf.Module):
 
 
 def hidden_text(model_name: str) -> str:
-    """"mlp 784-700-500-10" -> "700,500", as --hidden takes it."""
+    """ "mlp 784-700-500-10" -> "700,500", as --hidden takes it."""
     return ",".join(model_name.split(" ", 1)[1].split("-")[1:-1])
 
 
 def latest(directory: str) -> Optional[str]:
     """The newest complete checkpoint directory in a DIR/<trainer>, or None."""
-    epochs = [(int(match.group(1)), name) for name in os.listdir(directory)
-              for match in [EPOCH_DIR.match(name)] if match
-              and os.path.exists(os.path.join(directory, name, PREFIX + ".index"))]
+    epochs = [
+        (int(match.group(1)), name)
+        for name in os.listdir(directory)
+        for match in [EPOCH_DIR.match(name)]
+        if match and os.path.exists(os.path.join(directory, name, PREFIX + ".index"))
+    ]
     return os.path.join(directory, max(epochs)[1]) if epochs else None
 
 
@@ -65,13 +69,20 @@ def resolve(path: str) -> str:
         newest = latest(path)
         if newest:
             return os.path.join(newest, PREFIX)
-        trainers = sorted(name for name in os.listdir(path)
-                          if os.path.isdir(os.path.join(path, name)) and latest(os.path.join(path, name)))
+        trainers = sorted(
+            name
+            for name in os.listdir(path)
+            if os.path.isdir(os.path.join(path, name)) and latest(os.path.join(path, name))
+        )
         if trainers:
-            raise UsageError(f"--restore {path} holds checkpoints of {', '.join(trainers)}; "
-                             f"name one, e.g. --restore {os.path.join(path, trainers[0])}")
-    raise UsageError(f"--restore {path}: no checkpoint there; give a DIR/<trainer> or DIR/<trainer>/epoch-NNNN "
-                     f"that --checkpoint-dir DIR wrote")
+            raise UsageError(
+                f"--restore {path} holds checkpoints of {', '.join(trainers)}; "
+                f"name one, e.g. --restore {os.path.join(path, trainers[0])}"
+            )
+    raise UsageError(
+        f"--restore {path}: no checkpoint there; give a DIR/<trainer> or DIR/<trainer>/epoch-NNNN "
+        f"that --checkpoint-dir DIR wrote"
+    )
 
 
 def read_progress(prefix: str) -> dict:
@@ -80,11 +91,15 @@ def read_progress(prefix: str) -> dict:
         reader = tf.train.load_checkpoint(prefix)
         progress = {name: reader.get_tensor(_KEY.format(name)) for name in ("epoch", "batch", "step", "optimizer")}
         # Checkpoints from before --model recorded the MLP's layer sizes instead of the model's name.
-        progress["model"] = reader.get_tensor(_KEY.format("model")) if reader.has_tensor(_KEY.format("model")) \
+        progress["model"] = (
+            reader.get_tensor(_KEY.format("model"))
+            if reader.has_tensor(_KEY.format("model"))
             else ("mlp " + "-".join(str(size) for size in reader.get_tensor(_KEY.format("layer_sizes")))).encode()
+        )
         # Checkpoints from before --dtype hold float32 state and no dtype record.
-        progress["dtype"] = reader.get_tensor(_KEY.format("dtype")) if reader.has_tensor(_KEY.format("dtype")) \
-            else b"float32"
+        progress["dtype"] = (
+            reader.get_tensor(_KEY.format("dtype")) if reader.has_tensor(_KEY.format("dtype")) else b"float32"
+        )
         return progress
     except (tf.errors.OpError, ValueError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -98,26 +113,38 @@ def check_restore(config: Config) -> Tuple[str, dict]:
     shown = os.path.dirname(prefix)
     written_model, model = progress["model"].decode(), definition_for(config).name
     if written_model != model and written_model.startswith("mlp ") and model.startswith("mlp "):
-        raise UsageError(f"checkpoint {shown} was written for hidden {hidden_text(written_model)} but --hidden "
-                         f"{hidden_text(model)} was given; use --hidden {hidden_text(written_model)}")
+        raise UsageError(
+            f"checkpoint {shown} was written for hidden {hidden_text(written_model)} but --hidden "
+            f"{hidden_text(model)} was given; use --hidden {hidden_text(written_model)}"
+        )
     if written_model != model:
-        raise UsageError(f"checkpoint {shown} holds the model {written_model!r}, not this run's {model!r}; "
-                         f"restore it with the --model (and --hidden) that wrote it")
+        raise UsageError(
+            f"checkpoint {shown} holds the model {written_model!r}, not this run's {model!r}; "
+            f"restore it with the --model (and --hidden) that wrote it"
+        )
     written_optimizer = progress["optimizer"].decode()
     if written_optimizer != config.optimizer:
-        raise UsageError(f"checkpoint {shown} holds {written_optimizer} state but --optimizer {config.optimizer} "
-                         f"was given ({config.optimizer} vs {written_optimizer}); use --optimizer {written_optimizer}")
+        raise UsageError(
+            f"checkpoint {shown} holds {written_optimizer} state but --optimizer {config.optimizer} "
+            f"was given ({config.optimizer} vs {written_optimizer}); use --optimizer {written_optimizer}"
+        )
     written_dtype = progress["dtype"].decode()
     if written_dtype != config.dtype:  # restoring would need a conversion; starting over is cheap
-        raise UsageError(f"checkpoint {shown} holds {written_dtype} state but --dtype {config.dtype} was given; "
-                         f"use --dtype {written_dtype}")
+        raise UsageError(
+            f"checkpoint {shown} holds {written_dtype} state but --dtype {config.dtype} was given; "
+            f"use --dtype {written_dtype}"
+        )
     if int(progress["batch"]) != 0:
-        raise UsageError(f"checkpoint {shown} was written {int(progress['batch'])} batches into an epoch; "
-                         f"trainers resume at epoch ends only")
+        raise UsageError(
+            f"checkpoint {shown} was written {int(progress['batch'])} batches into an epoch; "
+            f"trainers resume at epoch ends only"
+        )
     if int(progress["epoch"]) >= config.epochs:
-        raise UsageError(f"checkpoint {shown} is at epoch {int(progress['epoch'])} and --epochs {config.epochs} "
-                         f"leaves nothing to train (--epochs is the total); use --epochs "
-                         f"{int(progress['epoch']) + 1} or more")
+        raise UsageError(
+            f"checkpoint {shown} is at epoch {int(progress['epoch'])} and --epochs {config.epochs} "
+            f"leaves nothing to train (--epochs is the total); use --epochs "
+            f"{int(progress['epoch']) + 1} or more"
+        )
     return prefix, progress
 
 
@@ -136,8 +163,7 @@ class TrainingState:
     trainer: "reference", "dtensor" or "mirrored" (the directory under --checkpoint-dir).
     """
 
-    def __init__(self, trainer: str, config: Config, model, optimizer, train_examples: int,
-                 log: Callable = print):
+    def __init__(self, trainer: str, config: Config, model, optimizer, train_examples: int, log: Callable = print):
         self.trainer, self.config, self.log = trainer, config, log
         self.steps_per_epoch = len(batch_slices(train_examples, config.batch_size))
         self.progress = Progress(model.definition.name, config.optimizer, config.dtype)
@@ -157,8 +183,10 @@ class TrainingState:
             getattr(self.progress, name).assign(value)
         epoch, step = int(progress["epoch"]), int(progress["step"])
         if not self.config.quiet:
-            self.log(f"{self.trainer:<10} restored {os.path.dirname(prefix)}: epoch {epoch}, step {step}; "
-                     f"training epochs {epoch + 1}..{self.config.epochs}")
+            self.log(
+                f"{self.trainer:<10} restored {os.path.dirname(prefix)}: epoch {epoch}, step {step}; "
+                f"training epochs {epoch + 1}..{self.config.epochs}"
+            )
         return epoch
 
     def save(self, directory: str, epoch: int) -> str:
@@ -181,7 +209,9 @@ class TrainingState:
         written = self.save(directory, epoch)
         removed = remove_older(directory, epoch - self.config.keep_checkpoints) if self.config.keep_checkpoints else []
         if not self.config.quiet:
-            self.log(f"{self.trainer:<10} checkpoint {written}" + (f" (removed {', '.join(removed)})" if removed else ""))
+            self.log(
+                f"{self.trainer:<10} checkpoint {written}" + (f" (removed {', '.join(removed)})" if removed else "")
+            )
         return written
 
 

@@ -6,6 +6,7 @@ after the last: one number per variable instead of the whole state. A sum of non
 does not cancel, so any change moves it. Cost: one reduction per variable per step; float32 runs
 record none (docs/parity.md).
 """
+
 from typing import List
 
 import numpy as np

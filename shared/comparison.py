@@ -3,6 +3,7 @@
 Kept out of compare.py so that tests and other programs can import it; compare.py
 only parses arguments.
 """
+
 import dataclasses
 import resource
 import sys
@@ -64,8 +65,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return (not any(r.failed for r in self.results.values())
-                and all(v.ok for v in self.verdicts.values()))
+        return not any(r.failed for r in self.results.values()) and all(v.ok for v in self.verdicts.values())
 
     @property
     def all_float64_histories(self) -> Dict[str, History]:
@@ -100,16 +100,19 @@ def train_one(name: str, config: Config, data: MnistData, devices: Sequence[str]
         raise
     except Exception as error:  # noqa: BLE001 - any trainer failure is reported, the others still run
         last = traceback.extract_tb(error.__traceback__)[-1]
-        reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''} " \
-                 f"({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
+        reason = (
+            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''} "
+            f"({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
+        )
         result = TrainerResult(name, error=reason.strip(), traceback="".join(traceback.format_exception(error)))
         if config.verbose:  # the one line is in the tables; a maintainer wants the whole story too
             print(f"{name}: FAILED: {result.error}\n{result.traceback}", end="", file=sys.stderr, flush=True)
         return result
     if config.device_type == "GPU":  # TensorFlow's own peak per device, beside the bytes the trainer holds
         history.memory_per_device = with_peaks(
-            history.memory_per_device, {device: tf.config.experimental.get_memory_info(device)["peak"]
-                                        for device in devices})
+            history.memory_per_device,
+            {device: tf.config.experimental.get_memory_info(device)["peak"] for device in devices},
+        )
     return TrainerResult(name, history, peak_memory_mb=peak_memory_mb(config, devices))
 
 
@@ -128,29 +131,38 @@ def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print
 
     def rerun(rerun_names):  # a float32 parity failure: the same run in float64, in this process
         return {name: rerun_one(name, float64_rerun_config(config), data, devices, log) for name in rerun_names}
+
     run = compare_results(config, devices, data, results, rerun, log=log)
     if config.repeat > 1:
         again = config.replace(quiet=True, checkpoint_dir=None, export=None, profile=False)  # the same run again
         run.reproducibility = {
-            name: compare_runs(result.history, [train_one(name, again, data, devices, log)
-                                                for _ in range(config.repeat - 1)])
-            for name, result in results.items() if result.history is not None}
+            name: compare_runs(
+                result.history, [train_one(name, again, data, devices, log) for _ in range(config.repeat - 1)]
+            )
+            for name, result in results.items()
+            if result.history is not None
+        }
     return run
 
 
-def float64_runs(run: RunResult, names: Sequence[str], data: MnistData, devices: Sequence[str],
-                 log=print) -> Dict[str, TrainerResult]:
+def float64_runs(
+    run: RunResult, names: Sequence[str], data: MnistData, devices: Sequence[str], log=print
+) -> Dict[str, TrainerResult]:
     """This float32 run's float64 run of each of `names`, from the same start: the explaining rerun's where
     there is one, else trained now, quietly, and kept in the run (the report's `float64_rerun`)."""
-    found = {name: TrainerResult(name, run.all_float64_histories[name])
-             for name in names if name in run.all_float64_histories}
+    found = {
+        name: TrainerResult(name, run.all_float64_histories[name])
+        for name in names
+        if name in run.all_float64_histories
+    }
     missing = [name for name in names if name not in found]
     if missing:
         started = time.perf_counter()
         found.update({name: rerun_one(name, float64_rerun_config(run.config), data, devices, log) for name in missing})
         run.more_float64_seconds += time.perf_counter() - started
-        run.more_float64_histories.update({name: found[name].history for name in missing
-                                           if found[name].history is not None})
+        run.more_float64_histories.update(
+            {name: found[name].history for name in missing if found[name].history is not None}
+        )
     return found
 
 
@@ -161,11 +173,18 @@ def why_no_float64(config: Config) -> str:
     return "" if config.explain else "--no-explain"
 
 
-def compare_with_baseline(run: RunResult, saved: dict, path: str, data: MnistData, devices: Sequence[str],
-                          log=print) -> None:
+def compare_with_baseline(
+    run: RunResult, saved: dict, path: str, data: MnistData, devices: Sequence[str], log=print
+) -> None:
     """run.baseline: each trainer against the saved report (shared/baseline.py), training float64 runs if needed."""
-    run.baseline = baseline.judge(run, saved, path, lambda names: float64_runs(run, names, data, devices, log),
-                                  run.config.tolerance, why_no_float64(run.config))
+    run.baseline = baseline.judge(
+        run,
+        saved,
+        path,
+        lambda names: float64_runs(run, names, data, devices, log),
+        run.config.tolerance,
+        why_no_float64(run.config),
+    )
 
 
 def after_restore_point(history: History, config: Config, train_examples: int) -> History:
@@ -174,12 +193,20 @@ def after_restore_point(history: History, config: Config, train_examples: int) -
     initial values; the resumed trainers' at the restore point), so parity does not judge them."""
     restored_epoch = int(checkpoint.check_restore(config)[1]["epoch"])
     steps = restored_epoch * len(batch_slices(train_examples, config.batch_size))
-    details = dict(history.details, from_scratch=f"trained epochs 1..{config.epochs} from the initial values; "
-                                                 f"compared and reported from epoch {restored_epoch + 1}")
+    details = dict(
+        history.details,
+        from_scratch=f"trained epochs 1..{config.epochs} from the initial values; "
+        f"compared and reported from epoch {restored_epoch + 1}",
+    )
     return dataclasses.replace(
-        history, step_losses=history.step_losses[steps:], step_times_ms=history.step_times_ms[steps:],
+        history,
+        step_losses=history.step_losses[steps:],
+        step_times_ms=history.step_times_ms[steps:],
         epochs=[record for record in history.epochs if record.epoch > restored_epoch],
-        step_state_checksums=history.step_state_checksums[steps:], first_step_gradients=[], details=details)
+        step_state_checksums=history.step_state_checksums[steps:],
+        first_step_gradients=[],
+        details=details,
+    )
 
 
 def rerun_one(name: str, config: Config, data: MnistData, devices: Sequence[str], log) -> TrainerResult:
@@ -196,20 +223,37 @@ def float64_rerun_config(config: Config) -> Config:
     return config.replace(dtype="float64", quiet=True, checkpoint_dir=None, export=None, tolerance=None, profile=False)
 
 
-def compare_results(config: Config, devices: Sequence[str], data: MnistData, results: Dict[str, TrainerResult],
-                    rerun=None, no_rerun_reason: str = "", log=print_fitted) -> RunResult:
+def compare_results(
+    config: Config,
+    devices: Sequence[str],
+    data: MnistData,
+    results: Dict[str, TrainerResult],
+    rerun=None,
+    no_rerun_reason: str = "",
+    log=print_fitted,
+) -> RunResult:
     """Parity of every trainer that finished against the reference in `results`, and each one's verdict.
 
     rerun(names) -> {name: TrainerResult} trains them in float64 to explain a float32 failure
     (shared/verdict.py); None where this process cannot, for `no_rerun_reason`.
     """
     reference = results["reference"].history
-    parity = {name: check_parity(result.history, reference, config.tolerance)
-              for name, result in results.items()
-              if name != "reference" and result.history is not None and reference is not None}
+    parity = {
+        name: check_parity(result.history, reference, config.tolerance)
+        for name, result in results.items()
+        if name != "reference" and result.history is not None and reference is not None
+    }
     judgement = judge(config, results, parity, rerun, no_rerun_reason, log)
-    return RunResult(config, list(devices), data, results, parity, verdicts=judgement.verdicts,
-                     float64_histories=judgement.float64_histories, explain_seconds=judgement.explain_seconds)
+    return RunResult(
+        config,
+        list(devices),
+        data,
+        results,
+        parity,
+        verdicts=judgement.verdicts,
+        float64_histories=judgement.float64_histories,
+        explain_seconds=judgement.explain_seconds,
+    )
 
 
 def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], MnistData):
@@ -222,7 +266,7 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], Mn
     for name in config.trainers:  # e.g. DTensor's NCCL: before anything starts TensorFlow's runtime
         getattr(trainer_module(name), "before_runtime", lambda *args: None)(config, device_count)
     all_devices = configure_devices(device_count, config.device_type)
-    check_config(config, all_devices[:config.devices])
+    check_config(config, all_devices[: config.devices])
     data = load_data(config.data, config.train_examples, config.test_examples)
     return all_devices, data
 
@@ -230,20 +274,20 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> (List[str], Mn
 def run(config: Config) -> int:
     """compare.py's whole job in one process; returns the exit code (0 parity holds, 1 it does not)."""
     from shared import report
+
     report.check_outputs(config)
     saved = baseline.load(config.baseline) if config.baseline else None
     all_devices, data = prepare(config, config.sweep_devices or ())
     if saved is not None:
         baseline.check_options(saved, config, data, data_sha256(data), config.baseline)
     plan = sweep.plan_sweep(config, all_devices)
-    devices = all_devices[:config.devices]
+    devices = all_devices[: config.devices]
     print(report.header(config, devices, data, describe_runs(config)))
     if plan:
         print(sweep.describe_plan(config, plan))
     main_run = train_all(config, data, devices)
     if config.with_float64 and config.dtype == "float32":
-        float64_runs(main_run, [name for name, result in main_run.results.items() if not result.failed],
-                     data, devices)
+        float64_runs(main_run, [name for name, result in main_run.results.items() if not result.failed], data, devices)
     if saved is not None:
         compare_with_baseline(main_run, saved, config.baseline, data, devices)
     main_run.matmul_peak_gflops = matmul_peak_gflops(devices[0], dtype=config.dtype)
@@ -251,15 +295,19 @@ def run(config: Config) -> int:
     return report.publish(config, main_run, entries)
 
 
-def run_sweep(config: Config, data: MnistData, all_devices: Sequence[str], plan: Sequence[sweep.SweepPoint],
-              log=print_fitted) -> List[sweep.SweepEntry]:
+def run_sweep(
+    config: Config, data: MnistData, all_devices: Sequence[str], plan: Sequence[sweep.SweepPoint], log=print_fitted
+) -> List[sweep.SweepEntry]:
     """Train each planned configuration beside a reference trained just before it (shared/sweep.py)."""
     entries = []
     for index, point in enumerate(plan):
         # The configurations train quietly; what their float32 failures' float64 reruns would log (two
         # lines each, shared/verdict.py) is summed up per device count below instead.
-        run_at_point = None if point.skipped else train_all(point.config, data, all_devices[:point.devices],
-                                                            log=lambda line: None)
+        run_at_point = (
+            None
+            if point.skipped
+            else train_all(point.config, data, all_devices[: point.devices], log=lambda line: None)
+        )
         entries.append(sweep.sweep_entry(point, run_at_point, len(data.y_train)))
         if not config.quiet:
             log(sweep.format_entry_line(entries[-1]))

@@ -4,6 +4,7 @@ compare.py's argparse fills it and nothing past compare.py reads flags; the Pyth
 (shared/api.py) and the --clients launcher make it directly (a client gets it as JSON). A bad
 value raises UsageError with the line compare.py prints, so every caller gets the same errors.
 """
+
 import dataclasses
 import json
 import math
@@ -14,15 +15,30 @@ from shared.errors import UsageError
 TRAINER_NAMES = ("reference", "dtensor", "mirrored")
 DTYPES = ("float32", "float64")  # --dtype: the tf/numpy dtype names of the weights, slots, losses and inputs
 CHOICES = {  # field: its values, as --help lists them
-    "device_type": ("CPU", "GPU"), "optimizer": ("adam", "sgd"), "adam": ("fixed", "tutorial"), "dtype": DTYPES,
-    "dtensor_input": ("pack", "dataset"), "mirrored_update": ("auto", "primary", "replicas"),
+    "device_type": ("CPU", "GPU"),
+    "optimizer": ("adam", "sgd"),
+    "adam": ("fixed", "tutorial"),
+    "dtype": DTYPES,
+    "dtensor_input": ("pack", "dataset"),
+    "mirrored_update": ("auto", "primary", "replicas"),
     "sweep_meshes": ("all", "batch"),
 }
 # The options that change the numbers a run computes: a --baseline report must have the same (shared/baseline.py),
 # and the same data (its sha256). Devices, mesh, clients, --dtensor-input, --mirrored-update and --deterministic
 # change only which kernels run and the order of roundings, which is what the comparison judges; they may differ.
-NUMERIC_OPTIONS = ("model", "epochs", "batch_size", "learning_rate", "seed", "optimizer", "adam", "dtype", "hidden",
-                   "shuffle", "restore")
+NUMERIC_OPTIONS = (
+    "model",
+    "epochs",
+    "batch_size",
+    "learning_rate",
+    "seed",
+    "optimizer",
+    "adam",
+    "dtype",
+    "hidden",
+    "shuffle",
+    "restore",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +71,8 @@ class Config:
     # report can tell float32 noise from a change (shared/baseline.py); about doubles the training time.
     with_float64: bool = False
     repeat: int = 1  # train each trainer this many times from the same start; >1 reports reproducibility
-    # tf.config.experimental.enable_op_determinism(), for the whole process, before any op runs (docs/reproducibility.md)
+    # tf.config.experimental.enable_op_determinism(), for the whole process, before any op runs
+    # (docs/reproducibility.md)
     deterministic: bool = False
     baseline: Optional[str] = None  # a report --json wrote: this run is judged against it too (shared/baseline.py)
     # Outputs, each written atomically; None: not written.
@@ -96,8 +113,9 @@ class Config:
     def from_json(cls, text: str) -> "Config":
         fields = json.loads(text)
         tuples = {"trainers", "hidden", "sweep_devices"}
-        return cls(**{name: tuple(value) if name in tuples and value is not None else value
-                      for name, value in fields.items()})
+        return cls(
+            **{name: tuple(value) if name in tuples and value is not None else value for name, value in fields.items()}
+        )
 
 
 def flag(field: str) -> str:
@@ -106,6 +124,7 @@ def flag(field: str) -> str:
 
 def check(config: Config) -> None:
     """Every value, then every combination, as compare.py states them (UsageError, one line)."""
+
     def fail(field: str, message: str):
         raise UsageError(f"argument {flag(field)}: {message}")
 
@@ -132,8 +151,11 @@ def check(config: Config) -> None:
             fail(field, f"{','.join(map(str, values))!r}: every value must be a positive integer")
     for field, choices in CHOICES.items():
         if getattr(config, field) not in choices:
-            fail(field, f"invalid choice: {getattr(config, field)!r} (choose from "
-                        f"{', '.join(repr(choice) for choice in choices)})")
+            fail(
+                field,
+                f"invalid choice: {getattr(config, field)!r} (choose from "
+                f"{', '.join(repr(choice) for choice in choices)})",
+            )
     check_combinations(config)
 
 
@@ -143,25 +165,41 @@ def check_combinations(config: Config) -> None:
     if config.hidden is not None and config.model != "mlp":
         raise UsageError(f"--hidden sets the MLP's layers; drop it, or use --model mlp (not {config.model})")
     if config.with_float64 and config.restore:
-        raise UsageError(f"--with-float64 cannot start a float64 run from the float32 checkpoint --restore "
-                         f"{config.restore}; drop one of them")
+        raise UsageError(
+            f"--with-float64 cannot start a float64 run from the float32 checkpoint --restore "
+            f"{config.restore}; drop one of them"
+        )
     if config.reference_from_scratch and not config.restore:
-        raise UsageError("--reference-from-scratch compares trainers resumed from a checkpoint with a reference "
-                         "trained from the initial values; give --restore PATH too")
+        raise UsageError(
+            "--reference-from-scratch compares trainers resumed from a checkpoint with a reference "
+            "trained from the initial values; give --restore PATH too"
+        )
     if config.clients > 1:
-        one_process = [(flag(field), on) for field, on in (
-            ("sweep_devices", config.sweep_devices), ("repeat", config.repeat > 1), ("baseline", config.baseline),
-            ("with_float64", config.with_float64), ("profile", config.profile))]
+        one_process = [
+            (flag(field), on)
+            for field, on in (
+                ("sweep_devices", config.sweep_devices),
+                ("repeat", config.repeat > 1),
+                ("baseline", config.baseline),
+                ("with_float64", config.with_float64),
+                ("profile", config.profile),
+            )
+        ]
         for name, on in one_process:
             if on:
                 raise UsageError(f"{name} runs in one process; drop it, or drop --clients")
         files = [flag(field) for field in ("checkpoint_dir", "restore", "export") if getattr(config, field)]
         if files:
-            raise UsageError(f"{', '.join(files)} with --clients {config.clients} is not supported yet; "
-                             f"use --clients 1")
+            raise UsageError(
+                f"{', '.join(files)} with --clients {config.clients} is not supported yet; use --clients 1"
+            )
         if config.mirrored_update == "primary" and "mirrored" in config.trainers:
-            raise UsageError(f"--mirrored-update primary needs one process, not --clients {config.clients}; "
-                             f"use --mirrored-update replicas (or auto)")
+            raise UsageError(
+                f"--mirrored-update primary needs one process, not --clients {config.clients}; "
+                f"use --mirrored-update replicas (or auto)"
+            )
         if config.dtensor_input != "pack" and "dtensor" in config.trainers:
-            raise UsageError(f"--dtensor-input {config.dtensor_input} is not supported with --clients "
-                             f"{config.clients}; use --dtensor-input pack (each client packs its own shards)")
+            raise UsageError(
+                f"--dtensor-input {config.dtensor_input} is not supported with --clients "
+                f"{config.clients}; use --dtensor-input pack (each client packs its own shards)"
+            )

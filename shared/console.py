@@ -10,6 +10,7 @@ Nothing is hidden with --verbose, or when the user has set TF_CPP_MIN_LOG_LEVEL
 (they chose what TensorFlow prints). Cost: a crash inside TensorFlow's C++ (an abort)
 then prints nothing of its own; rerun with --verbose to see it.
 """
+
 import logging
 import os
 import sys
@@ -24,10 +25,14 @@ LOG_INDENT = 11  # continuation lines start under the text after "dtensor    ", 
 def fit_width(text: str, indent: int = LOG_INDENT, width: int = LINE_WIDTH) -> str:
     """Each line of `text` broken at spaces into lines of at most `width` characters, the continuations
     indented by `indent`; a line within `width` comes back unchanged, and so does one long word."""
-    return "\n".join(line if len(line) <= width else
-                     textwrap.fill(line, width=width, subsequent_indent=" " * indent, break_long_words=False,
-                                   break_on_hyphens=False)
-                     for line in text.split("\n"))
+    return "\n".join(
+        line
+        if len(line) <= width
+        else textwrap.fill(
+            line, width=width, subsequent_indent=" " * indent, break_long_words=False, break_on_hyphens=False
+        )
+        for line in text.split("\n")
+    )
 
 
 def print_fitted(text: str) -> None:

@@ -12,6 +12,7 @@ Sources (`--data`):
 Every trainer gets its batches from `epoch_batches`, so all see the same global
 batches in the same order, the final partial batch included.
 """
+
 import dataclasses
 import gzip
 import importlib.resources
@@ -54,8 +55,7 @@ class MnistData:
     fallback: str = ""  # --data auto trained on the embedded set instead of tfds: why; "" otherwise
 
     def describe(self) -> str:
-        return (f"data: {self.source} ({self.reason}); "
-                f"{len(self.y_train)} train, {len(self.y_test)} test examples")
+        return f"data: {self.source} ({self.reason}); {len(self.y_train)} train, {len(self.y_test)} test examples"
 
 
 def preprocess(images: np.ndarray, labels: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -68,8 +68,10 @@ def _example_count(name: str, requested: Optional[int], default: int, available:
     """How many `name` examples to use: `requested`, else min(default, available); checked."""
     count = min(default, available) if requested is None else requested  # Config checked it is positive
     if count > available:
-        raise UsageError(f"--{name}-examples {count} is more than the {available} {name} "
-                         f"examples in {hint}; use --{name}-examples {available} or fewer")
+        raise UsageError(
+            f"--{name}-examples {count} is more than the {available} {name} "
+            f"examples in {hint}; use --{name}-examples {available} or fewer"
+        )
     return count
 
 
@@ -79,6 +81,7 @@ def _take(name: str, images, labels, requested: Optional[int], default: int, hin
 
 
 # --- embedded -------------------------------------------------------------------------
+
 
 def embedded_split() -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The shipped 5,000 images, split stratified: per digit the 5th, 10th, ... image is test.
@@ -116,14 +119,17 @@ def load_embedded(train_examples, test_examples, reason) -> MnistData:
 
 # --- IDX directory ----------------------------------------------------------------------
 
+
 def _read_idx(directory: str, stem: str, magic: int) -> np.ndarray:
     for name in (stem, stem + ".gz"):
         path = os.path.join(directory, name)
         if os.path.isfile(path):
             break
     else:
-        raise UsageError(f"{os.path.join(directory, stem)}[.gz] not found; --data DIR needs the four "
-                         f"MNIST IDX files {', '.join(IDX_FILES.values())}")
+        raise UsageError(
+            f"{os.path.join(directory, stem)}[.gz] not found; --data DIR needs the four "
+            f"MNIST IDX files {', '.join(IDX_FILES.values())}"
+        )
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rb") as f:
@@ -132,22 +138,27 @@ def _read_idx(directory: str, stem: str, magic: int) -> np.ndarray:
         raise UsageError(f"{path}: cannot read ({e}); replace it with an intact copy") from None
     if len(raw) < 8 or int.from_bytes(raw[:4], "big") != magic:
         found = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else None
-        raise UsageError(f"{path}: IDX magic number {found} is not {magic}; "
-                         f"is this the {'images' if magic == IDX_IMAGES_MAGIC else 'labels'} file?")
+        raise UsageError(
+            f"{path}: IDX magic number {found} is not {magic}; "
+            f"is this the {'images' if magic == IDX_IMAGES_MAGIC else 'labels'} file?"
+        )
     ndim = raw[3]
     header = 4 + 4 * ndim
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     expected = header + int(np.prod(dims))
     if len(raw) != expected:
-        raise UsageError(f"{path}: {len(raw)} bytes but its header {dims} needs {expected}; "
-                         f"the file is truncated or corrupt, replace it")
+        raise UsageError(
+            f"{path}: {len(raw)} bytes but its header {dims} needs {expected}; "
+            f"the file is truncated or corrupt, replace it"
+        )
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 
 def load_idx_dir(directory, train_examples, test_examples) -> MnistData:
     if not os.path.isdir(directory):
-        raise UsageError(f"--data {directory}: no such directory; give a directory with the MNIST "
-                         f"IDX files, or use --data embedded")
+        raise UsageError(
+            f"--data {directory}: no such directory; give a directory with the MNIST IDX files, or use --data embedded"
+        )
     if not os.access(directory, os.R_OK | os.X_OK):
         raise UsageError(f"--data {directory}: directory is not readable; fix its permissions")
     splits = []
@@ -157,8 +168,10 @@ def load_idx_dir(directory, train_examples, test_examples) -> MnistData:
         if images.ndim != 3 or images.shape[1:] != (28, 28):
             raise UsageError(f"{directory}: {split} images have shape {images.shape}, not [N, 28, 28]")
         if len(images) != len(labels):
-            raise UsageError(f"{directory}: {len(images)} {split} images but {len(labels)} {split} "
-                             f"labels; the two files must come from the same set")
+            raise UsageError(
+                f"{directory}: {len(images)} {split} images but {len(labels)} {split} "
+                f"labels; the two files must come from the same set"
+            )
         if labels.size and labels.max() >= NUM_CLASSES:
             raise UsageError(f"{directory}: {split} label {labels.max()} is not a digit 0-9")
         requested = train_examples if split == "train" else test_examples
@@ -167,6 +180,7 @@ def load_idx_dir(directory, train_examples, test_examples) -> MnistData:
 
 
 # --- tensorflow-datasets ------------------------------------------------------------------
+
 
 def _host_answers(host: str, port: int = 443, seconds: float = PROBE_SECONDS) -> bool:
     """True if a TCP connection to host opens within `seconds` (DNS included, hence the thread)."""
@@ -189,6 +203,7 @@ def tfds_availability() -> Tuple[bool, str]:
     """Whether `tfds.load("mnist")` can succeed without the ~205 s offline retry, and why."""
     try:
         import tensorflow_datasets as tfds
+
         builder = tfds.builder("mnist")
     except Exception as error:  # noqa: BLE001 - a broken install: its import logs the cause and leaves no `builder`
         return False, f"{TFDS_BROKEN} ({type(error).__name__}: {error})"
@@ -196,21 +211,23 @@ def tfds_availability() -> Tuple[bool, str]:
         return True, f"MNIST is prepared in {builder.data_dir}"
     if _host_answers(TFDS_HOST):
         return True, f"MNIST is not prepared locally but {TFDS_HOST} answers; downloading"
-    return False, (f"MNIST is not prepared in {builder.data_dir} and {TFDS_HOST} did not answer "
-                   f"within {PROBE_SECONDS:.0f} s")
+    return False, (
+        f"MNIST is not prepared in {builder.data_dir} and {TFDS_HOST} did not answer within {PROBE_SECONDS:.0f} s"
+    )
 
 
 def load_tfds(train_examples, test_examples, reason) -> MnistData:
     import tensorflow_datasets as tfds
+
     n_train = _example_count("train", train_examples, TFDS_DEFAULT_EXAMPLES, 60000, "tfds MNIST")
     n_test = _example_count("test", test_examples, TFDS_DEFAULT_EXAMPLES, 10000, "tfds MNIST")
-    (x_train, y_train), (x_test, y_test) = tfds.as_numpy(tfds.load(
-        "mnist", split=[f"train[:{n_train}]", f"test[:{n_test}]"], batch_size=-1, as_supervised=True))
+    (x_train, y_train), (x_test, y_test) = tfds.as_numpy(
+        tfds.load("mnist", split=[f"train[:{n_train}]", f"test[:{n_test}]"], batch_size=-1, as_supervised=True)
+    )
     return MnistData(*preprocess(x_train, y_train), *preprocess(x_test, y_test), "tfds", reason)
 
 
-def load_data(source: str, train_examples: Optional[int] = None,
-              test_examples: Optional[int] = None) -> MnistData:
+def load_data(source: str, train_examples: Optional[int] = None, test_examples: Optional[int] = None) -> MnistData:
     """Load and preprocess MNIST from `source` (see the module docstring)."""
     if source == "embedded":
         return load_embedded(train_examples, test_examples, "--data embedded")
@@ -227,6 +244,7 @@ def load_data(source: str, train_examples: Optional[int] = None,
 
 # --- batches -----------------------------------------------------------------------------
 
+
 def epoch_order(num_examples: int, epoch: int, shuffle: bool, seed: int) -> np.ndarray:
     """Example indices in the order of one epoch: 0..N-1, or a permutation from (seed, epoch)."""
     if not shuffle:
@@ -236,12 +254,12 @@ def epoch_order(num_examples: int, epoch: int, shuffle: bool, seed: int) -> np.n
 
 def batch_slices(num_examples: int, batch_size: int) -> List[slice]:
     """Global batches over one epoch's order; the final partial batch is kept (5000 = 39 x 128 + 8)."""
-    return [slice(start, min(start + batch_size, num_examples))
-            for start in range(0, num_examples, batch_size)]
+    return [slice(start, min(start + batch_size, num_examples)) for start in range(0, num_examples, batch_size)]
 
 
-def epoch_batches(x: np.ndarray, y: np.ndarray, batch_size: int, epoch: int = 0,
-                  shuffle: bool = False, seed: int = 0) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+def epoch_batches(
+    x: np.ndarray, y: np.ndarray, batch_size: int, epoch: int = 0, shuffle: bool = False, seed: int = 0
+) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
     """The global batches of one epoch, identical for every trainer."""
     order = epoch_order(len(y), epoch, shuffle, seed)
     for part in batch_slices(len(y), batch_size):
@@ -262,8 +280,9 @@ def without_autotune() -> tf.data.Options:
     return options
 
 
-def equal_shape_runs(items: Iterable, shape_of: Callable, max_length: Optional[int] = None,
-                     first_alone: bool = False) -> Iterator[list]:
+def equal_shape_runs(
+    items: Iterable, shape_of: Callable, max_length: Optional[int] = None, first_alone: bool = False
+) -> Iterator[list]:
     """Consecutive `items` grouped into lists whose `shape_of(item)` is equal, in order.
 
     max_length: no list is longer (None: unbounded). first_alone: the first item is a list

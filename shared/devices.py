@@ -4,6 +4,7 @@ TensorFlow fixes its device list when it first initialises its runtime, so
 `configure_devices` must run before anything touches a device. Configure the
 largest count you need once; meshes and strategies then use the first N of them.
 """
+
 from typing import List
 
 import tensorflow as tf
@@ -30,15 +31,17 @@ def configure_devices(count: int, device_type: str = "CPU") -> List[str]:
 def _set_logical_devices(count: int, device_type: str) -> None:
     physical = tf.config.list_physical_devices(device_type)
     if not physical:
-        raise UsageError(f"--device-type {device_type}: no {device_type} is visible to TensorFlow; "
-                         f"use --device-type CPU")
+        raise UsageError(
+            f"--device-type {device_type}: no {device_type} is visible to TensorFlow; use --device-type CPU"
+        )
     if device_type == "GPU" and len(physical) >= count:
         _configured[device_type] = len(physical)
         return
     if device_type == "GPU" and len(physical) > 1:
         raise UsageError(f"--devices {count}: this machine has {len(physical)} GPUs; use at most that many")
-    config = [tf.config.LogicalDeviceConfiguration(
-        memory_limit=LOGICAL_GPU_MEMORY_MB if device_type == "GPU" else None)] * count
+    config = [
+        tf.config.LogicalDeviceConfiguration(memory_limit=LOGICAL_GPU_MEMORY_MB if device_type == "GPU" else None)
+    ] * count
     try:
         tf.config.set_logical_device_configuration(physical[0], config)
     except RuntimeError:
@@ -46,9 +49,11 @@ def _set_logical_devices(count: int, device_type: str) -> None:
         if existing >= count:  # set up by the caller before us; a subset serves
             _configured[device_type] = existing
             return
-        raise UsageError(f"--devices {count}: TensorFlow is already initialised with {existing} "
-                         f"logical {device_type}s; configure the largest count first, once per "
-                         f"process, or run in a new process") from None
+        raise UsageError(
+            f"--devices {count}: TensorFlow is already initialised with {existing} "
+            f"logical {device_type}s; configure the largest count first, once per "
+            f"process, or run in a new process"
+        ) from None
     _configured[device_type] = count
 
 
@@ -68,5 +73,5 @@ def op_determinism_enabled() -> bool:
     TensorFlow has no public getter; tensorflow.python.framework.config has had this one since 2.8.
     """
     from tensorflow.python.framework import config as framework_config
-    return bool(framework_config.is_op_determinism_enabled())
 
+    return bool(framework_config.is_op_determinism_enabled())

@@ -8,6 +8,7 @@ for the same array); SAMPLE_COUNT values at evenly spaced positions; and a sha25
 bytes (C order, little-endian), which tells "bit for bit" from "within the tolerance".
 Cost: ~0.1 s per trainer for the MLP.
 """
+
 import hashlib
 import math
 from typing import List, Sequence
@@ -51,11 +52,17 @@ def digest(name: str, array) -> dict:
     values = array.astype(np.float64).ravel()
     indices = sample_indices(values.size)
     listed = values.tolist()  # math.fsum is ~5x faster over Python floats than over numpy scalars
-    return {"name": name, "shape": list(array.shape), "dtype": array.dtype.name,
-            "sum": math.fsum(listed), "sum_abs": math.fsum(np.abs(values).tolist()),
-            "sum_squares": math.fsum((values * values).tolist()),
-            "sample_indices": indices, "sample_values": [listed[i] for i in indices],
-            "sha256": array_sha256(array)}
+    return {
+        "name": name,
+        "shape": list(array.shape),
+        "dtype": array.dtype.name,
+        "sum": math.fsum(listed),
+        "sum_abs": math.fsum(np.abs(values).tolist()),
+        "sum_squares": math.fsum((values * values).tolist()),
+        "sample_indices": indices,
+        "sample_values": [listed[i] for i in indices],
+        "sha256": array_sha256(array),
+    }
 
 
 def weight_names(history) -> List[str]:
@@ -77,4 +84,5 @@ def digests(history) -> List[dict]:
 def same_bytes(digests_a: Sequence[dict], digests_b: Sequence[dict]) -> bool:
     return len(digests_a) == len(digests_b) and all(
         a["sha256"] == b["sha256"] and a["shape"] == b["shape"] and a["dtype"] == b["dtype"]
-        for a, b in zip(digests_a, digests_b))
+        for a, b in zip(digests_a, digests_b)
+    )

@@ -9,12 +9,14 @@ as plain variables in the run's model: `serving_default` takes `images` [None, 7
 images and the trainer's own logits for them, compared within LOGIT_TOLERANCE
 (docs/checkpoints-and-export.md). Written beside its final name and renamed into place.
 """
+
 import os
 import sys
 from typing import Callable, Dict, Sequence
 
 if __name__ == "__main__":  # `python -m shared.export`: before TensorFlow's import prints its start-up lines
     from shared.console import hide_tensorflow_messages
+
     hide_tensorflow_messages("--verbose" in sys.argv[1:])
 
 import numpy as np
@@ -44,8 +46,9 @@ class ServingModel(tf.Module):
         return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
 
 
-def export_model(directory: str, definition, weights: Sequence[np.ndarray], trainer_logits: Callable,
-                 probe_images: np.ndarray) -> float:
+def export_model(
+    directory: str, definition, weights: Sequence[np.ndarray], trainer_logits: Callable, probe_images: np.ndarray
+) -> float:
     """Write a SavedModel of `weights` to `directory`; returns the largest |logit| difference
     between it and `trainer_logits(probe_images)`, the trainer's own forward pass."""
     probe_images = np.asarray(probe_images[:PROBE_EXAMPLES], np.float32)
@@ -62,8 +65,15 @@ def export_model(directory: str, definition, weights: Sequence[np.ndarray], trai
     return float(np.max(np.abs(served - expected))) if len(expected) else 0.0
 
 
-def export_trainer(config, trainer: str, definition, weights: Sequence[np.ndarray], trainer_logits: Callable,
-                   probe_images: np.ndarray, details: dict) -> None:
+def export_trainer(
+    config,
+    trainer: str,
+    definition,
+    weights: Sequence[np.ndarray],
+    trainer_logits: Callable,
+    probe_images: np.ndarray,
+    details: dict,
+) -> None:
     """--export DIR: write DIR/<trainer> and record where and how close in `details`."""
     if not config.export:
         return
@@ -90,16 +100,21 @@ def main(argv: Sequence[str]) -> int:
     directories = [arg for arg in argv if arg != "--verbose"]  # --verbose: TensorFlow's lines, shown above
     missing = [d for d in directories if not os.path.isfile(os.path.join(d, PROBE_FILE))]
     if missing or not directories:
-        problem = (f"{missing[0]} is not an export of compare.py --export (it has no {PROBE_FILE})" if missing
-                   else "give the directories that compare.py --export DIR wrote, DIR/<trainer>")
+        problem = (
+            f"{missing[0]} is not an export of compare.py --export (it has no {PROBE_FILE})"
+            if missing
+            else "give the directories that compare.py --export DIR wrote, DIR/<trainer>"
+        )
         print(f"python -m shared.export: error: {problem}", file=sys.stderr)
         return 2
     worst = 0.0
     for directory in directories:
         difference = check_export(directory)
         worst = max(worst, difference)
-        print(f"{directory}: max |logit diff| {difference:.3g} against the trainer's own on its probe images, "
-              f"tolerance {LOGIT_TOLERANCE:g} ({'ok' if difference <= LOGIT_TOLERANCE else 'FAILED'})")
+        print(
+            f"{directory}: max |logit diff| {difference:.3g} against the trainer's own on its probe images, "
+            f"tolerance {LOGIT_TOLERANCE:g} ({'ok' if difference <= LOGIT_TOLERANCE else 'FAILED'})"
+        )
     return 0 if worst <= LOGIT_TOLERANCE else 1
 
 

@@ -5,6 +5,7 @@ A file goes to a temporary name in its directory and is renamed into place
 beside its final name and renamed when complete (`partial_path`, `publish_directory`).
 A rename within one directory is atomic, so readers see the old state or the new one.
 """
+
 import os
 import shutil
 import tempfile
@@ -40,8 +41,9 @@ def check_writable_dir(flag: str, directory: str, create: bool) -> None:
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as error:
-            raise UsageError(f"{flag} {directory}: cannot create it ({error.strerror}); "
-                             f"choose a writable directory") from None
+            raise UsageError(
+                f"{flag} {directory}: cannot create it ({error.strerror}); choose a writable directory"
+            ) from None
     if not os.path.isdir(directory):
         raise UsageError(f"{flag}: directory {directory} does not exist; create it or choose another path")
     if not os.access(directory, os.W_OK | os.X_OK):

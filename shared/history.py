@@ -3,6 +3,7 @@
 Values are returned here, never only printed: compare.py builds its tables, plots
 and JSON report from these records.
 """
+
 import dataclasses
 import sys
 import time
@@ -53,8 +54,9 @@ class History:
         """The state checksums after the last step (float64 runs; shared/checksums.py)."""
         self.step_state_checksums.append(_host_array(checksums))
 
-    def add_epoch(self, epoch: int, meter: "EpochMeter", finished, test_loss: float,
-                  test_accuracy: float, traces: int = 0) -> EpochRecord:
+    def add_epoch(
+        self, epoch: int, meter: "EpochMeter", finished, test_loss: float, test_accuracy: float, traces: int = 0
+    ) -> EpochRecord:
         """Record epoch `epoch` (1-based) from `finished` = meter.finish(), the test metrics and the
         number of traces during its training steps."""
         step_losses, train_loss, train_accuracy, seconds = finished
@@ -77,8 +79,9 @@ MIN_MEASURED_SECONDS = 0.1
 def measured_epochs(history) -> List[EpochRecord]:
     """The epochs whose time measures training: after the first (which traces), none traced, each
     at least MIN_MEASURED_SECONDS long. With --epochs 1 there are none."""
-    return [record for record in history.epochs[1:]
-            if record.traces == 0 and record.train_seconds >= MIN_MEASURED_SECONDS]
+    return [
+        record for record in history.epochs[1:] if record.traces == 0 and record.train_seconds >= MIN_MEASURED_SECONDS
+    ]
 
 
 def throughput(history, train_examples: int) -> Optional[Tuple[float, float, float]]:
@@ -108,9 +111,11 @@ def step_time_percentiles_ms(history) -> Optional[Tuple[float, float]]:
 
 def format_epoch_line(trainer: str, record: EpochRecord, epochs: int) -> str:
     """One fixed-format line, the same keys for every trainer."""
-    return (f"{trainer:<10} epoch {record.epoch}/{epochs}  train_loss {record.train_loss:.4f}  "
-            f"train_acc {record.train_accuracy:.4f}  test_loss {record.test_loss:.4f}  "
-            f"test_acc {record.test_accuracy:.4f}  time {record.train_seconds:.2f}s")
+    return (
+        f"{trainer:<10} epoch {record.epoch}/{epochs}  train_loss {record.train_loss:.4f}  "
+        f"train_acc {record.train_accuracy:.4f}  test_loss {record.test_loss:.4f}  "
+        f"test_acc {record.test_accuracy:.4f}  time {record.train_seconds:.2f}s"
+    )
 
 
 class EpochMeter:
@@ -128,8 +133,13 @@ class EpochMeter:
         self.state_checksums = []  # per call: [steps] of [variables], each at a step's start (float64 runs)
         self.start = self._last = time.perf_counter()
         # A progress bar on a terminal only (tqdm); logs and pipes get the epoch lines alone.
-        self.progress = tqdm(total=total_steps, desc=label, unit="step", leave=False,
-                             disable=not (label and total_steps and sys.stderr.isatty()))
+        self.progress = tqdm(
+            total=total_steps,
+            desc=label,
+            unit="step",
+            leave=False,
+            disable=not (label and total_steps and sys.stderr.isatty()),
+        )
 
     def add(self, mean_loss, correct, count: int, state_checksums=None):
         self.add_steps([mean_loss], [correct], [count], None if state_checksums is None else [state_checksums])

@@ -8,6 +8,7 @@ distributed trainer calls it per shard with `num_real` = the *global* count, and
 padding examples (weight 0) that let a partial batch divide over devices add
 nothing; summing the shards' losses and gradients then gives the global mean.
 """
+
 import tensorflow as tf
 
 

@@ -8,12 +8,14 @@ device and formats them; what a layout costs is then read off the live run, not 
 Optimizer state is Adam's m and v slots and its int64 step count (8 bytes per device that
 holds a copy); SGD has none. On GPU, `with_peaks` adds TensorFlow's peak allocation.
 """
+
 import dataclasses
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-MB = 2 ** 20  # as the results table's other MB columns
+MB = 2**20  # as the results table's other MB columns
+
 
 @dataclasses.dataclass(frozen=True)
 class DeviceMemory:
@@ -28,7 +30,7 @@ class DeviceMemory:
 
 
 def short_device(name: str) -> str:
-    """"/job:localhost/replica:0/task:0/device:CPU:3" -> "CPU:3"."""
+    """ "/job:localhost/replica:0/task:0/device:CPU:3" -> "CPU:3"."""
     spec = tf.DeviceSpec.from_string(name)
     return f"{spec.device_type}:{spec.device_index}"
 
@@ -62,14 +64,18 @@ def describe(memory: Sequence[DeviceMemory]) -> str:
     """One line, devices with equal holdings grouped: "CPU:0 1.45 + 2.90 MB, CPU:1-7 0.37 + 0.73 MB each"."""
     groups: List[Tuple[List[str], DeviceMemory]] = []
     for record in memory:
-        if groups and (groups[-1][1].weight_bytes, groups[-1][1].optimizer_bytes) == \
-                (record.weight_bytes, record.optimizer_bytes):
+        if groups and (groups[-1][1].weight_bytes, groups[-1][1].optimizer_bytes) == (
+            record.weight_bytes,
+            record.optimizer_bytes,
+        ):
             groups[-1][0].append(record.device)
         else:
             groups.append(([record.device], record))
     parts = []
     for devices, record in groups:
         name = devices[0] if len(devices) == 1 else f"{devices[0]}-{devices[-1].split(':')[1]}"
-        parts.append(f"{name} {record.weight_bytes / MB:.2f} + {record.optimizer_bytes / MB:.2f} MB"
-                     + (" each" if len(devices) > 1 else ""))
+        parts.append(
+            f"{name} {record.weight_bytes / MB:.2f} + {record.optimizer_bytes / MB:.2f} MB"
+            + (" each" if len(devices) > 1 else "")
+        )
     return ", ".join(parts) + " (weights + optimizer state)" if parts else "-"

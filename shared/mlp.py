@@ -12,6 +12,7 @@ and bias [model] (each device computes a slice of the features), an odd one's we
 replicated. A width the model axis does not divide gets zero units (700 over 8 becomes 704):
 their ReLU output is 0, their gradients are 0, so Adam and SGD leave them at 0.
 """
+
 from typing import Sequence, Tuple
 
 import tensorflow as tf
@@ -61,18 +62,25 @@ def mlp(hidden: Sequence[int] = TUTORIAL_HIDDEN) -> ModelDefinition:
     variables = []
     for i in range(count):
         weight_layout, bias_layout = layouts(i, count)
-        variables += [Variable(f"layers/{i}/w", (widths[i], widths[i + 1]), xavier_uniform, weight_layout,
-                               label=f"layer {i} weight"),
-                      Variable(f"layers/{i}/b", (widths[i + 1],), zeros, bias_layout, label=f"layer {i} bias")]
+        variables += [
+            Variable(
+                f"layers/{i}/w", (widths[i], widths[i + 1]), xavier_uniform, weight_layout, label=f"layer {i} weight"
+            ),
+            Variable(f"layers/{i}/b", (widths[i + 1],), zeros, bias_layout, label=f"layer {i} bias"),
+        ]
     named = {f"hidden{i}": size for i, size in enumerate(hidden, start=1)}
     return ModelDefinition(
-        name="mlp " + "-".join(map(str, sizes)), variables=tuple(variables), forward=forward,
+        name="mlp " + "-".join(map(str, sizes)),
+        variables=tuple(variables),
+        forward=forward,
         # 3 x 2 x weights: one multiply-add per weight forward, two backward (biases, activations, the
         # loss and Adam not counted; the first layer's input gradient, which nobody computes, is).
         flops_per_example=3 * 2 * sum(a * b for a, b in zip(sizes[:-1], sizes[1:])),
-        sizes=named, paddable=frozenset(named), description="MLP " + "-".join(map(str, sizes)))
+        sizes=named,
+        paddable=frozenset(named),
+        description="MLP " + "-".join(map(str, sizes)),
+    )
 
 
 def parameter_count(sizes: Sequence[int]) -> int:
     return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
-

@@ -7,6 +7,7 @@ is pure and the same on one device, under MirroredStrategy and on a mesh. `Model
 of the variables, made by whatever the trainer makes variables with. Built-in definitions:
 shared/mlp.py, shared/vit.py; `--model FILE.py:FUNCTION` loads yours (shared/models.py).
 """
+
 import dataclasses
 import re
 from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
@@ -21,8 +22,19 @@ UNSHARDED = "unsharded"  # dtensor.UNSHARDED
 Shape = Tuple[Union[int, str], ...]  # ints, or names of ModelDefinition.sizes (a named size may be padded)
 Initializer = Callable[[Tuple[int, ...], int], np.ndarray]  # (shape, the run's seed) -> float32 values
 # Attributes of tf.Module that a variable's first name component would shadow.
-RESERVED_NAMES = frozenset({"name", "name_scope", "variables", "trainable_variables", "non_trainable_variables",
-                            "submodules", "weights", "definition", "with_name_scope"})
+RESERVED_NAMES = frozenset(
+    {
+        "name",
+        "name_scope",
+        "variables",
+        "trainable_variables",
+        "non_trainable_variables",
+        "submodules",
+        "weights",
+        "definition",
+        "with_name_scope",
+    }
+)
 NAME_PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*|\d+)$")
 
 
@@ -36,9 +48,11 @@ def ones(shape, seed):
 
 def truncated_normal(stddev: float, stream: int) -> Initializer:
     """Stateless truncated normal * stddev from seed (seed, stream): each variable its own stream."""
+
     def draw(shape, seed):
         with tf.device("/CPU:0"):
             return (tf.random.stateless_truncated_normal(shape, seed=(seed, stream)) * stddev).numpy()
+
     return draw
 
 
@@ -89,8 +103,10 @@ class ModelDefinition:
         for variable in self.variables:
             value = np.asarray(variable.init(self.shape(variable), seed), np.float32)
             if value.shape != self.shape(variable):
-                raise UsageError(f"model {self.name}: variable {variable.name}'s initializer gave shape "
-                                 f"{value.shape}, not {self.shape(variable)}; fix its init")
+                raise UsageError(
+                    f"model {self.name}: variable {variable.name}'s initializer gave shape "
+                    f"{value.shape}, not {self.shape(variable)}; fix its init"
+                )
             values.append(value.astype(dtype))
         return values
 
@@ -108,21 +124,27 @@ class ModelDefinition:
                 continue
             if size not in self.paddable:
                 divisors = ", ".join(str(d) for d in range(1, length + 1) if length % d == 0)
-                raise UsageError(f"model {self.name}: variable {variable.name} dimension {dim} ({length}) does not "
-                                 f"divide over the model axis of {model_axis}, and the model allows no padding "
-                                 f"for it; use a model axis of {divisors}")
+                raise UsageError(
+                    f"model {self.name}: variable {variable.name} dimension {dim} ({length}) does not "
+                    f"divide over the model axis of {model_axis}, and the model allows no padding "
+                    f"for it; use a model axis of {divisors}"
+                )
             padded[size] = -(-length // model_axis) * model_axis
         return padded
 
     def pad(self, values: Sequence[np.ndarray], sizes: Mapping[str, int]) -> List[np.ndarray]:
         """`values` zero-padded at the end of every dimension whose named size `sizes` makes larger."""
-        return [np.pad(value, [(0, want - have) for want, have in zip(self.shape(variable, sizes), value.shape)])
-                for variable, value in zip(self.variables, values, strict=True)]
+        return [
+            np.pad(value, [(0, want - have) for want, have in zip(self.shape(variable, sizes), value.shape)])
+            for variable, value in zip(self.variables, values, strict=True)
+        ]
 
     def unpad(self, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
         """Padded values or gradients cut back to the variables' own shapes."""
-        return [np.asarray(array)[tuple(slice(0, size) for size in self.shape(variable))]
-                for variable, array in zip(self.variables, arrays, strict=True)]
+        return [
+            np.asarray(array)[tuple(slice(0, size) for size in self.shape(variable))]
+            for variable, array in zip(self.variables, arrays, strict=True)
+        ]
 
 
 class Model(tf.Module):
@@ -186,21 +208,29 @@ def check_definition(definition, source: str) -> ModelDefinition:
     for variable in definition.variables:
         parts = variable.name.split("/")
         if not all(NAME_PART.match(part) for part in parts) or parts[0] in RESERVED_NAMES or parts[0].isdigit():
-            raise UsageError(f"--model {source}: variable name {variable.name!r} must be '/'-separated identifiers "
-                             f"or indices, not starting with an index or one of {', '.join(sorted(RESERVED_NAMES))}")
+            raise UsageError(
+                f"--model {source}: variable name {variable.name!r} must be '/'-separated identifiers "
+                f"or indices, not starting with an index or one of {', '.join(sorted(RESERVED_NAMES))}"
+            )
         if variable.name in seen:
             raise UsageError(f"--model {source}: variable {variable.name} is defined twice")
         seen.add(variable.name)
         unknown = [dim for dim in variable.shape if isinstance(dim, str) and dim not in definition.sizes]
         if unknown:
-            raise UsageError(f"--model {source}: variable {variable.name} has dimension {unknown[0]!r}, which the "
-                             f"model's sizes do not name")
+            raise UsageError(
+                f"--model {source}: variable {variable.name} has dimension {unknown[0]!r}, which the "
+                f"model's sizes do not name"
+            )
         if variable.layout and len(variable.layout) != len(variable.shape):
-            raise UsageError(f"--model {source}: variable {variable.name} has a layout of rank {len(variable.layout)} "
-                             f"{list(variable.layout)} for its shape of rank {len(variable.shape)} "
-                             f"{list(definition.shape(variable))}; give one entry per dimension")
+            raise UsageError(
+                f"--model {source}: variable {variable.name} has a layout of rank {len(variable.layout)} "
+                f"{list(variable.layout)} for its shape of rank {len(variable.shape)} "
+                f"{list(definition.shape(variable))}; give one entry per dimension"
+            )
         wrong = [axis for axis in variable.layout if axis not in (MODEL_AXIS, UNSHARDED)]
         if wrong or variable.layout.count(MODEL_AXIS) > 1:
-            raise UsageError(f"--model {source}: variable {variable.name} has layout {list(variable.layout)}; use "
-                             f"'{MODEL_AXIS}' on at most one dimension and '{UNSHARDED}' on the others")
+            raise UsageError(
+                f"--model {source}: variable {variable.name} has layout {list(variable.layout)}; use "
+                f"'{MODEL_AXIS}' on at most one dimension and '{UNSHARDED}' on the others"
+            )
     return definition

@@ -8,6 +8,7 @@ A file's function takes no arguments and returns a `shared.model.ModelDefinition
 a definition no trainer could build, or a forward that fails on two images, is one line
 that names the variable or the error, exit 2.
 """
+
 import functools
 import importlib.util
 import os
@@ -38,9 +39,14 @@ def build_model_and_optimizer(config: Config):
     under `strategy.scope()` MirroredVariables, under `tf.device` placed there."""
     definition = definition_for(config)
     model = Model(definition, definition.initial_values(config.seed, config.dtype))
-    optimizer = make_optimizer(config.optimizer, config.adam, model.weights, config.learning_rate,
-                               zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
-                               make_step=lambda: tf.Variable(0, dtype=tf.int64))
+    optimizer = make_optimizer(
+        config.optimizer,
+        config.adam,
+        model.weights,
+        config.learning_rate,
+        zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
+        make_step=lambda: tf.Variable(0, dtype=tf.int64),
+    )
     return model, optimizer
 
 
@@ -86,8 +92,10 @@ def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
         except Exception as error:  # noqa: BLE001 - the user's forward: any error is one line
             raise UsageError(f"--model {spec}: its forward raised {describe(error)} on 2 images") from None
     if tuple(logits.shape) != (2, NUM_CLASSES):
-        raise UsageError(f"--model {spec}: its forward returned shape {list(logits.shape)} for 2 images; "
-                         f"it must return logits [N, {NUM_CLASSES}]")
+        raise UsageError(
+            f"--model {spec}: its forward returned shape {list(logits.shape)} for 2 images; "
+            f"it must return logits [N, {NUM_CLASSES}]"
+        )
     return definition
 
 
@@ -96,5 +104,7 @@ def describe(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__)
     where = frames[-1] if frames else None
     message = str(error).splitlines()[0] if str(error) else ""
-    return (f"{type(error).__name__}: {message}"
-            + (f" ({os.path.basename(where.filename)}:{where.lineno})" if where else "")).strip()
+    return (
+        f"{type(error).__name__}: {message}"
+        + (f" ({os.path.basename(where.filename)}:{where.lineno})" if where else "")
+    ).strip()

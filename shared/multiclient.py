@@ -8,6 +8,7 @@ relays client 0's lines, reads every client's result and reports. Client (DTENSO
 set, by the launcher or a real cluster): trains one trainer as one client. A client that dies or
 does not start ends its group, and the trainer is FAILED in one line. docs/multi-machine.md.
 """
+
 import atexit
 import ctypes
 import dataclasses
@@ -49,32 +50,42 @@ class ClientRole:
 
 # --- the environment a client reads ---------------------------------------------------------
 
+
 def role_from_environment(config: Config, environ=os.environ) -> Optional[ClientRole]:
     """This process's place in a cluster, from DTENSOR_* or TF_CONFIG; None when neither is set."""
     dtensor_set = [name for name in DTENSOR_VARIABLES if name in environ]
     if dtensor_set and "TF_CONFIG" in environ:
-        raise UsageError("both DTENSOR_* and TF_CONFIG are set; a client process runs one distributed "
-                         "trainer: set DTENSOR_* for dtensor or TF_CONFIG for mirrored")
+        raise UsageError(
+            "both DTENSOR_* and TF_CONFIG are set; a client process runs one distributed "
+            "trainer: set DTENSOR_* for dtensor or TF_CONFIG for mirrored"
+        )
     if dtensor_set:
         missing = [name for name in DTENSOR_VARIABLES if name not in environ]
         if missing:
-            raise UsageError(f"{', '.join(dtensor_set)} set but not {', '.join(missing)}; a DTensor client "
-                             f"needs all of {', '.join(DTENSOR_VARIABLES)}")
-        role = ClientRole("dtensor", int(environ["DTENSOR_CLIENT_ID"]), int(environ["DTENSOR_NUM_CLIENTS"]),
-                          "DTENSOR_CLIENT_ID")
+            raise UsageError(
+                f"{', '.join(dtensor_set)} set but not {', '.join(missing)}; a DTensor client "
+                f"needs all of {', '.join(DTENSOR_VARIABLES)}"
+            )
+        role = ClientRole(
+            "dtensor", int(environ["DTENSOR_CLIENT_ID"]), int(environ["DTENSOR_NUM_CLIENTS"]), "DTENSOR_CLIENT_ID"
+        )
     elif "TF_CONFIG" in environ:
         try:
             tf_config = json.loads(environ["TF_CONFIG"])
             workers, index = tf_config["cluster"]["worker"], int(tf_config["task"]["index"])
         except (ValueError, KeyError, TypeError):
-            raise UsageError('TF_CONFIG is not {"cluster": {"worker": [...]}, "task": {"type": "worker", '
-                             '"index": I}}; fix it or unset it') from None
+            raise UsageError(
+                'TF_CONFIG is not {"cluster": {"worker": [...]}, "task": {"type": "worker", '
+                '"index": I}}; fix it or unset it'
+            ) from None
         role = ClientRole("mirrored", index, len(workers), "TF_CONFIG")
     else:
         return None
     if role.num_clients != config.clients:
-        raise UsageError(f"--clients {config.clients} but {role.source} describes {role.num_clients} "
-                         f"clients; use --clients {role.num_clients}")
+        raise UsageError(
+            f"--clients {config.clients} but {role.source} describes {role.num_clients} "
+            f"clients; use --clients {role.num_clients}"
+        )
     if not 0 <= role.client_id < role.num_clients:
         raise UsageError(f"{role.source}: client {role.client_id} is not in 0..{role.num_clients - 1}")
     return role
@@ -84,10 +95,13 @@ def client_environment(trainer: str, client_id: int, ports: Sequence[int]) -> Di
     """The variables that make a process client `client_id` of len(ports) on this host."""
     addresses = [f"{HOST}:{port}" for port in ports]
     if trainer == "dtensor":
-        return {"DTENSOR_CLIENT_ID": str(client_id), "DTENSOR_NUM_CLIENTS": str(len(ports)),
-                "DTENSOR_JOB_NAME": JOB_NAME, "DTENSOR_JOBS": ",".join(addresses)}
-    return {"TF_CONFIG": json.dumps({"cluster": {"worker": addresses},
-                                     "task": {"type": "worker", "index": client_id}})}
+        return {
+            "DTENSOR_CLIENT_ID": str(client_id),
+            "DTENSOR_NUM_CLIENTS": str(len(ports)),
+            "DTENSOR_JOB_NAME": JOB_NAME,
+            "DTENSOR_JOBS": ",".join(addresses),
+        }
+    return {"TF_CONFIG": json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": client_id}})}
 
 
 def free_ports(count: int) -> List[int]:
@@ -116,6 +130,7 @@ def run(config: Config) -> int:
 
 # --- a client -------------------------------------------------------------------------------
 
+
 def run_client(config: Config, role: ClientRole) -> int:
     """Train `role.trainer` as one client; under the launcher, write the result file."""
     from shared import comparison, report
@@ -124,9 +139,11 @@ def run_client(config: Config, role: ClientRole) -> int:
 
     others = [name for name in config.trainers if name not in ("reference", role.trainer)]
     if others:
-        raise UsageError(f"this process is {role.trainer} client {role.client_id} ({role.source} is set) "
-                         f"and runs one distributed trainer; use --trainers {role.trainer} here and run "
-                         f"{','.join(others)} as its own job")
+        raise UsageError(
+            f"this process is {role.trainer} client {role.client_id} ({role.source} is set) "
+            f"and runs one distributed trainer; use --trainers {role.trainer} here and run "
+            f"{','.join(others)} as its own job"
+        )
     if not config.result_file:
         report.check_outputs(config)
     configure_determinism(config.deterministic)  # before any op runs
@@ -139,9 +156,11 @@ def run_client(config: Config, role: ClientRole) -> int:
         if "could not start grpc server" not in str(error).lower():
             raise
         address = own_address(role)
-        raise UsageError(f"{role.trainer} client {role.client_id}: could not listen on {address} (port in use?); "
-                         f"free it or give this client another port in "
-                         f"{'DTENSOR_JOBS' if role.trainer == 'dtensor' else 'TF_CONFIG'}") from None
+        raise UsageError(
+            f"{role.trainer} client {role.client_id}: could not listen on {address} (port in use?); "
+            f"free it or give this client another port in "
+            f"{'DTENSOR_JOBS' if role.trainer == 'dtensor' else 'TF_CONFIG'}"
+        ) from None
     data = load_data(config.data, config.train_examples, config.test_examples)
     if not config.result_file and role.client_id == 0:
         print(report.header(config, devices, data, describe_runs(config)))
@@ -150,8 +169,10 @@ def run_client(config: Config, role: ClientRole) -> int:
         write_atomically(config.result_file, pickle.dumps(result))
         return 1 if result.failed else 0
     if role.client_id != 0:
-        print(f"{role.trainer} client {role.client_id} of {role.num_clients}: "
-              f"{'FAILED: ' + result.error if result.failed else 'finished'}; client 0 prints the comparison")
+        print(
+            f"{role.trainer} client {role.client_id} of {role.num_clients}: "
+            f"{'FAILED: ' + result.error if result.failed else 'finished'}; client 0 prints the comparison"
+        )
         return 1 if result.failed else 0
     return report.publish(config, compare_with_reference(config, devices, data, result))
 
@@ -166,23 +187,35 @@ def own_address(role: ClientRole, environ=os.environ) -> str:
 def compare_with_reference(config: Config, devices, data, result):
     """The reference in this process, and parity of `result` against it."""
     from shared import comparison
-    results = {"reference": comparison.train_one("reference", config, data, devices, log=print_fitted),
-               result.name: result}
-    return comparison.compare_results(config, devices, data, results, no_rerun_reason=(
-        "this client cannot restart the others; run every client again with --dtype float64"))
+
+    results = {
+        "reference": comparison.train_one("reference", config, data, devices, log=print_fitted),
+        result.name: result,
+    }
+    return comparison.compare_results(
+        config,
+        devices,
+        data,
+        results,
+        no_rerun_reason=("this client cannot restart the others; run every client again with --dtype float64"),
+    )
 
 
 # --- the launcher ---------------------------------------------------------------------------
 
+
 def run_launcher(config: Config) -> int:
     """Check, run the reference here, each distributed trainer in C processes, then report."""
     from shared import comparison, report
+
     report.check_outputs(config)
     devices, data = comparison.prepare(config)
-    devices = devices[:config.devices]
+    devices = devices[: config.devices]
     print(report.header(config, devices, data, describe_runs(config)))
-    print(f"clients: {config.clients} processes x {config.devices} logical {config.device_type}s on {HOST}; "
-          f"each feeds its share of every global batch; the reference runs in this process")
+    print(
+        f"clients: {config.clients} processes x {config.devices} logical {config.device_type}s on {HOST}; "
+        f"each feeds its share of every global batch; the reference runs in this process"
+    )
     atexit.register(_stop_live_groups)
     signal.signal(signal.SIGTERM, _on_sigterm)  # compare.py runs this in its main thread
     workdir = tempfile.mkdtemp(prefix="compare-clients-")
@@ -191,11 +224,13 @@ def run_launcher(config: Config) -> int:
         for trainer in [name for name in config.trainers if name != "reference"]:
             results[trainer] = launch(trainer, config, data.source, workdir)
         run = comparison.compare_results(
-            config, devices, data, results,
-            rerun=lambda names: rerun_in_float64(names, config, data, devices, workdir))
+            config, devices, data, results, rerun=lambda names: rerun_in_float64(names, config, data, devices, workdir)
+        )
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (see _on_sigterm)
-        print(f"compare.py: {interrupt.args[0] if interrupt.args else 'interrupted'}; "
-              f"every client process was stopped", file=sys.stderr)
+        print(
+            f"compare.py: {interrupt.args[0] if interrupt.args else 'interrupted'}; every client process was stopped",
+            file=sys.stderr,
+        )
         return 130
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -205,6 +240,7 @@ def run_launcher(config: Config) -> int:
 def rerun_in_float64(names: Sequence[str], config: Config, data, devices, workdir: str):
     """shared/verdict.py's explaining rerun: the reference here, each trainer's clients again in float64."""
     from shared import comparison
+
     float64 = comparison.float64_rerun_config(config)
     results = {"reference": comparison.train_one("reference", float64, data, devices, log=print_fitted)}
     rerun_dir = os.path.join(workdir, "float64")  # the float32 clients' result files stay apart
@@ -218,6 +254,7 @@ def rerun_in_float64(names: Sequence[str], config: Config, data, devices, workdi
 def launch(trainer: str, config: Config, data_source: str, workdir: str):
     """Run `trainer` in config.clients processes; client 0's result, or a failed one with one line."""
     from shared.comparison import TrainerResult
+
     for attempt in (1, 2):
         group = ClientGroup(trainer, config.clients, workdir, attempt)
         try:
@@ -249,21 +286,37 @@ class ClientGroup:
         ports = free_ports(self.count)
         _live_groups.add(self)
         for client in range(self.count):
-            env = {name: value for name, value in os.environ.items()
-                   if name not in DTENSOR_VARIABLES and name != "TF_CONFIG"}
+            env = {
+                name: value
+                for name, value in os.environ.items()
+                if name not in DTENSOR_VARIABLES and name != "TF_CONFIG"
+            }
             env.update(client_environment(self.trainer, client, ports), PYTHONUNBUFFERED="1")
             # The run's configuration whole: this trainer only, the data source already resolved.
-            client_config = config.replace(trainers=(self.trainer,), data=data_source,
-                                           result_file=self.result_files[client])
+            client_config = config.replace(
+                trainers=(self.trainer,), data=data_source, result_file=self.result_files[client]
+            )
             config_file = self.result_files[client] + ".config.json"
             write_atomically(config_file, client_config.to_json().encode())
             command = [sys.executable, COMPARE_PY, "--client-config", config_file]
             with open(self.stdout_files[client], "wb") as out, open(self.stderr_files[client], "wb") as err:
-                self.processes.append(subprocess.Popen(
-                    command, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                    cwd=os.getcwd(), start_new_session=True, preexec_fn=_die_with_parent))  # paths as given
-        print(f"{self.trainer}: {self.count} clients on {HOST}:{','.join(map(str, ports))}, "
-              f"pids {','.join(str(p.pid) for p in self.processes)}", flush=True)
+                self.processes.append(
+                    subprocess.Popen(
+                        command,
+                        env=env,
+                        stdout=out,
+                        stderr=err,
+                        stdin=subprocess.DEVNULL,
+                        cwd=os.getcwd(),
+                        start_new_session=True,
+                        preexec_fn=_die_with_parent,
+                    )
+                )  # paths as given
+        print(
+            f"{self.trainer}: {self.count} clients on {HOST}:{','.join(map(str, ports))}, "
+            f"pids {','.join(str(p.pid) for p in self.processes)}",
+            flush=True,
+        )
 
     def watch(self) -> str:
         """Wait until every client has finished (""), or one line saying which one did not."""
@@ -275,24 +328,33 @@ class ClientGroup:
             failed = [client for client, code in enumerate(codes) if code not in (None, 0)]
             if failed:  # a client killed by a signal is the cause; the others' errors follow from it
                 client = min(failed, key=lambda c: (codes[c] >= 0, c))
-                return (f"{self.trainer} client {client} (pid {self.processes[client].pid}) "
-                        f"{self.describe_exit(client)}; stopped the other clients")
+                return (
+                    f"{self.trainer} client {client} (pid {self.processes[client].pid}) "
+                    f"{self.describe_exit(client)}; stopped the other clients"
+                )
             if all(code == 0 for code in codes):
                 self.relay()
                 missing = [str(c) for c, path in enumerate(self.result_files) if not os.path.exists(path)]
                 return f"{self.trainer} client {','.join(missing)} exited without a result" if missing else ""
             now = time.monotonic()
-            not_started = [str(c) for c, code in enumerate(codes)
-                           if code is None and not os.path.exists(self.result_files[c] + ".started")]
+            not_started = [
+                str(c)
+                for c, code in enumerate(codes)
+                if code is None and not os.path.exists(self.result_files[c] + ".started")
+            ]
             if not_started and now - started > STARTUP_TIMEOUT_S:
-                return (f"{self.trainer} client {','.join(not_started)} did not start within "
-                        f"{STARTUP_TIMEOUT_S} s; stopped every client")
+                return (
+                    f"{self.trainer} client {','.join(not_started)} did not start within "
+                    f"{STARTUP_TIMEOUT_S} s; stopped every client"
+                )
             if first_finished is None and 0 in codes:
                 first_finished = now
             if first_finished is not None and now - first_finished > FINISH_GRACE_S:
                 running = [str(c) for c, code in enumerate(codes) if code is None]
-                return (f"{self.trainer} client {','.join(running)} still running {FINISH_GRACE_S} s after "
-                        f"another finished; stopped it")
+                return (
+                    f"{self.trainer} client {','.join(running)} still running {FINISH_GRACE_S} s after "
+                    f"another finished; stopped it"
+                )
             time.sleep(POLL_S)
 
     def describe_exit(self, client: int) -> str:
@@ -312,7 +374,7 @@ class ClientGroup:
         with open(self.stdout_files[0], "rb") as out:
             out.seek(self.relayed)
             text = out.read()
-        complete = text[:text.rfind(b"\n") + 1]
+        complete = text[: text.rfind(b"\n") + 1]
         if complete:
             sys.stdout.write(complete.decode(errors="replace"))
             sys.stdout.flush()
@@ -333,13 +395,16 @@ class ClientGroup:
     def result(self):
         """Client 0's TrainerResult, with how far the other clients' final weights are from it."""
         from shared.parity import max_abs_diff
+
         results = []
         for path in self.result_files:
             with open(path, "rb") as f:
                 results.append(pickle.load(f))  # written by our own client processes
         first = results[0]
-        spread = max((max_abs_diff(other.history.final_weights, first.history.final_weights)
-                      for other in results[1:]), default=0.0)
+        spread = max(
+            (max_abs_diff(other.history.final_weights, first.history.final_weights) for other in results[1:]),
+            default=0.0,
+        )
         first.history.details["client_weight_spread"] = f"{spread:.3g}"
         first.history.details["clients"] = str(self.count)
         return first

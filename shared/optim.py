@@ -12,6 +12,7 @@ keeps the step count in a Python float, which tf.function freezes at trace time 
 bias correction never advances. `--adam fixed` (the default) reads every slot before
 writing it and keeps the step count in a variable.
 """
+
 from typing import Callable, List, Sequence
 
 import tensorflow as tf
@@ -21,8 +22,7 @@ ADAM_BETA_2 = 0.999
 ADAM_EPSILON = 1e-7
 
 
-def adam_update(grad, m, v, step, learning_rate,
-                beta_1=ADAM_BETA_1, beta_2=ADAM_BETA_2, epsilon=ADAM_EPSILON):
+def adam_update(grad, m, v, step, learning_rate, beta_1=ADAM_BETA_1, beta_2=ADAM_BETA_2, epsilon=ADAM_EPSILON):
     """One bias-corrected Adam step from values read before any write: (param decrease, new_m, new_v).
 
     `step` is the 1-based number of this update. The decrease is the textbook
@@ -36,8 +36,8 @@ def adam_update(grad, m, v, step, learning_rate,
     """
     new_m = m + (1.0 - beta_1) * (grad - m)  # = beta_1 * m + (1 - beta_1) * grad
     new_v = v + (1.0 - beta_2) * (tf.square(grad) - v)  # = beta_2 * v + (1 - beta_2) * grad**2
-    root_correction = tf.sqrt(1.0 - beta_2 ** step)
-    step_size = learning_rate * root_correction / (1.0 - beta_1 ** step)
+    root_correction = tf.sqrt(1.0 - beta_2**step)
+    step_size = learning_rate * root_correction / (1.0 - beta_1**step)
     return step_size * new_m / (tf.sqrt(new_v) + epsilon * root_correction), new_m, new_v
 
 
@@ -58,8 +58,14 @@ class Adam(tf.Module):
     make_step() -> an int64 scalar zero variable for the step count.
     """
 
-    def __init__(self, variables: Sequence[tf.Variable], learning_rate: float,
-                 zeros_like: Callable, make_step: Callable, formulation: str = "fixed"):
+    def __init__(
+        self,
+        variables: Sequence[tf.Variable],
+        learning_rate: float,
+        zeros_like: Callable,
+        make_step: Callable,
+        formulation: str = "fixed",
+    ):
         super().__init__()
         self.learning_rate = learning_rate
         self.formulation = formulation
@@ -74,8 +80,9 @@ class Adam(tf.Module):
         # Read the step once, write it last: DTensor would re-read a stale value after a write.
         step = self.step.read_value() + 1
         for grad, var, m, v in zip(grads, variables, self.m, self.v):
-            decrease, new_m, new_v = adam_update(grad, m.read_value(), v.read_value(), tf.cast(step, var.dtype),
-                                                 self.learning_rate)
+            decrease, new_m, new_v = adam_update(
+                grad, m.read_value(), v.read_value(), tf.cast(step, var.dtype), self.learning_rate
+            )
             m.assign(new_m)
             v.assign(new_v)
             var.assign_sub(decrease)
@@ -87,8 +94,8 @@ class Adam(tf.Module):
         for i, (d_var, var) in enumerate(zip(grads, variables)):
             self.m[i].assign(beta_1 * self.m[i] + (1 - beta_1) * d_var)
             self.v[i].assign(beta_2 * self.v[i] + (1 - beta_2) * tf.square(d_var))
-            m_dvar_bc = self.m[i] / (1 - (beta_1 ** self.tutorial_t))  # read after assign
-            v_dvar_bc = self.v[i] / (1 - (beta_2 ** self.tutorial_t))
+            m_dvar_bc = self.m[i] / (1 - (beta_1**self.tutorial_t))  # read after assign
+            v_dvar_bc = self.v[i] / (1 - (beta_2**self.tutorial_t))
             var.assign_sub(self.learning_rate * (m_dvar_bc / (tf.sqrt(v_dvar_bc) + ep)))
         self.tutorial_t += 1.0  # Python float: runs at trace time only
 
@@ -106,8 +113,9 @@ def apply_gradients_fused(optimizer, grads, variables):
     optimizer.apply_gradients(grads, variables)
 
 
-def make_optimizer(name: str, adam_formulation: str, variables, learning_rate: float,
-                   zeros_like: Callable, make_step: Callable):
+def make_optimizer(
+    name: str, adam_formulation: str, variables, learning_rate: float, zeros_like: Callable, make_step: Callable
+):
     if name == "sgd":
         return SGD(learning_rate)
     return Adam(variables, learning_rate, zeros_like, make_step, adam_formulation)  # "adam" (Config checks it)

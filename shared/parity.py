@@ -11,6 +11,7 @@ difference. Every step is judged, however long the run: float32 noise compounds
 through Adam, and what tells it from a bug is the float64 rerun (shared/verdict.py),
 not a window of early steps.
 """
+
 import dataclasses
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -44,8 +45,12 @@ def tolerances(dtype: str, override: Optional[float] = None) -> Dict[str, Tolera
     """The (atol, rtol) per quantity for `dtype`, from DEFAULT_TOLERANCE[dtype] or --tolerance T."""
     bound = DEFAULT_TOLERANCE[dtype] if override is None else override
     weight = WEIGHT_TOLERANCE_FACTOR * bound
-    return {"loss": Tolerance(bound, bound), "gradient": Tolerance(bound, bound),
-            "weight": Tolerance(weight, weight), "state": Tolerance(0.0, bound)}  # atol per variable: state_atol
+    return {
+        "loss": Tolerance(bound, bound),
+        "gradient": Tolerance(bound, bound),
+        "weight": Tolerance(weight, weight),
+        "state": Tolerance(0.0, bound),
+    }  # atol per variable: state_atol
 
 
 TOLERANCES = {dtype: tolerances(dtype) for dtype in DEFAULT_TOLERANCE}
@@ -79,8 +84,14 @@ class Parity:
 
 def max_abs_diff(arrays, reference_arrays) -> float:
     """Largest |a - b| over paired arrays (in float64, so the difference itself is exact); 0 for none."""
-    return max((float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-                for a, b in zip(arrays, reference_arrays) if np.size(a)), default=0.0)
+    return max(
+        (
+            float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+            for a, b in zip(arrays, reference_arrays)
+            if np.size(a)
+        ),
+        default=0.0,
+    )
 
 
 def beyond(values, reference_values, tolerance: Tolerance) -> np.ndarray:
@@ -110,14 +121,16 @@ PRE_UPDATE = ("loss", "first-step gradients")  # what a step computes from the s
 INITIAL = "initial "  # prefixes a state name in `differing` when the initial state differs
 
 
-def first_step_beyond(loss_beyond: np.ndarray, grads_beyond: bool, state_beyond: Optional[np.ndarray],
-                      state_names: Sequence[str]) -> Tuple[Optional[int], List[str]]:
+def first_step_beyond(
+    loss_beyond: np.ndarray, grads_beyond: bool, state_beyond: Optional[np.ndarray], state_names: Sequence[str]
+) -> Tuple[Optional[int], List[str]]:
     """(step, what) of the first step at which a value left its bound, and every value of that step that did.
 
     state_beyond[s] judges the state step s starts from (the last entry: the final state). Step s
     computes its loss (and at step 0 the gradients) from state s and updates it to state s + 1,
     so a step's differences are its loss, gradients and state s + 1; step 0's also state 0.
     """
+
     def rows(entry):
         if state_beyond is None or entry >= len(state_beyond):
             return []
@@ -142,8 +155,9 @@ def summarise_state(names: Sequence[str], all_names: Sequence[str]) -> str:
     layer_count = len({name.split(" ", 2)[1] for name in all_names})
     groups = []
     for label, members, everything in (
-            ("every weight and bias", [n for n in names if "Adam" not in n], [n for n in all_names if "Adam" not in n]),
-            ("every Adam slot", [n for n in names if "Adam" in n], [n for n in all_names if "Adam" in n])):
+        ("every weight and bias", [n for n in names if "Adam" not in n], [n for n in all_names if "Adam" not in n]),
+        ("every Adam slot", [n for n in names if "Adam" in n], [n for n in all_names if "Adam" in n]),
+    ):
         if members and set(members) == set(everything):
             groups.append(label)
             continue
@@ -151,8 +165,10 @@ def summarise_state(names: Sequence[str], all_names: Sequence[str]) -> str:
         for name in members:
             _, layer, kind = name.split(" ", 2)
             kinds.setdefault(kind, []).append(layer)
-        groups += [f"every {kind}" if len(layers) == layer_count else f"layer {', '.join(layers)} {kind}"
-                   for kind, layers in kinds.items()]
+        groups += [
+            f"every {kind}" if len(layers) == layer_count else f"layer {', '.join(layers)} {kind}"
+            for kind, layers in kinds.items()
+        ]
     return ", ".join(groups)
 
 
@@ -164,8 +180,11 @@ def summarise_named_state(names: Sequence[str], all_names: Sequence[str]) -> str
     """Any model's state names, grouped where a whole group differs: "every variable and Adam slot",
     "every variable, blocks/0/mlp/w1 Adam m, ... and 3 more"."""
     groups = []
-    for label, slot in (("every variable", lambda n: " Adam " not in n), ("every Adam m", lambda n: n.endswith(" Adam m")),
-                        ("every Adam v", lambda n: n.endswith(" Adam v"))):
+    for label, slot in (
+        ("every variable", lambda n: " Adam " not in n),
+        ("every Adam m", lambda n: n.endswith(" Adam m")),
+        ("every Adam v", lambda n: n.endswith(" Adam v")),
+    ):
         members, everything = [n for n in names if slot(n)], [n for n in all_names if slot(n)]
         if members and set(members) == set(everything):
             groups.append(label)
@@ -180,7 +199,7 @@ def summarise_named_state(names: Sequence[str], all_names: Sequence[str]) -> str
 
 def describe_later(state_first_steps: Dict[str, int], differing: Sequence[str], all_names: Sequence[str]) -> str:
     """The state variables that differ only after later steps, grouped by that step: "every Adam slot from step 1"."""
-    shown = {name[len(INITIAL):] if name.startswith(INITIAL) else name for name in differing}
+    shown = {name[len(INITIAL) :] if name.startswith(INITIAL) else name for name in differing}
     by_step = {}
     for name, step in state_first_steps.items():
         if name not in shown:
@@ -192,12 +211,14 @@ def describe_first(step: Optional[int], differing: Sequence[str], all_names: Seq
     """e.g. "step 0: loss, first-step gradients; after its update every weight, bias and Adam slot"."""
     if step is None:
         return ""
-    initial = [name[len(INITIAL):] for name in differing if name.startswith(INITIAL)]
+    initial = [name[len(INITIAL) :] for name in differing if name.startswith(INITIAL)]
     before = [name for name in differing if name in PRE_UPDATE]
     after = [name for name in differing if name not in PRE_UPDATE and not name.startswith(INITIAL)]
-    parts = ((["initial state " + summarise_state(initial, all_names)] if initial else [])
-             + ([", ".join(before)] if before else [])
-             + (["after its update " + summarise_state(after, all_names)] if after else []))
+    parts = (
+        (["initial state " + summarise_state(initial, all_names)] if initial else [])
+        + ([", ".join(before)] if before else [])
+        + (["after its update " + summarise_state(after, all_names)] if after else [])
+    )
     return f"step {step}: " + "; ".join(parts)
 
 
@@ -256,16 +277,22 @@ def check_parity(candidate: History, reference: History, tolerance: Optional[flo
         reasons.append("final weight shapes differ from the reference's")
     gradients_judged = bool(reference.first_step_gradients)
     grads_beyond = arrays_beyond(candidate.first_step_gradients, reference.first_step_gradients, bounds["gradient"])
-    weights_beyond = shapes[0] == shapes[1] and arrays_beyond(candidate.final_weights, reference.final_weights,
-                                                              bounds["weight"])
-    state_judged = bool(candidate.step_state_checksums and reference.step_state_checksums
-                        and candidate.state_names == reference.state_names)
+    weights_beyond = shapes[0] == shapes[1] and arrays_beyond(
+        candidate.final_weights, reference.final_weights, bounds["weight"]
+    )
+    state_judged = bool(
+        candidate.step_state_checksums
+        and reference.step_state_checksums
+        and candidate.state_names == reference.state_names
+    )
     state_beyond = None
     if state_judged:
         entries = min(len(candidate.step_state_checksums), len(reference.step_state_checksums))
         references = np.asarray(reference.step_state_checksums[:entries], np.float64)
-        state_bound = dataclasses.replace(bounds["state"], atol=state_atol(references, reference.state_names,
-                                                                          reference.state_sizes, bounds["state"].rtol))
+        state_bound = dataclasses.replace(
+            bounds["state"],
+            atol=state_atol(references, reference.state_names, reference.state_sizes, bounds["state"].rtol),
+        )
         state_beyond = beyond(candidate.step_state_checksums[:entries], references, state_bound)
     first_step, differing = first_step_beyond(loss_beyond, grads_beyond, state_beyond, reference.state_names)
     state_first_steps = {}
@@ -277,10 +304,15 @@ def check_parity(candidate: History, reference: History, tolerance: Optional[flo
 
     first_loss = int(np.flatnonzero(loss_beyond)[0]) if np.any(loss_beyond) else None
     if first_loss is not None:
-        reasons.append(f"loss differs from step {first_loss} on (by up to {max_loss:.3g} at step {worst_step}, "
-                       f"rel {max_relative:.2g})")
+        reasons.append(
+            f"loss differs from step {first_loss} on (by up to {max_loss:.3g} at step {worst_step}, "
+            f"rel {max_relative:.2g})"
+        )
     if grads_beyond:
-        reasons.append(f"first-step gradients differ by {max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients):.3g}")
+        reasons.append(
+            "first-step gradients differ by "
+            f"{max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients):.3g}"
+        )
     if state_beyond is not None and np.any(state_beyond) and first_loss is None:
         reasons.append(f"state differs from step {first_step} on")
     if steps == 0 and state_beyond is not None and np.any(state_beyond):
@@ -288,14 +320,25 @@ def check_parity(candidate: History, reference: History, tolerance: Optional[flo
     if weights_beyond:
         reasons.append(f"final weights differ by {max_abs_diff(candidate.final_weights, reference.final_weights):.3g}")
     return Parity(
-        dtype=dtype, steps=steps, max_abs_loss_diff=max_loss, loss_diff_step=worst_step,
+        dtype=dtype,
+        steps=steps,
+        max_abs_loss_diff=max_loss,
+        loss_diff_step=worst_step,
         max_rel_loss_diff=max_relative,
         max_abs_grad_diff=max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients)
-        if gradients_judged else float("nan"),
-        max_abs_weight_diff=max_abs_diff(candidate.final_weights, reference.final_weights) if shapes[0] == shapes[1]
+        if gradients_judged
+        else float("nan"),
+        max_abs_weight_diff=max_abs_diff(candidate.final_weights, reference.final_weights)
+        if shapes[0] == shapes[1]
         else float("nan"),
         tolerances={name: (bound.atol, bound.rtol) for name, bound in bounds.items()},
-        ok=not reasons, reason="; ".join(reasons), first_loss_step_beyond=first_loss,
-        first_step_beyond=first_step, differing=differing, state_judged=state_judged,
-        state_names=list(reference.state_names) if state_judged else [], state_first_steps=state_first_steps,
-        gradients_judged=gradients_judged)
+        ok=not reasons,
+        reason="; ".join(reasons),
+        first_loss_step_beyond=first_loss,
+        first_step_beyond=first_step,
+        differing=differing,
+        state_judged=state_judged,
+        state_names=list(reference.state_names) if state_judged else [],
+        state_first_steps=state_first_steps,
+        gradients_judged=gradients_judged,
+    )

@@ -1,13 +1,21 @@
 """The parity part of what compare.py prints and writes: the table's title, rows and the reasons
 under it, its last line, and the JSON report's `parity` and `float64_rerun` entries (shared/verdict.py decides)."""
+
 import dataclasses
 from typing import List, Optional
 
 from shared.digest import digests
 from shared.verdict import DIVERGED, FLOAT_NOISE
 
-PARITY_HEADERS = ["trainer", "max |loss diff|", "at step", "rel loss diff", "max |grad diff|",
-                  "max |weight diff|", "verdict"]
+PARITY_HEADERS = [
+    "trainer",
+    "max |loss diff|",
+    "at step",
+    "rel loss diff",
+    "max |grad diff|",
+    "max |weight diff|",
+    "verdict",
+]
 
 
 def parity_rows(run) -> List[list]:
@@ -25,10 +33,17 @@ def parity_rows(run) -> List[list]:
         if parity is None:
             rows.append([name, "-", "-", "-", "-", "-", "FAILED"])
             continue
-        rows.append([name, f"{parity.max_abs_loss_diff:.2e}", parity.loss_diff_step,
-                     f"{parity.max_rel_loss_diff:.2e}",
-                     f"{parity.max_abs_grad_diff:.2e}" if parity.gradients_judged else "-",
-                     f"{parity.max_abs_weight_diff:.2e}", run.verdicts[name].verdict])
+        rows.append(
+            [
+                name,
+                f"{parity.max_abs_loss_diff:.2e}",
+                parity.loss_diff_step,
+                f"{parity.max_rel_loss_diff:.2e}",
+                f"{parity.max_abs_grad_diff:.2e}" if parity.gradients_judged else "-",
+                f"{parity.max_abs_weight_diff:.2e}",
+                run.verdicts[name].verdict,
+            ]
+        )
     return rows
 
 
@@ -46,8 +61,10 @@ def parity_notes(run) -> List[str]:
 
 def describe_tolerances(dtype: str, bounds: dict) -> str:
     """e.g. "float32, |diff| <= atol + rtol |reference|: loss 1e-04 + 1e-04, gradients ..., final weights ..."."""
-    shown = ", ".join(f"{label} {bounds[key][0]:.0e} + {bounds[key][1]:.0e}"
-                      for key, label in (("loss", "loss"), ("gradient", "gradients"), ("weight", "final weights")))
+    shown = ", ".join(
+        f"{label} {bounds[key][0]:.0e} + {bounds[key][1]:.0e}"
+        for key, label in (("loss", "loss"), ("gradient", "gradients"), ("weight", "final weights"))
+    )
     return f"{dtype}, |diff| <= atol + rtol |reference|: {shown}"
 
 
@@ -57,17 +74,21 @@ def parity_title(run) -> str:
     first = next(iter(run.parity.values()), None)
     if first is not None:
         if run.config.reference_from_scratch:
-            title += (f" trained from scratch, on the {first.steps} steps after the restore point\n"
-                      f"(--reference-from-scratch; first-step gradients not compared: the reference's are at "
-                      f"the initial values)")
+            title += (
+                f" trained from scratch, on the {first.steps} steps after the restore point\n"
+                f"(--reference-from-scratch; first-step gradients not compared: the reference's are at "
+                f"the initial values)"
+            )
         else:
             title += f", all {first.steps} steps"
         title += f"\n{describe_tolerances(first.dtype, first.tolerances)}"
     explained = next((v.float64 for v in run.verdicts.values() if v.float64 is not None), None)
     if explained is not None:
-        title += (f"\nfloat32 failed, so the reference and {', '.join(n for n in run.float64_histories if n != 'reference')} "
-                  f"were rerun in float64 ({run.explain_seconds:.1f} s):\n"
-                  f"{describe_tolerances('float64', explained.tolerances)}")
+        title += (
+            f"\nfloat32 failed, so the reference and {', '.join(n for n in run.float64_histories if n != 'reference')} "
+            f"were rerun in float64 ({run.explain_seconds:.1f} s):\n"
+            f"{describe_tolerances('float64', explained.tolerances)}"
+        )
     return title
 
 
@@ -101,7 +122,10 @@ def float64_rerun_dict(run) -> Optional[dict]:
     histories = run.all_float64_histories
     if not histories:
         return None
-    return {"seconds": run.explain_seconds, "more_seconds": run.more_float64_seconds,
-            "explained": sorted(run.float64_histories),
-            "step_losses": {name: [float(v) for v in history.step_losses] for name, history in histories.items()},
-            "final_weights": {name: digests(history) for name, history in histories.items()}}
+    return {
+        "seconds": run.explain_seconds,
+        "more_seconds": run.more_float64_seconds,
+        "explained": sorted(run.float64_histories),
+        "step_losses": {name: [float(v) for v in history.step_losses] for name, history in histories.items()},
+        "final_weights": {name: digests(history) for name, history in histories.items()},
+    }

@@ -7,6 +7,7 @@ trace TensorBoard opens) and splits their wall time into PARTS by the ops that r
 train steps put them in, collectives by op type. Costs a few seconds per trainer; the trainer's weights
 are stepped on. What each part holds and what it cannot separate: docs/throughput.md.
 """
+
 import dataclasses
 import glob
 import math
@@ -37,6 +38,7 @@ PREPARE_MARK, RUN_MARK = "step_profile_prepare", "step_profile_run"  # our own e
 @dataclasses.dataclass
 class StepCall:
     """One train call as a measured epoch makes it; each trainer's `step_call()` returns one."""
+
     steps: int  # train steps the call runs
     prepare: Callable[[], object]  # the host work that makes the call's inputs (counted as input)
     run: Callable[[object], None]  # the call on those inputs; returns when its last step has run
@@ -73,8 +75,10 @@ def measure(call: StepCall) -> Tuple[StepProfile, Optional[Traffic], str]:
     traffic, why = call.traffic()
     calls = max(1, math.ceil(PROFILED_STEPS / call.steps))
     with tempfile.TemporaryDirectory(prefix="step-profile-") as logdir:
-        tf.profiler.experimental.start(logdir, tf.profiler.experimental.ProfilerOptions(
-            host_tracer_level=2, python_tracer_level=0, device_tracer_level=1))
+        tf.profiler.experimental.start(
+            logdir,
+            tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0, device_tracer_level=1),
+        )
         try:
             for _ in range(calls):
                 with tf.profiler.experimental.Trace(PREPARE_MARK):  # the windows, in the trace's own clock
@@ -92,9 +96,18 @@ def measure(call: StepCall) -> Tuple[StepProfile, Optional[Traffic], str]:
     for start, op_type in collective_starts:
         if any(low <= start < high for low, high in marks[RUN_MARK]):
             counts[op_type] += 1
-    return (StepProfile(steps, calls, sum(parts_ms.values()), parts_ms,
-                        {op_type: count / steps for op_type, count in sorted(counts.items())}, call.notes),
-            traffic, why)
+    return (
+        StepProfile(
+            steps,
+            calls,
+            sum(parts_ms.values()),
+            parts_ms,
+            {op_type: count / steps for op_type, count in sorted(counts.items())},
+            call.notes,
+        ),
+        traffic,
+        why,
+    )
 
 
 def _newest_trace(logdir: str) -> str:
@@ -108,6 +121,7 @@ def host_events(path: str):
     """The trace's op events per host thread, [(start ns, end ns, part)] in start order (XLA runs count as
     update); the (start, end) of each PREPARE_MARK and RUN_MARK; and (start, op type) of each collective op."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
     space = xplane_pb2.XSpace()
     with open(path, "rb") as file:
         space.ParseFromString(file.read())
@@ -131,12 +145,19 @@ def host_events(path: str):
             for event in line.events:
                 start_ps = base_ps + event.offset_ps
                 if event.metadata_id in mark_ids:
-                    marks[mark_ids[event.metadata_id]].append((start_ps // 1000, (start_ps + event.duration_ps) // 1000))
+                    marks[mark_ids[event.metadata_id]].append(
+                        (start_ps // 1000, (start_ps + event.duration_ps) // 1000)
+                    )
                 elif event.metadata_id in collective_types:
                     collective_starts.append((start_ps // 1000, collective_types[event.metadata_id]))
-            events = sorted(((base_ps + event.offset_ps, base_ps + event.offset_ps + event.duration_ps,
-                              parts[event.metadata_id]) for event in line.events if event.metadata_id in parts),
-                            key=lambda event: (event[0], -event[1]))  # an enclosing event before those it holds
+            events = sorted(
+                (
+                    (base_ps + event.offset_ps, base_ps + event.offset_ps + event.duration_ps, parts[event.metadata_id])
+                    for event in line.events
+                    if event.metadata_id in parts
+                ),
+                key=lambda event: (event[0], -event[1]),
+            )  # an enclosing event before those it holds
             if events:
                 lines.append([(start // 1000, end // 1000, part) for start, end, part in events])
     return lines, marks, collective_starts

@@ -2,6 +2,7 @@
 
 Formats what shared/profile.py and shared/traffic.py measured; shared/report.py prints and writes it.
 """
+
 import dataclasses
 from typing import List, Optional, Sequence, Tuple
 
@@ -19,7 +20,11 @@ def traffic_dict(traffic, link_gbps: Optional[float]) -> Optional[dict]:
     """shared.traffic.Traffic as the JSON has it, with the busiest device's bytes and their time at --link-gbps."""
     if traffic is None:
         return None
-    return {**dataclasses.asdict(traffic), "link_bytes": traffic.link_bytes, "link_floor_ms": traffic.floor_ms(link_gbps)}
+    return {
+        **dataclasses.asdict(traffic),
+        "link_bytes": traffic.link_bytes,
+        "link_floor_ms": traffic.floor_ms(link_gbps),
+    }
 
 
 def profile_dict(step_profile) -> Optional[dict]:
@@ -32,17 +37,25 @@ def parts(step_profile) -> List[str]:
 
 
 def trainer_rows(histories: Sequence[Tuple[str, object]]) -> List[list]:
-    return [[name, *parts(history.step_profile)] for name, history in histories
-            if history is not None and history.step_profile is not None]
+    return [
+        [name, *parts(history.step_profile)]
+        for name, history in histories
+        if history is not None and history.step_profile is not None
+    ]
 
 
 def sweep_rows(entries) -> List[list]:
-    return [[entry.devices, f"{entry.trainer} {entry.label}", *parts(entry.step_profile)]
-            for entry in entries if entry.step_profile is not None]
+    return [
+        [entry.devices, f"{entry.trainer} {entry.label}", *parts(entry.step_profile)]
+        for entry in entries
+        if entry.step_profile is not None
+    ]
 
 
-TITLE = ("Step profile (--profile), ms per step: the wall time of each trainer's steady train call, split by the ops\n"
-         "TensorFlow's profiler saw run (coll.: waiting on collectives; docs/throughput.md)")
+TITLE = (
+    "Step profile (--profile), ms per step: the wall time of each trainer's steady train call, split by the ops\n"
+    "TensorFlow's profiler saw run (coll.: waiting on collectives; docs/throughput.md)"
+)
 
 
 def traffic_lines(named: Sequence[Tuple[str, object, str]], link_gbps: Optional[float]) -> List[str]:
@@ -55,7 +68,9 @@ def traffic_lines(named: Sequence[Tuple[str, object, str]], link_gbps: Optional[
                 lines.append(f"{name}: bytes not counted: {missing}")
             continue
         floor = traffic.floor_ms(link_gbps) if traffic.link_bytes else None
-        lines.append(f"{name}: {traffic.describe()}"
-                     + (f"; {traffic.link_bytes / MB:.2f} MB/step on the busiest link" if traffic.link_bytes else "")
-                     + (f", >= {floor:.3f} ms at {link_gbps:g} Gb/s" if floor is not None else ""))
+        lines.append(
+            f"{name}: {traffic.describe()}"
+            + (f"; {traffic.link_bytes / MB:.2f} MB/step on the busiest link" if traffic.link_bytes else "")
+            + (f", >= {floor:.3f} ms at {link_gbps:g} Gb/s" if floor is not None else "")
+        )
     return lines

@@ -7,6 +7,7 @@ nothing distributed. For speed, as the others where their API allows: an epoch i
 calls over stacked runs of equal-size batches (a loop in the graph, one host sync per epoch),
 and the optimizer update is compiled by XLA (`shared.optim.apply_gradients_fused`).
 """
+
 from typing import Callable, Sequence
 
 import tensorflow as tf
@@ -77,6 +78,7 @@ def memory_per_device(model, optimizer):
 
 class ReferenceTrainer:
     """The parts shared.training.fit calls, on one device."""
+
     name = "reference"
 
     def __init__(self, config: Config, data: MnistData, device: str):
@@ -91,13 +93,18 @@ class ReferenceTrainer:
         return [g.numpy() for g in compute_gradients(self.model, x, y)]
 
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
-        batches = epoch_batches(self.data.x_train, self.data.y_train, self.config.batch_size, epoch,
-                                self.config.shuffle, self.config.seed)
+        batches = epoch_batches(
+            self.data.x_train, self.data.y_train, self.config.batch_size, epoch, self.config.shuffle, self.config.seed
+        )
         for x_steps, y_steps in step_chunks(batches, first_alone=first):
             if first:  # one trace for every chunk length and batch size
-                train_steps.get_concrete_function(self.model, self.optimizer,
-                                                  tf.TensorSpec([None, None, *x_steps.shape[2:]]),
-                                                  tf.TensorSpec([None, None], tf.int64), record_state)
+                train_steps.get_concrete_function(
+                    self.model,
+                    self.optimizer,
+                    tf.TensorSpec([None, None, *x_steps.shape[2:]]),
+                    tf.TensorSpec([None, None], tf.int64),
+                    record_state,
+                )
             losses, corrects, checksums = train_steps(self.model, self.optimizer, x_steps, y_steps, record_state)
             if first:
                 losses.numpy()  # host sync, once: the first call (one step) is the trace time
@@ -109,6 +116,7 @@ class ReferenceTrainer:
 
     def step_call(self) -> profile.StepCall:
         """--profile: a measured epoch's first call, the stacked run of its equal-size batches."""
+
         def prepare():
             batches = epoch_batches(self.data.x_train, self.data.y_train, self.config.batch_size)
             return tuple(tf.constant(array) for array in next(step_chunks(batches)))

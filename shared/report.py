@@ -3,6 +3,7 @@
 Every file is written atomically (shared/files.py), so a failure never leaves a
 half-written report behind.
 """
+
 import dataclasses
 import json
 import os
@@ -37,14 +38,29 @@ from shared.report_schema import SCHEMA_VERSION
 from shared.reproducibility import reproducibility_dict
 from shared.sweep import best_against_one_device, sweep_notes
 
-RESULT_HEADERS = ["trainer", "devices / mesh", "collectives", "train loss", "train acc", "test loss", "test acc",
-                  "examples/s (spread)", "step p50 ms", "step p95 ms", "trace s", "memory/device MB", "peak MB"]
+RESULT_HEADERS = [
+    "trainer",
+    "devices / mesh",
+    "collectives",
+    "train loss",
+    "train acc",
+    "test loss",
+    "test acc",
+    "examples/s (spread)",
+    "step p50 ms",
+    "step p95 ms",
+    "trace s",
+    "memory/device MB",
+    "peak MB",
+]
 # One table of all twelve is ~180 columns: printed as two, "Results" and "Speed and memory", each
 # within shared.console.LINE_WIDTH; the trainer's name leads both.
 RESULT_COLUMNS = 7  # trainer, devices / mesh, collectives, losses and accuracies; the rest are speed and memory
 SWEEP_HEADERS = ["devices", "configuration", "examples/s", "reference", "ratio", "MB/device", "parity", "fastest"]
-BELOW_FLOOR = (f"-: no epoch after the first ran {MIN_MEASURED_SECONDS:g} s or more without tracing (the timing "
-               f"floor, shared/history.py);\n   use more --epochs or --train-examples")
+BELOW_FLOOR = (
+    f"-: no epoch after the first ran {MIN_MEASURED_SECONDS:g} s or more without tracing (the timing "
+    f"floor, shared/history.py);\n   use more --epochs or --train-examples"
+)
 
 
 def check_outputs(config) -> None:
@@ -67,22 +83,30 @@ def header(config, devices: Sequence[str], data, facts: dict) -> str:
         per_replica.append(f"{facts['dtensor']['per_replica_batch']} (DTensor)")
     if "mirrored" in facts:
         per_replica.append(f"{facts['mirrored']['per_replica_batch']} (MirroredStrategy)")
-    return "\n".join(fit_width(line, indent=2) for line in [
-        f"TensorFlow {tf.__version__}; {len(devices)} logical {config.device_type} devices "
-        f"({devices[0]} .. {devices[-1]})" + (f" per client x {config.clients} clients" if config.clients > 1 else "")
-        + mesh,
-        f"global batch {config.batch_size}" + (f", per replica {' / '.join(per_replica)}" if per_replica else "")
-        + f"; {config.epochs} epoch{'s' * (config.epochs != 1)}",
-        f"{config.optimizer} lr {config.learning_rate:g}" + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
-        + f"; {config.dtype}; seed {config.seed}",
-        data.describe(),
-        describe_model(definition_for(config)),
-    ])
+    return "\n".join(
+        fit_width(line, indent=2)
+        for line in [
+            f"TensorFlow {tf.__version__}; {len(devices)} logical {config.device_type} devices "
+            f"({devices[0]} .. {devices[-1]})"
+            + (f" per client x {config.clients} clients" if config.clients > 1 else "")
+            + mesh,
+            f"global batch {config.batch_size}"
+            + (f", per replica {' / '.join(per_replica)}" if per_replica else "")
+            + f"; {config.epochs} epoch{'s' * (config.epochs != 1)}",
+            f"{config.optimizer} lr {config.learning_rate:g}"
+            + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
+            + f"; {config.dtype}; seed {config.seed}",
+            data.describe(),
+            describe_model(definition_for(config)),
+        ]
+    )
 
 
 def describe_model(definition) -> str:
-    return (f"model: {definition.description or definition.name}; {definition.parameter_count():,} parameters, "
-            f"{definition.flops_per_example / 1e6:.2f} MFLOP per example (forward + backward)")
+    return (
+        f"model: {definition.description or definition.name}; {definition.parameter_count():,} parameters, "
+        f"{definition.flops_per_example / 1e6:.2f} MFLOP per example (forward + backward)"
+    )
 
 
 def result_rows(run) -> List[list]:
@@ -96,24 +120,41 @@ def result_rows(run) -> List[list]:
         last = history.epochs[-1] if history.epochs else None
         figures = throughput(history, train_examples)
         percentiles = step_time_percentiles_ms(history)
-        rows.append([
-            name, history.placement, history.collectives.name if history.collectives else "-",
-            *(f"{v:.4f}" for v in ((last.train_loss, last.train_accuracy, last.test_loss, last.test_accuracy)
-                                   if last else (float("nan"),) * 4)),
-            "-" if figures is None else f"{figures[0]:,.0f} ({figures[1]:,.0f}-{figures[2]:,.0f})",
-            *(("-", "-") if percentiles is None else (f"{percentiles[0]:.2f}", f"{percentiles[1]:.2f}")),
-            f"{history.trace_seconds:.2f}", f"{largest_total_bytes(history.memory_per_device) / MB:,.2f}",
-            f"{result.peak_memory_mb:,.0f}",
-        ])
+        rows.append(
+            [
+                name,
+                history.placement,
+                history.collectives.name if history.collectives else "-",
+                *(
+                    f"{v:.4f}"
+                    for v in (
+                        (last.train_loss, last.train_accuracy, last.test_loss, last.test_accuracy)
+                        if last
+                        else (float("nan"),) * 4
+                    )
+                ),
+                "-" if figures is None else f"{figures[0]:,.0f} ({figures[1]:,.0f}-{figures[2]:,.0f})",
+                *(("-", "-") if percentiles is None else (f"{percentiles[0]:.2f}", f"{percentiles[1]:.2f}")),
+                f"{history.trace_seconds:.2f}",
+                f"{largest_total_bytes(history.memory_per_device) / MB:,.2f}",
+                f"{result.peak_memory_mb:,.0f}",
+            ]
+        )
     return rows
 
 
 def model_facts(definition) -> dict:
     """What the report says of the model: its name, variables and their DTensor layouts on a model axis."""
-    return {"name": definition.name, "description": definition.description,
-            "parameters": definition.parameter_count(), "flops_per_example": definition.flops_per_example,
-            "variables": [{"name": variable.name, "shape": list(definition.shape(variable)),
-                           "layout": list(variable.layout)} for variable in definition.variables]}
+    return {
+        "name": definition.name,
+        "description": definition.description,
+        "parameters": definition.parameter_count(),
+        "flops_per_example": definition.flops_per_example,
+        "variables": [
+            {"name": variable.name, "shape": list(definition.shape(variable)), "layout": list(variable.layout)}
+            for variable in definition.variables
+        ],
+    }
 
 
 def compute_facts(run) -> dict:
@@ -125,8 +166,12 @@ def compute_facts(run) -> dict:
         figures = throughput(result.history, train_examples) if result.history is not None else None
         if result.history is not None:
             achieved[name] = None if figures is None else figures[0] * flops / 1e9  # None: below the floor
-    return {"flops_per_example": flops, "matmul_peak_gflops": run.matmul_peak_gflops,
-            "matmul_peak_dtype": run.config.dtype, "achieved_gflops": achieved}
+    return {
+        "flops_per_example": flops,
+        "matmul_peak_gflops": run.matmul_peak_gflops,
+        "matmul_peak_dtype": run.config.dtype,
+        "achieved_gflops": achieved,
+    }
 
 
 def passed(run, sweep) -> bool:
@@ -141,9 +186,11 @@ def exit_ok(run, sweep) -> bool:
 
 def collectives_line(run) -> str:
     """Under the results: which collective implementation each trainer ran, and why that one."""
-    return "collectives: " + "; ".join(f"{name} {result.history.collectives.describe()}"
-                                       for name, result in run.results.items()
-                                       if result.history is not None and result.history.collectives is not None)
+    return "collectives: " + "; ".join(
+        f"{name} {result.history.collectives.describe()}"
+        for name, result in run.results.items()
+        if result.history is not None and result.history.collectives is not None
+    )
 
 
 def sweep_collectives_line(sweep) -> str:
@@ -152,8 +199,11 @@ def sweep_collectives_line(sweep) -> str:
     for entry in sweep:
         if entry.collectives is not None:
             seen.setdefault(entry.trainer, set()).add(entry.collectives.describe())
-    return ("collectives: " + "; ".join(f"{trainer} rows {', '.join(sorted(names))}" for trainer, names in seen.items())
-            if seen else "")
+    return (
+        "collectives: " + "; ".join(f"{trainer} rows {', '.join(sorted(names))}" for trainer, names in seen.items())
+        if seen
+        else ""
+    )
 
 
 def print_profile(run, link_gbps, out=sys.stdout) -> None:
@@ -163,8 +213,10 @@ def print_profile(run, link_gbps, out=sys.stdout) -> None:
     if rows:
         print(f"\n{profile_report.TITLE}", file=out)
         print(tabulate(rows, ["trainer", *profile_report.PART_HEADERS], tablefmt="github"), file=out)
-        for line in profile_report.traffic_lines([(name, history.traffic, history.traffic_missing)
-                                                  for name, history in histories if history is not None], link_gbps):
+        for line in profile_report.traffic_lines(
+            [(name, history.traffic, history.traffic_missing) for name, history in histories if history is not None],
+            link_gbps,
+        ):
             print(fit_width(line, indent=2), file=out)
 
 
@@ -172,11 +224,14 @@ def print_sweep_profile(sweep, link_gbps, out=sys.stdout) -> None:
     """--profile with --sweep-devices: the same for every configuration of the sweep."""
     rows = profile_report.sweep_rows(sweep)
     if rows:
-        print("\nStep profile of every sweep configuration, ms per step (each reference's: the step profile above)",
-              file=out)
+        print(
+            "\nStep profile of every sweep configuration, ms per step (each reference's: the step profile above)",
+            file=out,
+        )
         print(tabulate(rows, ["devices", "configuration", *profile_report.PART_HEADERS], tablefmt="github"), file=out)
-        for line in profile_report.traffic_lines([(f"{e.devices} devices {e.trainer} {e.label}", e.traffic,
-                                                   e.traffic_missing) for e in sweep], link_gbps):
+        for line in profile_report.traffic_lines(
+            [(f"{e.devices} devices {e.trainer} {e.label}", e.traffic, e.traffic_missing) for e in sweep], link_gbps
+        ):
             print(fit_width(line, indent=2), file=out)
 
 
@@ -188,24 +243,41 @@ def print_tables(run, sweep, out=sys.stdout, link_gbps=None) -> None:
             print(fit_width(note), file=out)
     rows = result_rows(run)
     print("\nResults after the last epoch", file=out)
-    print(tabulate([row[:RESULT_COLUMNS] for row in rows], RESULT_HEADERS[:RESULT_COLUMNS], tablefmt="github"),
-          file=out)
+    print(
+        tabulate([row[:RESULT_COLUMNS] for row in rows], RESULT_HEADERS[:RESULT_COLUMNS], tablefmt="github"), file=out
+    )
     print(fit_width(collectives_line(run), indent=2), file=out)
-    print("\nSpeed and memory (throughput and step times from the epochs after the first, which traces;\n"
-          "memory/device: weights + optimizer state on the busiest device; peak MB on CPU: the process's peak RSS "
-          "so far)", file=out)
-    print(tabulate([row[:1] + row[RESULT_COLUMNS:] for row in rows], RESULT_HEADERS[:1] + RESULT_HEADERS[RESULT_COLUMNS:],
-                   tablefmt="github"), file=out)
+    print(
+        "\nSpeed and memory (throughput and step times from the epochs after the first, which traces;\n"
+        "memory/device: weights + optimizer state on the busiest device; peak MB on CPU: the process's peak RSS "
+        "so far)",
+        file=out,
+    )
+    print(
+        tabulate(
+            [row[:1] + row[RESULT_COLUMNS:] for row in rows],
+            RESULT_HEADERS[:1] + RESULT_HEADERS[RESULT_COLUMNS:],
+            tablefmt="github",
+        ),
+        file=out,
+    )
     compute = compute_facts(run)
     below_floor = any(row[RESULT_COLUMNS] == "-" for row in rows) or None in compute["achieved_gflops"].values()
     if compute["matmul_peak_gflops"]:
-        achieved = ", ".join(f"{name} -" if gflops is None else
-                             f"{name} {gflops:.0f} ({gflops / compute['matmul_peak_gflops']:.0%})"
-                             for name, gflops in compute["achieved_gflops"].items())
-        print(fit_width(f"\nGFLOP/s: {achieved} of this run's {compute['matmul_peak_dtype']} matmul peak, "
-                        f"{compute['matmul_peak_gflops']:.0f} GFLOP/s\n({compute['flops_per_example'] / 1e6:.2f} "
-                        f"MFLOP per example, forward + backward; the peak: a {PEAK_MATMUL_SIZE}x{PEAK_MATMUL_SIZE} "
-                        f"{compute['matmul_peak_dtype']} matmul on one device)", indent=2), file=out)
+        achieved = ", ".join(
+            f"{name} -" if gflops is None else f"{name} {gflops:.0f} ({gflops / compute['matmul_peak_gflops']:.0%})"
+            for name, gflops in compute["achieved_gflops"].items()
+        )
+        print(
+            fit_width(
+                f"\nGFLOP/s: {achieved} of this run's {compute['matmul_peak_dtype']} matmul peak, "
+                f"{compute['matmul_peak_gflops']:.0f} GFLOP/s\n({compute['flops_per_example'] / 1e6:.2f} "
+                f"MFLOP per example, forward + backward; the peak: a {PEAK_MATMUL_SIZE}x{PEAK_MATMUL_SIZE} "
+                f"{compute['matmul_peak_dtype']} matmul on one device)",
+                indent=2,
+            ),
+            file=out,
+        )
     if below_floor:
         print(BELOW_FLOOR, file=out)
     for line in export_lines(run):
@@ -214,9 +286,12 @@ def print_tables(run, sweep, out=sys.stdout, link_gbps=None) -> None:
     if sweep:
         print("\nThroughput against device count: every configuration, each beside its own reference", file=out)
         print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
-        print("(examples/s: each one's fastest epoch after the first; reference: the same of the reference trained "
-              "just before it;\nratio: the two's; MB/device: weights + optimizer state on the busiest device; "
-              "fastest at that count, by ratio:\nM the DTensor mesh, A the approach)", file=out)
+        print(
+            "(examples/s: each one's fastest epoch after the first; reference: the same of the reference trained "
+            "just before it;\nratio: the two's; MB/device: weights + optimizer state on the busiest device; "
+            "fastest at that count, by ratio:\nM the DTensor mesh, A the approach)",
+            file=out,
+        )
         for line in [sweep_collectives_line(sweep)] + sweep_notes(sweep) + [best_against_one_device(sweep)]:
             if line:
                 print(fit_width(line, indent=2), file=out)
@@ -232,11 +307,22 @@ def print_tables(run, sweep, out=sys.stdout, link_gbps=None) -> None:
 def print_repeats_and_baseline(run, out=sys.stdout) -> None:
     """--repeat's table (shared/reproducibility.py) and --baseline's (shared/baseline.py)."""
     if run.reproducibility:
-        print(fit_width(f"\nReproducibility: each trainer trained {run.config.repeat} times from the same start in "
-                        f"this process, compared bit for bit (op determinism "
-                        f"{'on' if op_determinism_enabled() else 'off'}: --deterministic)"), file=out)
-        print(tabulate([[name, found.runs, found.line()] for name, found in run.reproducibility.items()],
-                       ["trainer", "runs", "result"], tablefmt="github"), file=out)
+        print(
+            fit_width(
+                f"\nReproducibility: each trainer trained {run.config.repeat} times from the same start in "
+                f"this process, compared bit for bit (op determinism "
+                f"{'on' if op_determinism_enabled() else 'off'}: --deterministic)"
+            ),
+            file=out,
+        )
+        print(
+            tabulate(
+                [[name, found.runs, found.line()] for name, found in run.reproducibility.items()],
+                ["trainer", "runs", "result"],
+                tablefmt="github",
+            ),
+            file=out,
+        )
     if run.baseline is not None:
         print(fit_width(f"\n{baseline.title(run.baseline)}"), file=out)
         print(tabulate(baseline.rows(run.baseline), baseline.BASELINE_HEADERS, tablefmt="github"), file=out)
@@ -248,20 +334,32 @@ def export_lines(run) -> List[str]:
     for name, result in run.results.items():
         details = result.history.details if result.history is not None else {}
         if "export" in details:
-            lines.append(f"{name:<10} exported {details['export']}: max |logit diff| "
-                         f"{details['export_max_abs_logit_diff']} from the trainer's own (tolerance {LOGIT_TOLERANCE:g})")
+            lines.append(
+                f"{name:<10} exported {details['export']}: max |logit diff| "
+                f"{details['export_max_abs_logit_diff']} from the trainer's own (tolerance {LOGIT_TOLERANCE:g})"
+            )
     return ([""] + lines) if lines else []
 
 
 def sweep_rows(sweep) -> List[list]:
     def figure(value, text="{:,.0f}"):
         return "-" if value is None else text.format(value)
+
     rows = []
     for e in sweep:
         marks = [mark for mark, on in (("M", e.fastest_mesh), ("A", e.faster_approach)) if on]
-        rows.append([e.devices, f"{e.trainer} {e.label}", figure(e.throughput_examples_per_s),
-                     figure(e.reference_examples_per_s), figure(e.ratio_to_reference, "{:.2f}x"),
-                     "-" if e.skipped else f"{e.memory_per_device_bytes / MB:,.2f}", e.verdict, ", ".join(marks)])
+        rows.append(
+            [
+                e.devices,
+                f"{e.trainer} {e.label}",
+                figure(e.throughput_examples_per_s),
+                figure(e.reference_examples_per_s),
+                figure(e.ratio_to_reference, "{:.2f}x"),
+                "-" if e.skipped else f"{e.memory_per_device_bytes / MB:,.2f}",
+                e.verdict,
+                ", ".join(marks),
+            ]
+        )
     return rows
 
 
@@ -299,11 +397,17 @@ def report_dict(run, sweep, link_gbps=None) -> dict:
         "schema_version": SCHEMA_VERSION,  # shared/report.schema.json; docs/report-changelog.md
         "ok": exit_ok(run, sweep),  # compare.py's exit code was 0
         "config": config,
-        "environment": {"tensorflow": tf.__version__, "data_source": run.data.source,
-                        "data_reason": run.data.reason, "data_fallback": run.data.fallback or None,
-                        "devices": run.devices,
-                        "train_examples": train_examples, "test_examples": len(run.data.y_test),
-                        "data_sha256": data_sha256(run.data), "op_determinism": op_determinism_enabled()},
+        "environment": {
+            "tensorflow": tf.__version__,
+            "data_source": run.data.source,
+            "data_reason": run.data.reason,
+            "data_fallback": run.data.fallback or None,
+            "devices": run.devices,
+            "train_examples": train_examples,
+            "test_examples": len(run.data.y_test),
+            "data_sha256": data_sha256(run.data),
+            "op_determinism": op_determinism_enabled(),
+        },
         "trainers": trainers,
         "parity": parity_dict(run),
         "float64_rerun": float64_rerun_dict(run),
@@ -312,8 +416,16 @@ def report_dict(run, sweep, link_gbps=None) -> dict:
         "model": model_facts(definition_for(run.config)),
         "compute": compute_facts(run),
         "link_gbps": link_gbps,  # --link-gbps
-        **({"sweep": [{**dataclasses.asdict(entry), "traffic": profile_report.traffic_dict(entry.traffic, link_gbps)}
-                      for entry in sweep]} if sweep else {}),
+        **(
+            {
+                "sweep": [
+                    {**dataclasses.asdict(entry), "traffic": profile_report.traffic_dict(entry.traffic, link_gbps)}
+                    for entry in sweep
+                ]
+            }
+            if sweep
+            else {}
+        ),
     }
 
 
@@ -356,6 +468,7 @@ def write_outputs(config, run, sweep) -> None:
         write_atomically(config.json, payload)
     if config.plots:
         from shared import plots
+
         plots.write_all(config.plots, run, sweep)
     if config.logdir:
         write_tensorboard(config.logdir, run)

@@ -5,6 +5,7 @@ each report they write against it (jsonschema). MAJOR.MINOR: MINOR grows when fi
 MAJOR when one is renamed, removed or changes meaning; --baseline reads reports of its own MAJOR.
 What changed in each version: docs/report-changelog.md.
 """
+
 import os
 
 SCHEMA_VERSION = "2.1"

@@ -8,6 +8,7 @@ bit. The answer is `bitwise identical`, or the first step whose loss differs and
 differences. It is a finding, not a verdict: it does not change the exit code. What each
 setting gave, measured: docs/reproducibility.md. Cost: the training time again per extra run.
 """
+
 import dataclasses
 from typing import List, Optional, Sequence
 
@@ -37,13 +38,15 @@ class Repeatability:
             return f"FAILED: {self.error}"
         if self.bitwise_identical:
             return f"{BITWISE_IDENTICAL} ({self.runs} runs)"
-        weights = (f"final weights by up to {self.max_abs_weight_diff:.2g} ({', '.join(self.differing_weights[:3])}"
-                   f"{' ...' if len(self.differing_weights) > 3 else ''})" if self.differing_weights
-                   else "final weights bit for bit")
+        weights = (
+            f"final weights by up to {self.max_abs_weight_diff:.2g} ({', '.join(self.differing_weights[:3])}"
+            f"{' ...' if len(self.differing_weights) > 3 else ''})"
+            if self.differing_weights
+            else "final weights bit for bit"
+        )
         if self.max_abs_loss_diff == 0 and self.differing_weights:
             return f"losses bit for bit; {weights}"
-        return (f"differs from step {self.first_differing_step}: loss by up to {self.max_abs_loss_diff:.2g}, "
-                f"{weights}")
+        return f"differs from step {self.first_differing_step}: loss by up to {self.max_abs_loss_diff:.2g}, {weights}"
 
 
 def _bits(values) -> np.ndarray:
@@ -67,18 +70,35 @@ def compare_runs(first: History, repeats: Sequence) -> Repeatability:
         if steps.size:
             first_steps.append(int(steps[0]))
             with np.errstate(invalid="ignore"):
-                loss_diff = max(loss_diff, float(np.nanmax(np.abs(np.asarray(first.step_losses, np.float64)
-                                                                  - np.asarray(history.step_losses, np.float64)))))
-        these = {name for name, a, b in zip(names, first.final_weights, history.final_weights)
-                 if np.asarray(a).dtype != np.asarray(b).dtype or np.asarray(a).tobytes() != np.asarray(b).tobytes()}
+                loss_diff = max(
+                    loss_diff,
+                    float(
+                        np.nanmax(
+                            np.abs(
+                                np.asarray(first.step_losses, np.float64) - np.asarray(history.step_losses, np.float64)
+                            )
+                        )
+                    ),
+                )
+        these = {
+            name
+            for name, a, b in zip(names, first.final_weights, history.final_weights)
+            if np.asarray(a).dtype != np.asarray(b).dtype or np.asarray(a).tobytes() != np.asarray(b).tobytes()
+        }
         if these:
             differing |= these
             weight_diff = max(weight_diff, max_abs_diff(history.final_weights, first.final_weights))
             if not steps.size:
                 first_steps.append(len(ours))
     ordered = [name for name in names if name in differing]
-    return Repeatability(1 + len(repeats), not first_steps and not ordered, min(first_steps, default=None),
-                         loss_diff, weight_diff, ordered)
+    return Repeatability(
+        1 + len(repeats),
+        not first_steps and not ordered,
+        min(first_steps, default=None),
+        loss_diff,
+        weight_diff,
+        ordered,
+    )
 
 
 def reproducibility_dict(run, op_determinism: bool) -> Optional[dict]:
@@ -86,6 +106,10 @@ def reproducibility_dict(run, op_determinism: bool) -> Optional[dict]:
     `op_determinism`: whether it was on in the process (--deterministic or TF_DETERMINISTIC_OPS=1)."""
     if not run.reproducibility:
         return None
-    return {"runs": run.config.repeat, "deterministic": op_determinism,
-            "trainers": {name: {**dataclasses.asdict(found), "line": found.line()}
-                         for name, found in run.reproducibility.items()}}
+    return {
+        "runs": run.config.repeat,
+        "deterministic": op_determinism,
+        "trainers": {
+            name: {**dataclasses.asdict(found), "line": found.line()} for name, found in run.reproducibility.items()
+        },
+    }

@@ -9,6 +9,7 @@ trains beside a reference trained just before it, and its ratio is to that refer
 machine's speed drifts within minutes); parity is judged for each. The fastest DTensor mesh and
 the faster approach are marked by ratio. Measurements and costs: docs/throughput.md.
 """
+
 import dataclasses
 from collections import Counter
 from typing import List, Optional, Sequence
@@ -25,6 +26,7 @@ SKIPPED, FAILED = "skipped", "FAILED"  # a sweep entry's verdict besides shared/
 @dataclasses.dataclass(frozen=True)
 class SweepPoint:
     """One configuration to train: a trainer, at a device count, on a mesh or in an update mode."""
+
     devices: int
     trainer: str  # "dtensor" or "mirrored"
     config: Config  # the run's, with this count, mesh or update; the reference trains beside it
@@ -78,9 +80,12 @@ def describe_plan(config: Config, points: Sequence[SweepPoint]) -> str:
     """The header's line: what the sweep adds after the run the other flags describe."""
     counts = list(dict.fromkeys(point.devices for point in points))
     skipped = sum(1 for point in points if point.skipped)
-    return (f"sweep: after this run at {_devices(config.devices)}, {len(points)} configurations at "
-            f"{', '.join(map(str, counts[:-1]))}{', ' * (len(counts) > 1)}{_devices(counts[-1])}"
-            + (f" ({skipped} skipped)" if skipped else "") + ", each beside its own reference run")
+    return (
+        f"sweep: after this run at {_devices(config.devices)}, {len(points)} configurations at "
+        f"{', '.join(map(str, counts[:-1]))}{', ' * (len(counts) > 1)}{_devices(counts[-1])}"
+        + (f" ({skipped} skipped)" if skipped else "")
+        + ", each beside its own reference run"
+    )
 
 
 def _devices(count: int) -> str:
@@ -98,8 +103,18 @@ def _skip_reason(module, config: Config, devices: Sequence[str]) -> str:
 def plan_sweep(config: Config, all_devices: Sequence[str]) -> List[SweepPoint]:
     """Every configuration to train, count by count: DTensor's meshes, then MirroredStrategy's updates."""
     # The main run's outputs, checkpoints and repeats are not the configurations'.
-    base = config.replace(quiet=True, checkpoint_dir=None, export=None, repeat=1, sweep_devices=None, json=None,
-                          plots=None, logdir=None, baseline=None, with_float64=False)
+    base = config.replace(
+        quiet=True,
+        checkpoint_dir=None,
+        export=None,
+        repeat=1,
+        sweep_devices=None,
+        json=None,
+        plots=None,
+        logdir=None,
+        baseline=None,
+        with_float64=False,
+    )
     points = []
     for count in config.sweep_devices or ():
         devices = all_devices[:count]
@@ -107,17 +122,20 @@ def plan_sweep(config: Config, all_devices: Sequence[str]) -> List[SweepPoint]:
             if name not in config.trainers:
                 continue
             module = trainer_module(name)
-            for label, point_config in module.sweep_configs(base.replace(trainers=(name,)), count,
-                                                             config.sweep_meshes == "all"):
-                points.append(SweepPoint(count, name, point_config, **label,
-                                         skipped=_skip_reason(module, point_config, devices)))
+            for label, point_config in module.sweep_configs(
+                base.replace(trainers=(name,)), count, config.sweep_meshes == "all"
+            ):
+                points.append(
+                    SweepPoint(count, name, point_config, **label, skipped=_skip_reason(module, point_config, devices))
+                )
     return points
 
 
 def sweep_entry(point: SweepPoint, run, train_examples: int) -> SweepEntry:
     """The entry for `point` from its RunResult (the reference and the point's trainer); run None: skipped."""
-    entry = SweepEntry(point.devices, point.trainer, point.mesh, point.update, None, None, None, False,
-                       skipped=point.skipped)
+    entry = SweepEntry(
+        point.devices, point.trainer, point.mesh, point.update, None, None, None, False, skipped=point.skipped
+    )
     if run is None:
         entry.verdict, entry.reason = SKIPPED, point.skipped
         return entry
@@ -155,8 +173,11 @@ def mark_fastest(entries: List[SweepEntry]) -> List[SweepEntry]:
     for count in dict.fromkeys(entry.devices for entry in entries):
         best = {}
         for trainer in ("dtensor", "mirrored"):
-            timed = [e for e in entries if e.devices == count and e.trainer == trainer
-                     and e.parity_ok and e.ratio_to_reference is not None]
+            timed = [
+                e
+                for e in entries
+                if e.devices == count and e.trainer == trainer and e.parity_ok and e.ratio_to_reference is not None
+            ]
             if timed:
                 best[trainer] = max(timed, key=lambda e: e.ratio_to_reference)
         if "dtensor" in best:
@@ -184,15 +205,20 @@ def rerun_summary(entries: Sequence[SweepEntry], devices: int) -> str:
         return ""
     outcomes = Counter(e.verdict for e in reran)
     timed = sum(1 for e in entries if e.devices == devices and not e.skipped)
-    return (f"sweep      {devices} devices: float32 left its tolerance in {len(reran)} of {timed} configurations; "
-            f"float64 reruns {sum(e.float64_rerun_seconds for e in reran):.1f} s: "
-            + ", ".join(f"{count} {verdict}" for verdict, count in outcomes.items()))
+    return (
+        f"sweep      {devices} devices: float32 left its tolerance in {len(reran)} of {timed} configurations; "
+        f"float64 reruns {sum(e.float64_rerun_seconds for e in reran):.1f} s: "
+        + ", ".join(f"{count} {verdict}" for verdict, count in outcomes.items())
+    )
 
 
 def sweep_notes(entries: Sequence[SweepEntry]) -> List[str]:
     """Under the sweep table, one line per configuration whose verdict has a reason (the JSON has the whole)."""
-    return [f"{e.devices} devices {e.trainer} {e.label} ({e.verdict}): {e.summary or e.reason}"
-            for e in entries if e.summary or e.reason]
+    return [
+        f"{e.devices} devices {e.trainer} {e.label} ({e.verdict}): {e.summary or e.reason}"
+        for e in entries
+        if e.summary or e.reason
+    ]
 
 
 def best_against_one_device(entries: Sequence[SweepEntry]) -> str:
@@ -203,5 +229,7 @@ def best_against_one_device(entries: Sequence[SweepEntry]) -> str:
     best = max(timed, key=lambda e: e.ratio_to_reference)
     if best.ratio_to_reference > 1:
         return ""
-    return (f"No configuration beat one device on this machine; the best: {best.trainer} {best.label} at "
-            f"{best.devices} devices, {best.ratio_to_reference:.2f}x its reference")
+    return (
+        f"No configuration beat one device on this machine; the best: {best.trainer} {best.label} at "
+        f"{best.devices} devices, {best.ratio_to_reference:.2f}x its reference"
+    )

@@ -8,6 +8,7 @@ runs it (2 (g-1)/g of the tensor out and in per device), and copies as they are;
 busiest device's bytes into the time a link of a given bandwidth needs at least. What it assumes and
 what it leaves out: docs/throughput.md.
 """
+
 import dataclasses
 from collections import defaultdict
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -19,9 +20,13 @@ from shared.memory import MB
 
 # Collective ops as TensorFlow names them, by what they do. Each device hands in its own tensor.
 COLLECTIVE_KINDS = {
-    "CollectiveReduceV2": "all-reduce", "CollectiveReduce": "all-reduce", "NcclAllReduce": "all-reduce",
-    "CollectiveGatherV2": "all-gather", "CollectiveGather": "all-gather",
-    "CollectiveAllToAllV2": "all-to-all", "CollectiveReduceScatterV2": "reduce-scatter",
+    "CollectiveReduceV2": "all-reduce",
+    "CollectiveReduce": "all-reduce",
+    "NcclAllReduce": "all-reduce",
+    "CollectiveGatherV2": "all-gather",
+    "CollectiveGather": "all-gather",
+    "CollectiveAllToAllV2": "all-to-all",
+    "CollectiveReduceScatterV2": "reduce-scatter",
 }
 NOT_DATA = (tf.resource, tf.variant)  # handles, not the values they name: nothing of them crosses a link
 
@@ -29,6 +34,7 @@ NOT_DATA = (tf.resource, tf.variant)  # handles, not the values they name: nothi
 @dataclasses.dataclass(frozen=True)
 class Implementation:
     """Which implementation a trainer's collectives ran with, and why that one."""
+
     name: str  # e.g. "NCCL", "ring", "ReductionToOneDevice", "NcclAllReduce", "none"
     nccl: bool
     reason: str  # e.g. "CPUs have no NCCL", "one physical GPU per device", "--no-dtensor-nccl"
@@ -43,6 +49,7 @@ ONE_DEVICE = Implementation("none", False, "one device")
 @dataclasses.dataclass(frozen=True)
 class Collective:
     """Collectives of one kind on one group of devices, per step."""
+
     kind: str  # all-reduce, all-gather, all-to-all, reduce-scatter; "to one device" / "from one device": copies
     group: str  # DTensor: the mesh axis its groups span ("batch", "model"); copies: the one device ("CPU:0")
     group_size: int  # devices in each group (copies: the one device and those it exchanges with)
@@ -76,8 +83,13 @@ class Traffic:
         """e.g. "9 all-reduce on batch (3.45 MB each)", "8 to CPU:0 (3.45 MB each), 6 from CPU:0 (3.45 MB each)":
         tensors per step, and the MB each device hands in (or sends to / receives from the one device)."""
         words = {"to one device": "to", "from one device": "from"}
-        return ", ".join(f"{c.count} {words.get(c.kind, c.kind + ' on')} {c.group} ({c.payload_bytes / MB:.2f} MB each)"
-                         for c in self.collectives) or "none"
+        return (
+            ", ".join(
+                f"{c.count} {words.get(c.kind, c.kind + ' on')} {c.group} ({c.payload_bytes / MB:.2f} MB each)"
+                for c in self.collectives
+            )
+            or "none"
+        )
 
 
 def ring_bytes(kind: str, payload_bytes: float, group_size: int) -> float:
@@ -97,8 +109,10 @@ def ring_bytes(kind: str, payload_bytes: float, group_size: int) -> float:
 
 # --- DTensor: the lowered function ------------------------------------------------------------
 
+
 def _function_def(name: str):
     from tensorflow.python.eager import context
+
     return context.context().get_function_def(name)
 
 
@@ -117,6 +131,7 @@ def lowered_functions(concrete_function) -> List[str]:
     context's library: "<its name>__func_..." calls "_func_...". Empty before its first call (DTensor lowers
     a function when it first runs it) or where this TensorFlow names them otherwise."""
     from tensorflow.python.eager import context
+
     root = _name(concrete_function)
     return sorted(name for name in context.context().list_function_names() if name.startswith(root + "__func_"))
 
@@ -129,6 +144,7 @@ def _name(concrete_function) -> str:
 def _const_value(nodes: Dict[str, object], tensor_name: str) -> np.ndarray:
     """The constant a tensor comes from, through the Reshape/Slice of it that DTensor emits."""
     from tensorflow.python.framework import tensor_util
+
     node = nodes[tensor_name.split(":")[0]]
     while node.op != "Const":
         node = nodes[node.input[0].split(":")[0]]
@@ -149,8 +165,9 @@ def group_axes(group_keys: np.ndarray, mesh_axes: Sequence[Tuple[str, int]]) -> 
     return ",".join(name for index, (name, _) in enumerate(mesh_axes) if index in varying) or "none"
 
 
-def dtensor_traffic(concrete_function, steps: int, mesh_axes: Sequence[Tuple[str, int]],
-                    devices: Sequence[str]) -> Tuple[Optional[Traffic], str]:
+def dtensor_traffic(
+    concrete_function, steps: int, mesh_axes: Sequence[Tuple[str, int]], devices: Sequence[str]
+) -> Tuple[Optional[Traffic], str]:
     """(Traffic per step, "") from the collectives in what DTensor lowered `concrete_function` (a call of
     `steps` steps, already run) to; (None, why) when that function is not found."""
     wrappers = lowered_functions(concrete_function)
@@ -170,8 +187,11 @@ def dtensor_traffic(concrete_function, steps: int, mesh_axes: Sequence[Tuple[str
                 return None, f"collective {node.name} has no static shape"
             output_bytes = int(np.prod([dim.size for dim in shapes[0].dim])) * tf.as_dtype(node.attr["T"].type).size
             group_size = int(_const_value(nodes, node.input[1]))
-            payload = output_bytes // group_size if kind == "all-gather" else (
-                output_bytes * group_size if kind == "reduce-scatter" else output_bytes)
+            payload = (
+                output_bytes // group_size
+                if kind == "all-gather"
+                else (output_bytes * group_size if kind == "reduce-scatter" else output_bytes)
+            )
             axes = group_axes(_const_value(nodes, node.input[2]).reshape(-1), mesh_axes)
             entry = found[(kind, axes, group_size)]
             entry[0] += 1
@@ -180,11 +200,16 @@ def dtensor_traffic(concrete_function, steps: int, mesh_axes: Sequence[Tuple[str
             if name not in seen:
                 seen.add(name)
                 pending.append(name)
-    collectives = [Collective(kind, axes, group_size, count // steps, payload // steps)
-                   for (kind, axes, group_size), (count, payload) in sorted(found.items())]
+    collectives = [
+        Collective(kind, axes, group_size, count // steps, payload // steps)
+        for (kind, axes, group_size), (count, payload) in sorted(found.items())
+    ]
     per_device = int(round(sum(ring_bytes(c.kind, c.payload_bytes, c.group_size) for c in collectives)))
-    return Traffic(f"the collectives DTensor lowered a call of {steps} step{'s' * (steps != 1)} to",
-                   collectives, [DeviceTraffic(device, per_device, per_device) for device in devices]), ""
+    return Traffic(
+        f"the collectives DTensor lowered a call of {steps} step{'s' * (steps != 1)} to",
+        collectives,
+        [DeviceTraffic(device, per_device, per_device) for device in devices],
+    ), ""
 
 
 def one_device(device: str) -> Traffic:
@@ -192,6 +217,7 @@ def one_device(device: str) -> Traffic:
 
 
 # --- one step's graph: tensors that cross devices ----------------------------------------------
+
 
 def _short(device: str) -> str:
     spec = tf.DeviceSpec.from_string(device)
@@ -204,8 +230,9 @@ class _Placement:
     A function argument without a device is taken to be where its consumer is."""
 
     def __init__(self, graph):
-        self.captured = {internal.op.name: _short(getattr(external, "device", "") or "")
-                         for external, internal in graph.captures}
+        self.captured = {
+            internal.op.name: _short(getattr(external, "device", "") or "") for external, internal in graph.captures
+        }
         self.memo: Dict[str, str] = {}
 
     def device(self, op) -> str:
@@ -236,10 +263,14 @@ def cross_device_traffic(concrete_function) -> Tuple[Optional[Traffic], str]:
                 continue
             if not tensor.shape.is_fully_defined():
                 return None, f"{tensor.name} crosses from {source} to {destination} with unknown shape {tensor.shape}"
-            transfers[(tensor.name, destination)] = (source, destination,
-                                                     tensor.shape.num_elements() * tensor.dtype.size)
-    return copies_traffic(list(transfers.values()),
-                          sorted({placement.device(op) for op in graph.get_operations()} - {""}))
+            transfers[(tensor.name, destination)] = (
+                source,
+                destination,
+                tensor.shape.num_elements() * tensor.dtype.size,
+            )
+    return copies_traffic(
+        list(transfers.values()), sorted({placement.device(op) for op in graph.get_operations()} - {""})
+    )
 
 
 def copies_traffic(transfers: Sequence[Tuple[str, str, int]], devices: Sequence[str]) -> Tuple[Traffic, str]:
@@ -252,18 +283,32 @@ def copies_traffic(transfers: Sequence[Tuple[str, str, int]], devices: Sequence[
     hubs = [device for device in devices if all(device in (s, d) for s, d, _ in transfers)]
     collectives = []
     for device in hubs[:1]:
-        for kind, mine in (("to one device", lambda s, d, hub=device: d == hub),
-                           ("from one device", lambda s, d, hub=device: s == hub)):
+        for kind, mine in (
+            ("to one device", lambda s, d, hub=device: d == hub),
+            ("from one device", lambda s, d, hub=device: s == hub),
+        ):
             chosen = [(s, d, size) for s, d, size in transfers if mine(s, d)]
             others = {s if d == device else d for s, d, _ in chosen}
             if chosen:
-                collectives.append(Collective(kind, device, len(others) + 1, len(chosen) // len(others),
-                                              sum(size for _, _, size in chosen) // len(others)))
+                collectives.append(
+                    Collective(
+                        kind,
+                        device,
+                        len(others) + 1,
+                        len(chosen) // len(others),
+                        sum(size for _, _, size in chosen) // len(others),
+                    )
+                )
     if transfers and not hubs:
         pairs = defaultdict(list)
         for source, destination, size in transfers:
             pairs[(source, destination)].append(size)
-        collectives = [Collective("copy", f"{source} -> {destination}", 2, len(sizes), sum(sizes))
-                       for (source, destination), sizes in sorted(pairs.items())]
-    return Traffic("the tensors one step's graph hands between devices", collectives,
-                   [DeviceTraffic(device, sent[device], received[device]) for device in devices]), ""
+        collectives = [
+            Collective("copy", f"{source} -> {destination}", 2, len(sizes), sum(sizes))
+            for (source, destination), sizes in sorted(pairs.items())
+        ]
+    return Traffic(
+        "the tensors one step's graph hands between devices",
+        collectives,
+        [DeviceTraffic(device, sent[device], received[device]) for device in devices],
+    ), ""

@@ -6,6 +6,7 @@ they reach a trainer through this registry, so no module of shared/ imports a tr
 where it has them `check_config`, `describe_run` (facts for the header), `sweep_configs` (its
 variants at a device count) and `join_cluster` (--clients).
 """
+
 import importlib
 
 TRAINER_MODULES = {

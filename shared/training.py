@@ -4,6 +4,7 @@ Written once, as Orbit's StandardTrainer and torchtitan's Trainer.train() are: `
 parts a trainer supplies (what distributing changes: where the variables live, the train step,
 the evaluation, reading the weights back). The parts, and what each must do: docs/trainers.md.
 """
+
 from typing import Callable
 
 from shared import profile
@@ -17,8 +18,9 @@ from shared.history import EpochMeter, History, format_epoch_line
 
 def fit(trainer, config: Config, data: MnistData, log: Callable = print) -> History:
     """Train `trainer` for config.epochs (from --restore's epoch) and return its history record."""
-    history = History(trainer=trainer.name, placement=trainer.placement, dtype=config.dtype,
-                      details=dict(trainer.details))
+    history = History(
+        trainer=trainer.name, placement=trainer.placement, dtype=config.dtype, details=dict(trainer.details)
+    )
     definition = trainer.model.definition
     record_state = config.dtype == "float64"  # per-step state checksums: what parity names when it fails
     if record_state:
@@ -27,8 +29,9 @@ def fit(trainer, config: Config, data: MnistData, log: Callable = print) -> Hist
     state = TrainingState(trainer.name, config, *trainer.checkpointed, len(data.y_train), log)
     start_epoch = state.restore()  # --restore: epochs already trained; 0 without
     getattr(trainer, "begin", lambda start_epoch: None)(start_epoch)
-    first_x, first_y = next(epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch,
-                                          config.shuffle, config.seed))
+    first_x, first_y = next(
+        epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch, config.shuffle, config.seed)
+    )
     history.first_step_gradients = trainer.gradients(first_x, first_y)
 
     steps = len(batch_slices(len(data.y_train), config.batch_size))
@@ -52,8 +55,15 @@ def fit(trainer, config: Config, data: MnistData, log: Callable = print) -> Hist
     history.final_weights = trainer.final_weights()
     history.memory_per_device = trainer.memory_per_device()
     getattr(trainer, "finish", lambda history: None)(history)
-    export_trainer(config, trainer.name, definition, history.final_weights, trainer.predict_logits,  # --export
-                   data.x_test, history.details)
+    export_trainer(
+        config,
+        trainer.name,
+        definition,
+        history.final_weights,
+        trainer.predict_logits,  # --export
+        data.x_test,
+        history.details,
+    )
     history.collectives = trainer.collectives
     if config.profile:  # last: it steps the weights on, after every figure of the run is recorded
         history.step_profile, history.traffic, history.traffic_missing = profile.measure(trainer.step_call())

@@ -6,6 +6,7 @@ run was float64), naming the first step and what differs there; `diverged` when 
 or infinite (no rerun). compare.py exits 0 for ok and float noise, 1 otherwise. The rerun costs
 about as long as the float32 run of those trainers (docs/parity.md).
 """
+
 import dataclasses
 import time
 from typing import Callable, Dict, List, Optional, Sequence
@@ -44,16 +45,24 @@ class Verdict:
         return self.summary or self.reason
 
 
-def diverged(history: History, step: Optional[int], reference_step: Optional[int], parity: Optional[Parity],
-             is_reference: bool = False) -> Verdict:
+def diverged(
+    history: History,
+    step: Optional[int],
+    reference_step: Optional[int],
+    parity: Optional[Parity],
+    is_reference: bool = False,
+) -> Verdict:
     """`diverged at step k` for a trainer (or the reference) when its or the reference's loss is not finite."""
     if is_reference:
         return Verdict(DIVERGED, f"at step {step}: loss {_value_at(history, step)}", diverged_step=step)
     if step is None:
         reason = f"the reference diverged at step {reference_step}; this trainer stays finite"
     else:
-        reference = ("the reference stays finite" if reference_step is None
-                     else f"the reference diverged at step {reference_step}")
+        reference = (
+            "the reference stays finite"
+            if reference_step is None
+            else f"the reference diverged at step {reference_step}"
+        )
         reason = f"at step {step}: loss {_value_at(history, step)} ({reference})"
     end = min(s for s in (step, reference_step) if s is not None)
     if parity is not None and parity.first_loss_step_beyond is not None and parity.first_loss_step_beyond < end:
@@ -76,10 +85,14 @@ def mismatch(parity: Parity, note: str = "", short_note: Optional[str] = None) -
     if first and later:
         reason += f"; then {later}"
     summary = "" if short_note is None else reason + (f" ({short_note})" if short_note else "")
-    return Verdict(MISMATCH, reason + (f" ({note})" if note else ""),
-                   float32_left_tolerance_step=parity.first_loss_step_beyond if parity.dtype == "float32" else None,
-                   first_disagreeing_step=parity.first_step_beyond, differing=list(parity.differing),
-                   summary=summary)
+    return Verdict(
+        MISMATCH,
+        reason + (f" ({note})" if note else ""),
+        float32_left_tolerance_step=parity.first_loss_step_beyond if parity.dtype == "float32" else None,
+        first_disagreeing_step=parity.first_step_beyond,
+        differing=list(parity.differing),
+        summary=summary,
+    )
 
 
 def where_float32_left(parity: Parity, figures: bool = True) -> str:
@@ -89,25 +102,37 @@ def where_float32_left(parity: Parity, figures: bool = True) -> str:
     if step is not None:
         return f"float32 left its tolerance at step {step}" + (
             f" (loss diff up to {parity.max_abs_loss_diff:.2g} at step {parity.loss_diff_step}, "
-            f"rel {parity.max_rel_loss_diff:.2g})" if figures else "")
+            f"rel {parity.max_rel_loss_diff:.2g})"
+            if figures
+            else ""
+        )
     if "first-step gradients" in parity.differing:
         return "float32 left its tolerance in the first-step gradients" + (
-            f" (diff {parity.max_abs_grad_diff:.2g})" if figures else "")
+            f" (diff {parity.max_abs_grad_diff:.2g})" if figures else ""
+        )
     return "float32 left its tolerance in the final weights" + (
-        f" (diff {parity.max_abs_weight_diff:.2g})" if figures else "")
+        f" (diff {parity.max_abs_weight_diff:.2g})" if figures else ""
+    )
 
 
 def explained(float32: Parity, float64: Parity) -> Verdict:
     """float noise or MISMATCH, from the float64 rerun's parity."""
     if float64.ok:
         agrees = f"float64 agrees on all {float64.steps} steps"
-        return Verdict(FLOAT_NOISE, f"{where_float32_left(float32)}; {agrees} "
-                                    f"(max loss diff {float64.max_abs_loss_diff:.2g}, final weights "
-                                    f"{float64.max_abs_weight_diff:.2g})",
-                       float32_left_tolerance_step=float32.first_loss_step_beyond, float64=float64,
-                       summary=f"{where_float32_left(float32, figures=False)}; {agrees}")
-    verdict = mismatch(float64, f"in float64; {where_float32_left(float32)}",
-                       f"in float64; {where_float32_left(float32, figures=False)}")
+        return Verdict(
+            FLOAT_NOISE,
+            f"{where_float32_left(float32)}; {agrees} "
+            f"(max loss diff {float64.max_abs_loss_diff:.2g}, final weights "
+            f"{float64.max_abs_weight_diff:.2g})",
+            float32_left_tolerance_step=float32.first_loss_step_beyond,
+            float64=float64,
+            summary=f"{where_float32_left(float32, figures=False)}; {agrees}",
+        )
+    verdict = mismatch(
+        float64,
+        f"in float64; {where_float32_left(float32)}",
+        f"in float64; {where_float32_left(float32, figures=False)}",
+    )
     verdict.float32_left_tolerance_step = float32.first_loss_step_beyond
     verdict.float64 = float64
     return verdict
@@ -120,8 +145,14 @@ class Judgement:
     explain_seconds: float = 0.0  # wall time of the float64 rerun; 0 without one
 
 
-def judge(config, results: Dict, parity: Dict[str, Parity], rerun: Optional[Callable],
-          no_rerun_reason: str = "", log: Callable = print) -> Judgement:
+def judge(
+    config,
+    results: Dict,
+    parity: Dict[str, Parity],
+    rerun: Optional[Callable],
+    no_rerun_reason: str = "",
+    log: Callable = print,
+) -> Judgement:
     """Each trainer's verdict. `rerun(names)` trains those trainers in float64 and returns
     {name: result with .history and .error}; None when this process cannot (`no_rerun_reason` says why)."""
     reference = results["reference"].history
@@ -143,22 +174,31 @@ def judge(config, results: Dict, parity: Dict[str, Parity], rerun: Optional[Call
     judgement = Judgement(verdicts, {})
     if not failing:
         return judgement
-    why_not = ("--no-explain" if not config.explain
-               else "--restore starts from float32 state, which a float64 rerun cannot restore" if config.restore
-               else no_rerun_reason if rerun is None else "")
+    why_not = (
+        "--no-explain"
+        if not config.explain
+        else "--restore starts from float32 state, which a float64 rerun cannot restore"
+        if config.restore
+        else no_rerun_reason
+        if rerun is None
+        else ""
+    )
     if why_not:
         for name in failing:
             verdicts[name] = mismatch(parity[name], f"float32, not rerun in float64: {why_not}")
         return judgement
     for name in failing:
-        log(f"{name}: {where_float32_left(parity[name], figures=False)}; rerunning reference and {name} "
-            f"in float64 to explain")
+        log(
+            f"{name}: {where_float32_left(parity[name], figures=False)}; rerunning reference and {name} "
+            f"in float64 to explain"
+        )
     started = time.perf_counter()
     reruns = rerun(["reference"] + failing)
     judgement.explain_seconds = time.perf_counter() - started
     log(f"float64 rerun of reference, {', '.join(failing)}: {judgement.explain_seconds:.1f} s")
-    judgement.float64_histories = {name: result.history for name, result in reruns.items()
-                                   if result.history is not None}
+    judgement.float64_histories = {
+        name: result.history for name, result in reruns.items() if result.history is not None
+    }
     reference64 = reruns["reference"].history
     for name in failing:
         verdicts[name] = explain_one(parity[name], reruns[name], reference64, reruns["reference"].error)

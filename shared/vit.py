@@ -8,6 +8,7 @@ and the second MLP weight on their input, so each block all-reduces its activati
 Megatron-LM does; everything else is replicated. 8 heads and 128 units divide over a model axis
 of 1, 2, 4 or 8; other axes are refused (no padding: a zero head is not free to add).
 """
+
 import tensorflow as tf
 
 from shared.data import IMAGE_PIXELS, NUM_CLASSES
@@ -38,9 +39,11 @@ def patches(images):
 
 def attention(v, prefix, x):
     """Multi-head self-attention; heads split on the model axis, summed by the output projection."""
-    q, k, values = (tf.einsum("npd,dhk->nphk", x, v[f"{prefix}{name}"]) + v[f"{prefix}{name}_bias"]
-                    for name in ("query", "key", "value"))
-    scores = tf.einsum("nphk,nqhk->nhpq", q, k) * (HEAD_DIM ** -0.5)
+    q, k, values = (
+        tf.einsum("npd,dhk->nphk", x, v[f"{prefix}{name}"]) + v[f"{prefix}{name}_bias"]
+        for name in ("query", "key", "value")
+    )
+    scores = tf.einsum("nphk,nqhk->nhpq", q, k) * (HEAD_DIM**-0.5)
     context = tf.einsum("nhpq,nqhk->nphk", tf.nn.softmax(scores, axis=-1), values)
     return tf.einsum("nphk,hkd->npd", context, v[f"{prefix}output"]) + v[f"{prefix}output_bias"]
 
@@ -50,8 +53,9 @@ def forward(v, images):
     for block in range(BLOCKS):
         p = f"blocks/{block}/"
         x = x + attention(v, p + "attention/", layer_norm(x, v[p + "norm1/scale"], v[p + "norm1/offset"]))
-        hidden = tf.nn.gelu(tf.matmul(layer_norm(x, v[p + "norm2/scale"], v[p + "norm2/offset"]), v[p + "mlp/w1"])
-                            + v[p + "mlp/b1"])
+        hidden = tf.nn.gelu(
+            tf.matmul(layer_norm(x, v[p + "norm2/scale"], v[p + "norm2/offset"]), v[p + "mlp/w1"]) + v[p + "mlp/b1"]
+        )
         x = x + tf.matmul(hidden, v[p + "mlp/w2"]) + v[p + "mlp/b2"]
     pooled = tf.reduce_mean(layer_norm(x, v["norm/scale"], v["norm/offset"]), axis=1)
     return tf.matmul(pooled, v["head/w"]) + v["head/b"]
@@ -59,10 +63,12 @@ def forward(v, images):
 
 def flops_per_example() -> int:
     """Forward matmuls and einsums x 3 (forward + backward); norms, softmax and GELU not counted."""
-    per_block = (3 * PATCHES * WIDTH * WIDTH  # Q, K, V
-                 + 2 * HEADS * PATCHES * PATCHES * HEAD_DIM  # scores, context
-                 + PATCHES * WIDTH * WIDTH  # output projection
-                 + 2 * PATCHES * WIDTH * MLP_UNITS)  # the MLP
+    per_block = (
+        3 * PATCHES * WIDTH * WIDTH  # Q, K, V
+        + 2 * HEADS * PATCHES * PATCHES * HEAD_DIM  # scores, context
+        + PATCHES * WIDTH * WIDTH  # output projection
+        + 2 * PATCHES * WIDTH * MLP_UNITS
+    )  # the MLP
     multiply_adds = PATCHES * PATCH_PIXELS * WIDTH + BLOCKS * per_block + WIDTH * NUM_CLASSES
     return 3 * 2 * multiply_adds
 
@@ -73,24 +79,41 @@ def vit() -> ModelDefinition:
     def weight(name, shape, layout=()):
         return Variable(name, shape, truncated_normal(INIT_STDDEV, next(streams)), layout)
 
-    variables = [weight("patch/w", (PATCH_PIXELS, WIDTH)), Variable("patch/b", (WIDTH,)),
-                 weight("position", (PATCHES, WIDTH))]
+    variables = [
+        weight("patch/w", (PATCH_PIXELS, WIDTH)),
+        Variable("patch/b", (WIDTH,)),
+        weight("position", (PATCHES, WIDTH)),
+    ]
     for block in range(BLOCKS):
         p = f"blocks/{block}/"
         variables += [Variable(p + "norm1/scale", (WIDTH,), ones), Variable(p + "norm1/offset", (WIDTH,))]
         for name in ("query", "key", "value"):  # column parallel: each device computes its heads
-            variables += [weight(f"{p}attention/{name}", (WIDTH, HEADS, HEAD_DIM), (U, M, U)),
-                          Variable(f"{p}attention/{name}_bias", (HEADS, HEAD_DIM), zeros, (M, U))]
-        variables += [weight(p + "attention/output", (HEADS, HEAD_DIM, WIDTH), (M, U, U)),  # row parallel
-                      Variable(p + "attention/output_bias", (WIDTH,)),
-                      Variable(p + "norm2/scale", (WIDTH,), ones), Variable(p + "norm2/offset", (WIDTH,)),
-                      weight(p + "mlp/w1", (WIDTH, MLP_UNITS), (U, M)), Variable(p + "mlp/b1", (MLP_UNITS,), zeros, (M,)),
-                      weight(p + "mlp/w2", (MLP_UNITS, WIDTH), (M, U)), Variable(p + "mlp/b2", (WIDTH,))]
-    variables += [Variable("norm/scale", (WIDTH,), ones), Variable("norm/offset", (WIDTH,)),
-                  weight("head/w", (WIDTH, NUM_CLASSES)), Variable("head/b", (NUM_CLASSES,))]
+            variables += [
+                weight(f"{p}attention/{name}", (WIDTH, HEADS, HEAD_DIM), (U, M, U)),
+                Variable(f"{p}attention/{name}_bias", (HEADS, HEAD_DIM), zeros, (M, U)),
+            ]
+        variables += [
+            weight(p + "attention/output", (HEADS, HEAD_DIM, WIDTH), (M, U, U)),  # row parallel
+            Variable(p + "attention/output_bias", (WIDTH,)),
+            Variable(p + "norm2/scale", (WIDTH,), ones),
+            Variable(p + "norm2/offset", (WIDTH,)),
+            weight(p + "mlp/w1", (WIDTH, MLP_UNITS), (U, M)),
+            Variable(p + "mlp/b1", (MLP_UNITS,), zeros, (M,)),
+            weight(p + "mlp/w2", (MLP_UNITS, WIDTH), (M, U)),
+            Variable(p + "mlp/b2", (WIDTH,)),
+        ]
+    variables += [
+        Variable("norm/scale", (WIDTH,), ones),
+        Variable("norm/offset", (WIDTH,)),
+        weight("head/w", (WIDTH, NUM_CLASSES)),
+        Variable("head/b", (NUM_CLASSES,)),
+    ]
     assert PATCHES * PATCH_PIXELS == IMAGE_PIXELS
     return ModelDefinition(
         name=f"vit patches {PATCHES}x{PATCH_PIXELS} width {WIDTH} heads {HEADS} mlp {MLP_UNITS} blocks {BLOCKS}",
-        variables=tuple(variables), forward=forward, flops_per_example=flops_per_example(),
+        variables=tuple(variables),
+        forward=forward,
+        flops_per_example=flops_per_example(),
         description=f"ViT {PATCHES} patches of {PATCH_SIDE}x{PATCH_SIDE}, width {WIDTH}, {HEADS} heads, "
-                    f"MLP {MLP_UNITS}, {BLOCKS} blocks")
+        f"MLP {MLP_UNITS}, {BLOCKS} blocks",
+    )

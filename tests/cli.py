@@ -1,4 +1,5 @@
 """Run compare.py in a subprocess, as a user would; every --json report it writes is checked against the schema."""
+
 import json
 import os
 import re
@@ -18,8 +19,9 @@ def check_report(report: dict) -> dict:
     """`report` if it validates against shared/report.schema.json; else the first error, with its path."""
     error = jsonschema.exceptions.best_match(REPORT_VALIDATOR.iter_errors(report))
     if error is not None:
-        raise AssertionError(f"the report does not match the schema at {'/'.join(map(str, error.absolute_path))}: "
-                             f"{error.message[:500]}")
+        raise AssertionError(
+            f"the report does not match the schema at {'/'.join(map(str, error.absolute_path))}: {error.message[:500]}"
+        )
     return report
 
 
@@ -32,12 +34,17 @@ def run_compare(*args, timeout=300, env=None):
     """compare.py's exit code and output; TensorFlow's own messages hidden as for a user
     (conftest sets TF_CPP_MIN_LOG_LEVEL for this process, which would show them). A report that
     --json wrote (new or changed) must validate against the schema."""
-    env = dict({k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
-               PYTHONPATH=ROOT, **(env or {}))
+    env = dict({k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, PYTHONPATH=ROOT, **(env or {}))
     report_path = args[args.index("--json") + 1] if "--json" in args else None
     before = _contents(report_path)
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "compare.py"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if report_path is not None and _contents(report_path) not in (None, before):
         read_report(report_path)
     return done

@@ -3,6 +3,7 @@
 TensorFlow fixes its devices on first use, so every test in this process shares
 these 8 and builds meshes and strategies over the first N of them.
 """
+
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -22,4 +23,5 @@ def devices():
 @pytest.fixture(scope="session")
 def embedded():
     from shared.data import load_data
+
     return load_data("embedded")

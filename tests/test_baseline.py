@@ -5,6 +5,7 @@ on a small slice (2 devices, 4 steps): a float64 baseline that the same code rep
 by 1e-3 in a copy of it, an option that changes the numbers, and a float32 baseline with float64
 runs (--with-float64) that explain a float32 difference or show a float64 one. ~2 minutes on 2 cores.
 """
+
 import dataclasses
 import json
 import types
@@ -37,23 +38,35 @@ def history(name="reference", dtype="float64", loss_shift=(0, 0.0), weight_shift
 
 def saved_report(histories, float64_histories=None, config=None, data=None):
     """What compare.py --json keeps of `histories`, as --baseline reads it."""
-    report = {"schema_version": SCHEMA_VERSION, "config": dataclasses.asdict(config or Config()),
-              "environment": {"tensorflow": "2.21.0", "devices": ["CPU:0", "CPU:1"]},
-              "trainers": {h.trainer: {"failed": False, "step_losses": [float(v) for v in h.step_losses],
-                                       "final_weights": digests(h)} for h in histories},
-              "float64_rerun": None}
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "config": dataclasses.asdict(config or Config()),
+        "environment": {"tensorflow": "2.21.0", "devices": ["CPU:0", "CPU:1"]},
+        "trainers": {
+            h.trainer: {"failed": False, "step_losses": [float(v) for v in h.step_losses], "final_weights": digests(h)}
+            for h in histories
+        },
+        "float64_rerun": None,
+    }
     if float64_histories:
-        report["float64_rerun"] = {"step_losses": {h.trainer: list(h.step_losses) for h in float64_histories},
-                                   "final_weights": {h.trainer: digests(h) for h in float64_histories}}
+        report["float64_rerun"] = {
+            "step_losses": {h.trainer: list(h.step_losses) for h in float64_histories},
+            "final_weights": {h.trainer: digests(h) for h in float64_histories},
+        }
     if data is not None:
-        report["environment"].update(train_examples=len(data.y_train), test_examples=len(data.y_test),
-                                     data_source=data.source, data_sha256=data_sha256(data))
+        report["environment"].update(
+            train_examples=len(data.y_train),
+            test_examples=len(data.y_test),
+            data_source=data.source,
+            data_sha256=data_sha256(data),
+        )
     return report
 
 
 def this_run(histories, dtype="float64"):
-    return types.SimpleNamespace(config=Config(dtype=dtype),
-                                 results={h.trainer: TrainerResult(h.trainer, h) for h in histories})
+    return types.SimpleNamespace(
+        config=Config(dtype=dtype), results={h.trainer: TrainerResult(h.trainer, h) for h in histories}
+    )
 
 
 def never(names):
@@ -69,8 +82,9 @@ def test_a_run_identical_to_its_baseline_is_the_same_bit_for_bit():
 
 def test_within_the_float64_tolerance_is_the_same_but_not_bit_for_bit():
     """1e-9 on a loss of ~1 and 1e-9 on every weight: inside float64's 1e-7 + 1e-7 |x| (weights 1e-6)."""
-    result = baseline.judge(this_run([history(loss_shift=(2, 1e-9), weight_shift=1e-9)]),
-                            saved_report([history()]), "a.json", never)
+    result = baseline.judge(
+        this_run([history(loss_shift=(2, 1e-9), weight_shift=1e-9)]), saved_report([history()]), "a.json", never
+    )
     verdict = result.verdicts["reference"]
     assert verdict.line() == "same" and not verdict.difference.bitwise_identical
     assert verdict.difference.max_abs_loss_diff == pytest.approx(1e-9, rel=1e-3)
@@ -79,20 +93,25 @@ def test_within_the_float64_tolerance_is_the_same_but_not_bit_for_bit():
 
 def test_a_float64_loss_moved_beyond_the_tolerance_is_changed_at_that_step():
     moved = history("dtensor", loss_shift=(3, 1e-3))
-    result = baseline.judge(this_run([history(), moved]), saved_report([history(), history("dtensor")]), "a.json",
-                            never)
+    result = baseline.judge(
+        this_run([history(), moved]), saved_report([history(), history("dtensor")]), "a.json", never
+    )
     verdict = result.verdicts["dtensor"]
     assert verdict.verdict == baseline.CHANGED and verdict.first_changed_step == 3
-    assert verdict.line() == (f"CHANGED at step 3: loss {moved.step_losses[3]:.8g}, baseline "
-                              f"{moved.step_losses[3] - 1e-3:.8g} (diff 0.001)")
+    assert verdict.line() == (
+        f"CHANGED at step 3: loss {moved.step_losses[3]:.8g}, baseline {moved.step_losses[3] - 1e-3:.8g} (diff 0.001)"
+    )
     assert not result.ok and baseline.last_line(result) == "BASELINE CHANGED (dtensor)"
 
 
 def test_a_change_in_one_weight_anywhere_is_changed_in_the_final_weights():
     """One element, moved by 1e-3, that no sample covers: its array's sums move beyond float64's 1e-7 relative."""
     changed = history()
-    index = next(i for i in range(changed.final_weights[0].size) if i not in
-                 digest("w", changed.final_weights[0])["sample_indices"])
+    index = next(
+        i
+        for i in range(changed.final_weights[0].size)
+        if i not in digest("w", changed.final_weights[0])["sample_indices"]
+    )
     changed.final_weights[0].reshape(-1)[index] += 1e-3
     result = baseline.judge(this_run([changed]), saved_report([history()]), "a.json", never)
     verdict = result.verdicts["reference"]
@@ -111,6 +130,7 @@ def float32_case(float64_by=0.0, baseline_float64=True):
     def float64_runs(names):
         asked.extend(names)
         return {name: TrainerResult(name, history(name, loss_shift=(4, float64_by))) for name in names}
+
     result = baseline.judge(this_run(runs, "float32"), saved_report(saved, float64_saved), "a.json", float64_runs)
     return result, asked
 
@@ -120,8 +140,10 @@ def test_float32_beyond_its_tolerance_is_float_noise_when_both_float64_runs_agre
     assert asked == ["reference"]  # only the trainer beyond float32's tolerance needs its float64 run
     verdict = result.verdicts["reference"]
     assert verdict.verdict == baseline.FLOAT_NOISE and result.ok
-    assert verdict.line().startswith("float noise: float32 left its tolerance at step 2 (loss diff up to 0.001 at "
-                                     f"step 2); float64 agrees with the baseline's float64 run on all {STEPS} steps")
+    assert verdict.line().startswith(
+        "float noise: float32 left its tolerance at step 2 (loss diff up to 0.001 at "
+        f"step 2); float64 agrees with the baseline's float64 run on all {STEPS} steps"
+    )
     assert verdict.float64.bitwise_identical and verdict.float64.dtype == "float64"
     assert baseline.last_line(result) == "BASELINE SAME (float noise: reference)"
 
@@ -131,26 +153,38 @@ def test_float32_beyond_its_tolerance_is_changed_when_the_float64_runs_disagree(
     verdict = result.verdicts["reference"]
     assert verdict.verdict == baseline.CHANGED and verdict.first_changed_step == 4  # float64's step decides
     assert verdict.line().startswith("CHANGED at step 4: loss ")
-    assert verdict.line().endswith("(in float64; float32 left its tolerance at step 2 (loss diff up to 0.001 at "
-                                   "step 2))")
+    assert verdict.line().endswith(
+        "(in float64; float32 left its tolerance at step 2 (loss diff up to 0.001 at step 2))"
+    )
 
 
 def test_float32_beyond_its_tolerance_is_changed_without_a_float64_baseline_and_says_how_to_get_one():
     result, asked = float32_case(baseline_float64=False)
     assert asked == []
-    assert result.verdicts["reference"].line().endswith(
-        "(float32; the baseline holds no float64 run of reference to explain it: save the baseline with "
-        "--with-float64)")
+    assert (
+        result.verdicts["reference"]
+        .line()
+        .endswith(
+            "(float32; the baseline holds no float64 run of reference to explain it: save the baseline with "
+            "--with-float64)"
+        )
+    )
 
 
 def test_without_float64_runs_here_the_reason_is_given():
     runs = [history(name, "float32") for name in NAMES]
     saved = [history(name, "float32", loss_shift=(1, 1e-3)) for name in NAMES]
     why = why_no_float64(Config(restore="/ckpt/reference"))
-    result = baseline.judge(this_run(runs, "float32"), saved_report(saved, [history(n) for n in NAMES]), "a.json",
-                            never, why_no_float64=why)
-    assert result.verdicts["dtensor"].line().endswith(
-        "(float32; no float64 run here: --restore starts from float32 state, which a float64 run cannot restore)")
+    result = baseline.judge(
+        this_run(runs, "float32"), saved_report(saved, [history(n) for n in NAMES]), "a.json", never, why_no_float64=why
+    )
+    assert (
+        result.verdicts["dtensor"]
+        .line()
+        .endswith(
+            "(float32; no float64 run here: --restore starts from float32 state, which a float64 run cannot restore)"
+        )
+    )
 
 
 def test_trainers_missing_or_failed_on_either_side_are_not_compared_and_do_not_fail():
@@ -159,28 +193,41 @@ def test_trainers_missing_or_failed_on_either_side_are_not_compared_and_do_not_f
     run = this_run([history(), history("dtensor"), history("mirrored")])
     result = baseline.judge(run, saved, "a.json", never)
     assert {name: v.line() for name, v in result.verdicts.items()} == {
-        "reference": "same (bit for bit)", "dtensor": "not compared: failed in the baseline",
-        "mirrored": "not compared: not in the baseline"}
+        "reference": "same (bit for bit)",
+        "dtensor": "not compared: failed in the baseline",
+        "mirrored": "not compared: not in the baseline",
+    }
     assert result.ok
 
 
 @pytest.fixture
 def small_data(embedded):
-    return dataclasses.replace(embedded, x_train=embedded.x_train[:512], y_train=embedded.y_train[:512],
-                               x_test=embedded.x_test[:256], y_test=embedded.y_test[:256])
+    return dataclasses.replace(
+        embedded,
+        x_train=embedded.x_train[:512],
+        y_train=embedded.y_train[:512],
+        x_test=embedded.x_test[:256],
+        y_test=embedded.y_test[:256],
+    )
 
 
 def test_options_that_change_the_numbers_are_refused_in_one_line_naming_each(small_data):
     config = Config(dtype="float64", epochs=2)
-    saved = saved_report([history()], config=config.replace(learning_rate=2e-3, hidden=(700, 400), mesh="batch=4,model=2",
-                                                   devices=4), data=small_data)
+    saved = saved_report(
+        [history()],
+        config=config.replace(learning_rate=2e-3, hidden=(700, 400), mesh="batch=4,model=2", devices=4),
+        data=small_data,
+    )
     with pytest.raises(UsageError) as refused:
         baseline.check_options(saved, config, small_data, data_sha256(small_data), "a.json")
-    assert str(refused.value) == ("--baseline a.json: its run differs in options that change the numbers: "
-                                  "--learning-rate 0.002 (this run 0.001); --hidden 700,400 (this run 700,500); "
-                                  "run with the baseline's values or save a new baseline")  # mesh, devices: rounding only
-    baseline.check_options(saved_report([history()], config=config, data=small_data), config, small_data,
-                           data_sha256(small_data), "a.json")
+    assert str(refused.value) == (
+        "--baseline a.json: its run differs in options that change the numbers: "
+        "--learning-rate 0.002 (this run 0.001); --hidden 700,400 (this run 700,500); "
+        "run with the baseline's values or save a new baseline"
+    )  # mesh, devices: rounding only
+    baseline.check_options(
+        saved_report([history()], config=config, data=small_data), config, small_data, data_sha256(small_data), "a.json"
+    )
 
 
 def test_other_data_is_refused_by_its_counts_or_its_checksum(small_data):
@@ -190,8 +237,9 @@ def test_other_data_is_refused_by_its_counts_or_its_checksum(small_data):
         baseline.check_options(saved_report([history()], data=small_data), config, fewer, data_sha256(fewer), "a.json")
     relabelled = dataclasses.replace(small_data, y_train=np.roll(small_data.y_train, 1), source="/data/mnist")
     with pytest.raises(UsageError, match=r": --data embedded \(this run /data/mnist: other images or labels\); run"):
-        baseline.check_options(saved_report([history()], data=small_data), config, relabelled, data_sha256(relabelled),
-                               "a.json")
+        baseline.check_options(
+            saved_report([history()], data=small_data), config, relabelled, data_sha256(relabelled), "a.json"
+        )
 
 
 def test_an_option_a_baseline_does_not_record_counts_as_its_default(small_data):
@@ -208,29 +256,43 @@ def test_a_baseline_without_this_runs_trainers_is_refused(small_data):
     saved["trainers"]["reference"] = {"failed": True, "error": "x"}
     with pytest.raises(UsageError) as refused:
         baseline.check_options(saved, Config(trainers=("dtensor",)), small_data, data_sha256(small_data), "a.json")
-    assert str(refused.value) == ("--baseline a.json: holds none of this run's trainers (it has mirrored, "
-                                  "reference); save a baseline of them")
+    assert str(refused.value) == (
+        "--baseline a.json: holds none of this run's trainers (it has mirrored, reference); save a baseline of them"
+    )
 
 
 def test_with_float64_cannot_start_from_a_float32_checkpoint():
     with pytest.raises(UsageError) as refused:
         Config(with_float64=True, restore="/ckpt", trainers=("reference",))
-    assert str(refused.value) == ("--with-float64 cannot start a float64 run from the float32 checkpoint --restore "
-                                  "/ckpt; drop one of them")
+    assert str(refused.value) == (
+        "--with-float64 cannot start a float64 run from the float32 checkpoint --restore /ckpt; drop one of them"
+    )
 
 
-@pytest.mark.parametrize("contents, message", [
-    (None, "--baseline {path}: no such file; give a report that compare.py --json wrote"),
-    ("{not json", "--baseline {path}: not a JSON report (Expecting property name enclosed in double quotes: line 1 "
-                  "column 2 (char 1))"),
-    ('{"ok": true}', "--baseline {path}: not a compare.py report (no config, environment and trainers)"),
-    ('{"config": {}, "environment": {}, "trainers": {}}',
-     "--baseline {path}: written before reports had a schema_version; save it again with this compare.py (schema "
-     f"{SCHEMA_VERSION})"),
-    ('{"schema_version": "3.0", "config": {}, "environment": {}, "trainers": {}}',
-     "--baseline {path}: schema_version 3.0, this compare.py reads 2.x (docs/report-changelog.md); save it again "
-     "with this compare.py"),
-])
+@pytest.mark.parametrize(
+    "contents, message",
+    [
+        (None, "--baseline {path}: no such file; give a report that compare.py --json wrote"),
+        (
+            "{not json",
+            "--baseline {path}: not a JSON report (Expecting property name enclosed in double quotes: line 1 "
+            "column 2 (char 1))",
+        ),
+        ('{"ok": true}', "--baseline {path}: not a compare.py report (no config, environment and trainers)"),
+        (
+            '{"config": {}, "environment": {}, "trainers": {}}',
+            "--baseline {path}: written before reports had a schema_version; save it again with this compare.py "
+            "(schema "
+            f"{SCHEMA_VERSION})",
+        ),
+        (
+            '{"schema_version": "3.0", "config": {}, "environment": {}, "trainers": {}}',
+            "--baseline {path}: schema_version 3.0, this compare.py reads 2.x (docs/report-changelog.md); "
+            "save it again "
+            "with this compare.py",
+        ),
+    ],
+)
 def test_a_file_that_is_not_a_report_of_this_major_version_is_refused(tmp_path, contents, message):
     path = tmp_path / "a.json"
     if contents is not None:
@@ -254,8 +316,21 @@ def test_the_digest_sums_exactly_samples_evenly_and_hashes_every_bit():
 
 # --- end to end: compare.py ----------------------------------------------------------------------
 
-SMALL = ["--data", "embedded", "--train-examples", "256", "--test-examples", "128", "--epochs", "1",
-         "--devices", "2", "--batch-size", "64", "--quiet"]
+SMALL = [
+    "--data",
+    "embedded",
+    "--train-examples",
+    "256",
+    "--test-examples",
+    "128",
+    "--epochs",
+    "1",
+    "--devices",
+    "2",
+    "--batch-size",
+    "64",
+    "--quiet",
+]
 SMALL64 = SMALL + ["--dtype", "float64"]
 
 
@@ -294,12 +369,14 @@ def test_a_loss_moved_by_1e_3_in_the_baseline_is_changed_at_that_step_exit_1(flo
 
 
 def test_a_baseline_with_another_learning_rate_is_refused_before_anything_trains(float64_baseline, tmp_path):
-    result = run_compare(*SMALL64, "--learning-rate", "2e-3", "--baseline", str(float64_baseline),
-                         "--json", str(tmp_path / "b.json"))
+    result = run_compare(
+        *SMALL64, "--learning-rate", "2e-3", "--baseline", str(float64_baseline), "--json", str(tmp_path / "b.json")
+    )
     assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stderr.splitlines() == [
         f"compare.py: error: --baseline {float64_baseline}: its run differs in options that change the numbers: "
-        "--learning-rate 0.001 (this run 0.002); run with the baseline's values or save a new baseline"]
+        "--learning-rate 0.001 (this run 0.002); run with the baseline's values or save a new baseline"
+    ]
     assert "epoch" not in result.stdout and not (tmp_path / "b.json").exists()
 
 
@@ -323,12 +400,18 @@ def test_a_float32_baseline_with_float64_runs_tells_float_noise_from_a_change(tm
 
     result = run_compare(*SMALL, "--baseline", str(moved), "--json", str(tmp_path / "b.json"))
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
-    lines = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in result.stdout.splitlines()
-             if line.startswith("| ") and line.split("|")[-2].strip().startswith(("same", "float noise", "CHANGED"))}
-    assert lines["reference"].startswith("float noise: float32 left its tolerance at step 1 (loss diff up to 0.001 "
-                                         "at step 1); float64 agrees with the baseline's float64 run on all 4 steps")
+    lines = {
+        line.split("|")[1].strip(): line.split("|")[-2].strip()
+        for line in result.stdout.splitlines()
+        if line.startswith("| ") and line.split("|")[-2].strip().startswith(("same", "float noise", "CHANGED"))
+    }
+    assert lines["reference"].startswith(
+        "float noise: float32 left its tolerance at step 1 (loss diff up to 0.001 "
+        "at step 1); float64 agrees with the baseline's float64 run on all 4 steps"
+    )
     assert lines["dtensor"].startswith("CHANGED at step 1: loss ") and lines["dtensor"].endswith(
-        "(in float64; float32 left its tolerance at step 1 (loss diff up to 0.001 at step 1))")
+        "(in float64; float32 left its tolerance at step 1 (loss diff up to 0.001 at step 1))"
+    )
     assert lines["mirrored"].startswith("same")
     assert result.stdout.rstrip().splitlines()[-1] == "BASELINE CHANGED (dtensor)"
     report = read_report(tmp_path / "b.json")

@@ -7,6 +7,7 @@ MirroredStrategy (8 replicas) trainers each train 2 epochs and checkpoint; every
 then trains the 3rd epoch from the other's checkpoint and is compared with one
 uninterrupted 3-epoch reference run.
 """
+
 import dataclasses
 import json
 import os
@@ -33,16 +34,24 @@ BASE = Config(epochs=3, batch_size=64, quiet=True)
 TRAINERS = {"reference": reference, "dtensor": dtensor_trainer, "mirrored": mirrored_trainer}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (written by, mesh, resumed by, mesh): the issue's pairs.
-PAIRS = [("dtensor", "batch=8", "mirrored", None), ("mirrored", None, "dtensor", "batch=4,model=2"),
-         ("dtensor", "batch=8", "reference", None), ("mirrored", None, "reference", None),
-         ("mirrored", None, "dtensor", "batch=1,model=8")]  # unpadded into a mesh that pads 700 to 704
+PAIRS = [
+    ("dtensor", "batch=8", "mirrored", None),
+    ("mirrored", None, "dtensor", "batch=4,model=2"),
+    ("dtensor", "batch=8", "reference", None),
+    ("mirrored", None, "reference", None),
+    ("mirrored", None, "dtensor", "batch=1,model=8"),
+]  # unpadded into a mesh that pads 700 to 704
 
 
 @pytest.fixture(scope="module")
 def small(embedded):
-    return dataclasses.replace(embedded, x_train=embedded.x_train[:TRAIN_EXAMPLES],
-                               y_train=embedded.y_train[:TRAIN_EXAMPLES],
-                               x_test=embedded.x_test[:TEST_EXAMPLES], y_test=embedded.y_test[:TEST_EXAMPLES])
+    return dataclasses.replace(
+        embedded,
+        x_train=embedded.x_train[:TRAIN_EXAMPLES],
+        y_train=embedded.y_train[:TRAIN_EXAMPLES],
+        x_test=embedded.x_test[:TEST_EXAMPLES],
+        y_test=embedded.y_test[:TEST_EXAMPLES],
+    )
 
 
 def train(trainer, config, data, devices):
@@ -72,16 +81,22 @@ def resumed(small, devices, written, tmp_path_factory):
 
     def resumed(writer, resumer, mesh):
         if (writer, resumer, mesh) not in histories:
-            config = BASE.replace(restore=str(written[writer][1]), mesh=mesh,
-                                  export=str(export_root / f"{writer}-to-{resumer}-{mesh or ''}"))
+            config = BASE.replace(
+                restore=str(written[writer][1]),
+                mesh=mesh,
+                export=str(export_root / f"{writer}-to-{resumer}-{mesh or ''}"),
+            )
             histories[writer, resumer, mesh] = train(resumer, config, small, devices)
         return histories[writer, resumer, mesh]
+
     return resumed
 
 
 def max_abs_diff(arrays, expected_arrays) -> float:
-    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-               for a, b in zip(arrays, expected_arrays, strict=True))
+    return max(
+        float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+        for a, b in zip(arrays, expected_arrays, strict=True)
+    )
 
 
 def test_a_checkpoint_holds_the_writers_final_state(written):
@@ -102,28 +117,40 @@ def test_resumed_run_matches_the_uninterrupted_one(resumed, uninterrupted, write
     assert len(history.step_losses) == STEPS_PER_EPOCH
     loss_diff = float(np.max(np.abs(np.array(history.step_losses) - uninterrupted.step_losses[-STEPS_PER_EPOCH:])))
     weight_diff = max_abs_diff(history.final_weights, uninterrupted.final_weights)
-    print(f"\n{writer} ({writer_mesh or '8 replicas'}) -> {resumer} ({mesh or ''}): "
-          f"max |loss diff| {loss_diff:.3g}, max |weight diff| {weight_diff:.3g}")
+    print(
+        f"\n{writer} ({writer_mesh or '8 replicas'}) -> {resumer} ({mesh or ''}): "
+        f"max |loss diff| {loss_diff:.3g}, max |weight diff| {weight_diff:.3g}"
+    )
     assert loss_diff <= TOLERANCES["float32"]["loss"].atol
     assert weight_diff <= TOLERANCES["float32"]["weight"].atol
     assert abs(history.epochs[0].test_loss - uninterrupted.epochs[2].test_loss) <= TOLERANCES["float32"]["loss"].atol
 
 
-def test_a_padded_mesh_checkpoints_the_unpadded_model_that_others_resume(small, devices, uninterrupted,
-                                                                        tmp_path_factory):
+def test_a_padded_mesh_checkpoints_the_unpadded_model_that_others_resume(
+    small, devices, uninterrupted, tmp_path_factory
+):
     directory = tmp_path_factory.mktemp("padded")
-    written_padded = train("dtensor", BASE.replace(epochs=2, checkpoint_dir=str(directory), mesh="batch=1,model=8",
-                                                   export=str(directory / "exported")), small, devices)
+    written_padded = train(
+        "dtensor",
+        BASE.replace(
+            epochs=2, checkpoint_dir=str(directory), mesh="batch=1,model=8", export=str(directory / "exported")
+        ),
+        small,
+        devices,
+    )
     # The export holds the unpadded weights and serves the padded mesh's own logits.
     assert float(written_padded.details["export_max_abs_logit_diff"]) <= export.LOGIT_TOLERANCE
     prefix = checkpoint.resolve(str(directory / "dtensor"))
     for stored, final in zip(checkpoint.weights_of(prefix, mlp()), written_padded.final_weights, strict=True):
         np.testing.assert_array_equal(stored, final)  # (784, 700), (700,), (700, 500), ...: no padding
     import tensorflow as tf
+
     assert tf.train.load_checkpoint(prefix).get_tensor("optimizer/m/0/.ATTRIBUTES/VARIABLE_VALUE").shape == (784, 700)
     history = train("reference", BASE.replace(restore=str(directory / "dtensor")), small, devices)
-    assert max_abs_diff(history.step_losses, uninterrupted.step_losses[-STEPS_PER_EPOCH:]) <= \
-        TOLERANCES["float32"]["loss"].atol
+    assert (
+        max_abs_diff(history.step_losses, uninterrupted.step_losses[-STEPS_PER_EPOCH:])
+        <= TOLERANCES["float32"]["loss"].atol
+    )
     assert max_abs_diff(history.final_weights, uninterrupted.final_weights) <= TOLERANCES["float32"]["weight"].atol
 
 
@@ -137,8 +164,10 @@ def sgd_checkpoint(small, devices, tmp_path_factory):
 def test_mismatched_architecture_is_one_line(written, small, devices):
     path = written["dtensor"][1]
     config = BASE.replace(restore=str(path), hidden=(64, 32))
-    expected = (f"checkpoint {path}/epoch-0002 was written for hidden 700,500 but --hidden 64,32 was given; "
-                f"use --hidden 700,500")
+    expected = (
+        f"checkpoint {path}/epoch-0002 was written for hidden 700,500 but --hidden 64,32 was given; "
+        f"use --hidden 700,500"
+    )
     with pytest.raises(UsageError) as raised:
         checkpoint.check_config(config)
     assert str(raised.value) == expected
@@ -149,11 +178,15 @@ def test_mismatched_architecture_is_one_line(written, small, devices):
 def test_mismatched_optimizer_is_one_line(written, sgd_checkpoint, small, devices):
     with pytest.raises(UsageError) as raised:
         checkpoint.check_config(BASE.replace(restore=str(sgd_checkpoint)))
-    assert str(raised.value) == (f"checkpoint {sgd_checkpoint} holds sgd state but --optimizer adam was given "
-                                 f"(adam vs sgd); use --optimizer sgd")
+    assert str(raised.value) == (
+        f"checkpoint {sgd_checkpoint} holds sgd state but --optimizer adam was given (adam vs sgd); use --optimizer sgd"
+    )
     adam_checkpoint = written["mirrored"][1] / "epoch-0001"
-    with pytest.raises(UsageError, match=r"^checkpoint .*/mirrored/epoch-0001 holds adam state but --optimizer sgd "
-                                         r"was given \(sgd vs adam\); use --optimizer adam$"):
+    with pytest.raises(
+        UsageError,
+        match=r"^checkpoint .*/mirrored/epoch-0001 holds adam state but --optimizer sgd "
+        r"was given \(sgd vs adam\); use --optimizer adam$",
+    ):
         mirrored_trainer.fit(BASE.replace(restore=str(adam_checkpoint), optimizer="sgd"), small, devices)
 
 
@@ -161,8 +194,7 @@ def test_a_checkpoint_restores_only_into_its_own_dtype(written, small, devices):
     """float32 state does not restore into a float64 run (it would need a conversion): one line."""
     path = written["dtensor"][1]
     assert checkpoint.read_progress(checkpoint.resolve(str(path)))["dtype"] == b"float32"
-    expected = (f"checkpoint {path}/epoch-0002 holds float32 state but --dtype float64 was given; "
-                f"use --dtype float32")
+    expected = f"checkpoint {path}/epoch-0002 holds float32 state but --dtype float64 was given; use --dtype float32"
     with pytest.raises(UsageError) as raised:
         checkpoint.check_config(BASE.replace(restore=str(path), dtype="float64"))
     assert str(raised.value) == expected
@@ -170,11 +202,17 @@ def test_a_checkpoint_restores_only_into_its_own_dtype(written, small, devices):
 
 def test_nothing_left_to_train_and_missing_checkpoints_are_one_line(written, tmp_path):
     path = written["dtensor"][1]
-    with pytest.raises(UsageError, match=r"^checkpoint .*/dtensor/epoch-0002 is at epoch 2 and --epochs 2 leaves "
-                                         r"nothing to train \(--epochs is the total\); use --epochs 3 or more$"):
+    with pytest.raises(
+        UsageError,
+        match=r"^checkpoint .*/dtensor/epoch-0002 is at epoch 2 and --epochs 2 leaves "
+        r"nothing to train \(--epochs is the total\); use --epochs 3 or more$",
+    ):
         checkpoint.check_config(BASE.replace(restore=str(path), epochs=2))
-    with pytest.raises(UsageError, match=r"holds checkpoints of dtensor, mirrored; name one, e\.g\. --restore "
-                                         r".*/dtensor$"):
+    with pytest.raises(
+        UsageError,
+        match=r"holds checkpoints of dtensor, mirrored; name one, e\.g\. --restore "
+        r".*/dtensor$",
+    ):
         checkpoint.check_config(BASE.replace(restore=str(path.parent)))
     with pytest.raises(UsageError, match=r"^--restore .*: no checkpoint there; give a DIR/<trainer>"):
         checkpoint.check_config(BASE.replace(restore=str(tmp_path)))
@@ -209,8 +247,14 @@ for epoch in range(1, 100):
 def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     directory = tmp_path / "killed"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(directory)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(directory)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert writer.stdout.readline().strip() == "1", "the writer did not publish epoch-0001"
         partial = directory / ".epoch-0002.partial"
@@ -231,11 +275,18 @@ def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     from shared.mlp import mlp
     from shared.model import Model
     from shared.optim import make_optimizer
+
     config = Config(hidden=(2048, 2048), epochs=3, restore=str(directory), quiet=True)
     definition = mlp(config.hidden)
     model = Model(definition, [np.zeros(v.shape, np.float32) for v in definition.initial_values(0)])
-    optimizer = make_optimizer("adam", "fixed", model.weights, 1e-3, lambda v: tf.Variable(tf.zeros_like(v)),
-                               lambda: tf.Variable(0, dtype=tf.int64))
+    optimizer = make_optimizer(
+        "adam",
+        "fixed",
+        model.weights,
+        1e-3,
+        lambda v: tf.Variable(tf.zeros_like(v)),
+        lambda: tf.Variable(0, dtype=tf.int64),
+    )
     state = checkpoint.TrainingState("reference", config, model, optimizer, 300)
     assert state.restore() == 1
     assert all(np.all(weight.numpy() == 1.0) for weight in model.weights)
@@ -252,13 +303,16 @@ def test_only_the_newest_checkpoints_are_kept_and_they_honour_the_umask(small, d
     directory = tmp_path / "reference"
     assert sorted(os.listdir(directory)) == ["epoch-0003", "epoch-0004"]
     # Without --quiet, one line per checkpoint written, naming what --keep-checkpoints removed.
-    reference.fit(config.replace(quiet=False, checkpoint_dir=str(tmp_path / "said")), small, devices[:1],
-                  log=logged.append)
+    reference.fit(
+        config.replace(quiet=False, checkpoint_dir=str(tmp_path / "said")), small, devices[:1], log=logged.append
+    )
     said = tmp_path / "said" / "reference"
     assert [line for line in logged if " checkpoint " in line] == [
-        f"reference  checkpoint {said}/epoch-0001", f"reference  checkpoint {said}/epoch-0002",
+        f"reference  checkpoint {said}/epoch-0001",
+        f"reference  checkpoint {said}/epoch-0002",
         f"reference  checkpoint {said}/epoch-0003 (removed epoch-0001)",
-        f"reference  checkpoint {said}/epoch-0004 (removed epoch-0002)"]
+        f"reference  checkpoint {said}/epoch-0004 (removed epoch-0002)",
+    ]
     umask = os.umask(0o022)
     os.umask(umask)
     for path in [directory / "epoch-0004", *(directory / "epoch-0004").iterdir()]:
@@ -271,15 +325,25 @@ def test_only_the_newest_checkpoints_are_kept_and_they_honour_the_umask(small, d
 
 # --- SavedModel export -----------------------------------------------------------------------
 
+
 def export_check(*directories):
     """`python -m shared.export DIR...` as a user runs it: TF_CPP_MIN_LOG_LEVEL unset."""
     env = dict({k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-m", "shared.export", *directories], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "shared.export", *directories],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-EXPORTED = [("dtensor", "reference", None), ("mirrored", "dtensor", "batch=4,model=2"),
-            ("dtensor", "mirrored", None)]  # (writer, exporting trainer, its mesh): one per trainer
+EXPORTED = [
+    ("dtensor", "reference", None),
+    ("mirrored", "dtensor", "batch=4,model=2"),
+    ("dtensor", "mirrored", None),
+]  # (writer, exporting trainer, its mesh): one per trainer
 
 
 def test_exports_serve_the_trainers_predictions_in_a_fresh_process(resumed):
@@ -298,46 +362,73 @@ def test_exports_serve_the_trainers_predictions_in_a_fresh_process(resumed):
     for trainer, directory in directories.items():
         line = next(line for line in lines if line.startswith(directory + ":"))
         print(f"\n{trainer}: {line}")
-        assert line.endswith(f"against the trainer's own on its probe images, tolerance {export.LOGIT_TOLERANCE:g} "
-                             f"(ok)")
+        assert line.endswith(
+            f"against the trainer's own on its probe images, tolerance {export.LOGIT_TOLERANCE:g} (ok)"
+        )
     not_an_export = export_check(directories["dtensor"], os.path.dirname(directories["dtensor"]))
     assert not_an_export.returncode == 2 and not_an_export.stdout == ""
     assert not_an_export.stderr.splitlines() == [
         f"python -m shared.export: error: {os.path.dirname(directories['dtensor'])} is not an export of compare.py "
-        f"--export (it has no assets.extra/probe.npz)"]
+        f"--export (it has no assets.extra/probe.npz)"
+    ]
 
     import tensorflow as tf
+
     serving = tf.saved_model.load(directories["dtensor"]).signatures["serving_default"]
-    assert serving.structured_input_signature == (
-        (), {"images": tf.TensorSpec([None, 784], tf.float32, name="images")})
-    assert {name: spec.shape.as_list() for name, spec in serving.structured_outputs.items()} == \
-        {"logits": [None, 10], "probabilities": [None, 10]}
+    assert serving.structured_input_signature == ((), {"images": tf.TensorSpec([None, 784], tf.float32, name="images")})
+    assert {name: spec.shape.as_list() for name, spec in serving.structured_outputs.items()} == {
+        "logits": [None, 10],
+        "probabilities": [None, 10],
+    }
 
 
 # --- the command line ------------------------------------------------------------------------
 
+
 def test_compare_restores_checkpoints_and_exports(written, tmp_path):
     """compare.py resumes DTensor's epoch-2 checkpoint on a 2-device mesh and 2 replicas."""
-    result = run_compare("--data", "embedded", "--train-examples", str(TRAIN_EXAMPLES), "--test-examples",
-                         str(TEST_EXAMPLES), "--batch-size", "64", "--epochs", "3", "--devices", "2",
-                         "--trainers", "dtensor,mirrored", "--restore", str(written["dtensor"][1]),
-                         "--checkpoint-dir", str(tmp_path / "checkpoints"), "--export", str(tmp_path / "exported"))
+    result = run_compare(
+        "--data",
+        "embedded",
+        "--train-examples",
+        str(TRAIN_EXAMPLES),
+        "--test-examples",
+        str(TEST_EXAMPLES),
+        "--batch-size",
+        "64",
+        "--epochs",
+        "3",
+        "--devices",
+        "2",
+        "--trainers",
+        "dtensor,mirrored",
+        "--restore",
+        str(written["dtensor"][1]),
+        "--checkpoint-dir",
+        str(tmp_path / "checkpoints"),
+        "--export",
+        str(tmp_path / "exported"),
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.rstrip().endswith("PARITY OK")
     for name in ("reference", "dtensor", "mirrored"):
-        assert f"{name:<10} restored {written['dtensor'][1]}/epoch-0002: epoch 2, step 10; training epochs 3..3" \
+        assert (
+            f"{name:<10} restored {written['dtensor'][1]}/epoch-0002: epoch 2, step 10; training epochs 3..3"
             in unwrapped(result.stdout)
+        )
         assert f"{name:<10} checkpoint {tmp_path}/checkpoints/{name}/epoch-0003" in unwrapped(result.stdout)
         assert f"{name:<10} epoch 3/3" in result.stdout and f"{name:<10} epoch 2/3" not in result.stdout
         assert os.listdir(tmp_path / "checkpoints" / name) == ["epoch-0003"]
         assert os.path.exists(tmp_path / "exported" / name / "saved_model.pb")
 
-    mismatch = run_compare("--data", "embedded", "--epochs", "3", "--hidden", "64,32",
-                           "--restore", str(written["dtensor"][1]))
+    mismatch = run_compare(
+        "--data", "embedded", "--epochs", "3", "--hidden", "64,32", "--restore", str(written["dtensor"][1])
+    )
     assert mismatch.returncode == 2
     assert mismatch.stderr.strip().splitlines()[-1] == (
         f"compare.py: error: checkpoint {written['dtensor'][1]}/epoch-0002 was written for hidden 700,500 "
-        f"but --hidden 64,32 was given; use --hidden 700,500")
+        f"but --hidden 64,32 was given; use --hidden 700,500"
+    )
 
 
 def test_a_resumed_run_is_judged_against_an_uninterrupted_reference(written, uninterrupted, tmp_path):
@@ -345,30 +436,53 @@ def test_a_resumed_run_is_judged_against_an_uninterrupted_reference(written, uni
     reference trains epochs 1 and 2 from the initial values, and parity is judged on epoch 2's 5 steps.
     The same checkpoint against a reference from another seed is a MISMATCH at the restore point: the
     check compares the resumed state with the uninterrupted one, not with itself."""
+
     def resume(*args):
         report_path = tmp_path / f"report{len(args)}.json"
-        result = run_compare("--data", "embedded", "--train-examples", str(TRAIN_EXAMPLES), "--test-examples",
-                             str(TEST_EXAMPLES), "--batch-size", "64", "--epochs", "2", "--devices", "2",
-                             "--trainers", "dtensor,mirrored", "--restore", str(written["dtensor"][1] / "epoch-0001"),
-                             "--reference-from-scratch", "--json", str(report_path), *args)
+        result = run_compare(
+            "--data",
+            "embedded",
+            "--train-examples",
+            str(TRAIN_EXAMPLES),
+            "--test-examples",
+            str(TEST_EXAMPLES),
+            "--batch-size",
+            "64",
+            "--epochs",
+            "2",
+            "--devices",
+            "2",
+            "--trainers",
+            "dtensor,mirrored",
+            "--restore",
+            str(written["dtensor"][1] / "epoch-0001"),
+            "--reference-from-scratch",
+            "--json",
+            str(report_path),
+            *args,
+        )
         return result, json.loads(report_path.read_text())
 
     result, report = resume()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "reference  epoch 1/2" in result.stdout and "reference  restored" not in result.stdout
     for name in ("dtensor", "mirrored"):
-        assert f"{name:<10} restored {written['dtensor'][1]}/epoch-0001: epoch 1, step 5; training epochs 2..2" \
+        assert (
+            f"{name:<10} restored {written['dtensor'][1]}/epoch-0001: epoch 1, step 5; training epochs 2..2"
             in unwrapped(result.stdout)
+        )
         parity = report["parity"][name]
         assert parity["verdict"] == "ok" and parity["steps"] == STEPS_PER_EPOCH
         assert parity["gradients_judged"] is False and parity["max_abs_grad_diff"] is None
         assert parity["max_abs_loss_diff"] <= TOLERANCES["float32"]["loss"].atol
-    assert ("Parity against the single-device reference trained from scratch, on the 5 steps after the restore "
-            "point") in result.stdout
+    assert (
+        "Parity against the single-device reference trained from scratch, on the 5 steps after the restore point"
+    ) in result.stdout
     # What is compared is the uninterrupted reference's epoch 2: the 3-epoch run's steps 5-9, its epoch 2.
     compared = report["trainers"]["reference"]
-    np.testing.assert_allclose(compared["step_losses"], uninterrupted.step_losses[STEPS_PER_EPOCH:2 * STEPS_PER_EPOCH],
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        compared["step_losses"], uninterrupted.step_losses[STEPS_PER_EPOCH : 2 * STEPS_PER_EPOCH], rtol=1e-6, atol=1e-6
+    )
     assert [epoch["epoch"] for epoch in compared["epochs"]] == [2]
 
     other_seed, report = resume("--seed", "5", "--quiet")

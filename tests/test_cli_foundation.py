@@ -1,16 +1,48 @@
 """compare.py as a user runs it: help, the reference run, and one-line errors with exit code 2."""
+
 import re
 
 import pytest
 
 from tests.cli import run_compare
 
-OPTIONS = ["--trainers", "--devices", "--device-type", "--mesh", "--epochs", "--batch-size",
-           "--learning-rate", "--seed", "--optimizer", "--adam", "--data", "--train-examples",
-           "--test-examples", "--tolerance", "--json", "--plots", "--logdir", "--sweep-devices",
-           "--quiet", "--hidden", "--shuffle", "--dtensor-input", "--mirrored-update",
-           "--keep-checkpoints", "--verbose", "--dtype", "--no-explain", "--sweep-meshes", "--baseline",
-           "--with-float64", "--repeat", "--deterministic", "--profile", "--link-gbps", "--no-dtensor-nccl"]
+OPTIONS = [
+    "--trainers",
+    "--devices",
+    "--device-type",
+    "--mesh",
+    "--epochs",
+    "--batch-size",
+    "--learning-rate",
+    "--seed",
+    "--optimizer",
+    "--adam",
+    "--data",
+    "--train-examples",
+    "--test-examples",
+    "--tolerance",
+    "--json",
+    "--plots",
+    "--logdir",
+    "--sweep-devices",
+    "--quiet",
+    "--hidden",
+    "--shuffle",
+    "--dtensor-input",
+    "--mirrored-update",
+    "--keep-checkpoints",
+    "--verbose",
+    "--dtype",
+    "--no-explain",
+    "--sweep-meshes",
+    "--baseline",
+    "--with-float64",
+    "--repeat",
+    "--deterministic",
+    "--profile",
+    "--link-gbps",
+    "--no-dtensor-nccl",
+]
 
 
 def test_help_lists_every_option_with_its_default():
@@ -30,12 +62,15 @@ def test_reference_prints_three_epochs_of_falling_loss():
     assert "TensorFlow 2." in result.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--trainers", "reference,nope"], r"argument --trainers: unknown trainer nope"),
-    (["--epochs", "-1"], r"argument --epochs: -1 is negative"),
-    (["--batch-size", "0"], r"argument --batch-size: 0 is not a positive integer"),
-    (["--optimizer", "rmsprop"], r"argument --optimizer: invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--trainers", "reference,nope"], r"argument --trainers: unknown trainer nope"),
+        (["--epochs", "-1"], r"argument --epochs: -1 is negative"),
+        (["--batch-size", "0"], r"argument --batch-size: 0 is not a positive integer"),
+        (["--optimizer", "rmsprop"], r"argument --optimizer: invalid choice"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line(args, message):
     result = run_compare(*args)
     assert result.returncode == 2
@@ -43,11 +78,14 @@ def test_bad_flags_exit_2_with_one_line(args, message):
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--data", "/no/such/dir"], r"--data /no/such/dir: no such directory"),
-    (["--data", "embedded", "--train-examples", "5000"], r"--train-examples 5000 is more than the 4000"),
-    (["--json", "/no/such/dir/report.json"], r"--json: directory /no/such/dir does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "/no/such/dir"], r"--data /no/such/dir: no such directory"),
+        (["--data", "embedded", "--train-examples", "5000"], r"--train-examples 5000 is more than the 4000"),
+        (["--json", "/no/such/dir/report.json"], r"--json: directory /no/such/dir does not exist"),
+    ],
+)
 def test_bad_input_exits_2_before_training(args, message):
     result = run_compare("--trainers", "reference", *args)
     assert result.returncode == 2
@@ -55,17 +93,24 @@ def test_bad_input_exits_2_before_training(args, message):
     assert "Traceback" not in result.stderr and "epoch 1/" not in result.stdout
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--batch-size", "0"], "compare.py: error: argument --batch-size: 0 is not a positive integer; see --help\n"),
-    (["--no-such-flag"], "compare.py: error: unrecognized arguments: --no-such-flag; see --help\n"),
-    (["--reference-from-scratch"], "compare.py: error: --reference-from-scratch compares trainers resumed from a "
-                                   "checkpoint with a reference trained from the initial values; give --restore PATH "
-                                   "too\n"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--batch-size", "0"], "compare.py: error: argument --batch-size: 0 is not a positive integer; see --help\n"),
+        (["--no-such-flag"], "compare.py: error: unrecognized arguments: --no-such-flag; see --help\n"),
+        (
+            ["--reference-from-scratch"],
+            "compare.py: error: --reference-from-scratch compares trainers resumed from a "
+            "checkpoint with a reference trained from the initial values; give --restore PATH "
+            "too\n",
+        ),
+    ],
+)
 def test_main_in_python_returns_2_for_any_bad_input_without_raising(argv, message, capsys):
     """compare.main(argv) is the Python API: an argparse error is the same return value and line as any other
     bad input (no SystemExit), so a caller gets one behaviour."""
     import compare
+
     assert compare.main(argv) == 2
     captured = capsys.readouterr()
     assert captured.err == message and captured.out == ""
@@ -73,6 +118,7 @@ def test_main_in_python_returns_2_for_any_bad_input_without_raising(argv, messag
 
 def test_main_in_python_returns_0_for_help(capsys):
     import compare
+
     assert compare.main(["--help"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("usage: ") and "--reference-from-scratch" in captured.out and captured.err == ""

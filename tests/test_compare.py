@@ -3,6 +3,7 @@
 One full run (all three trainers, 2 devices, 1 epoch of 256 examples) is shared by
 the table, JSON and plot tests; each other case is its own process.
 """
+
 import json
 import os
 import re
@@ -13,16 +14,29 @@ import pytest
 from shared.console import LINE_WIDTH
 from tests.cli import check_report, read_report, run_compare, unwrapped
 
-SMALL = ["--data", "embedded", "--train-examples", "256", "--test-examples", "128", "--epochs", "1",
-         "--devices", "2", "--batch-size", "64"]
+SMALL = [
+    "--data",
+    "embedded",
+    "--train-examples",
+    "256",
+    "--test-examples",
+    "128",
+    "--epochs",
+    "1",
+    "--devices",
+    "2",
+    "--batch-size",
+    "64",
+]
 PNG_SIZE = (900, 600)  # FIGURE_SIZE (9, 6) at 100 dpi
 
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare")
-    result = run_compare(*SMALL, "--json", str(out / "report.json"), "--plots", str(out / "plots"),
-                         "--logdir", str(out / "logs"))
+    result = run_compare(
+        *SMALL, "--json", str(out / "report.json"), "--plots", str(out / "plots"), "--logdir", str(out / "logs")
+    )
     return result, out
 
 
@@ -32,8 +46,10 @@ def test_full_run_exits_0_with_parity(full_run):
     assert result.stdout.rstrip().endswith("PARITY OK")
 
 
-TENSORFLOW_LOG_LINE = re.compile(r"^[IWEF]\d{4} |^WARNING: All log messages before absl|oneDNN|cuInit|cuda drivers|"
-                                r"DTensor cache key lookup|XLA service")
+TENSORFLOW_LOG_LINE = re.compile(
+    r"^[IWEF]\d{4} |^WARNING: All log messages before absl|oneDNN|cuInit|cuda drivers|"
+    r"DTensor cache key lookup|XLA service"
+)
 
 
 def test_a_run_prints_only_the_projects_own_lines(full_run):
@@ -61,8 +77,10 @@ def test_tables_have_a_row_per_trainer_and_the_promised_columns(full_run):
     result, _ = full_run
     lines = result.stdout.splitlines()
     title = lines.index("Parity against the single-device reference, all 4 steps")
-    assert lines[title + 1] == ("float32, |diff| <= atol + rtol |reference|: loss 1e-04 + 1e-04, gradients 1e-04 + "
-                                "1e-04, final weights 1e-03 + 1e-03")
+    assert lines[title + 1] == (
+        "float32, |diff| <= atol + rtol |reference|: loss 1e-04 + 1e-04, gradients 1e-04 + "
+        "1e-04, final weights 1e-03 + 1e-03"
+    )
     parity_header = next(line for line in lines if line.startswith("| trainer") and "max |loss diff|" in line)
     for column in ("at step", "rel loss diff", "max |grad diff|", "max |weight diff|", "verdict"):
         assert column in parity_header
@@ -73,14 +91,19 @@ def test_tables_have_a_row_per_trainer_and_the_promised_columns(full_run):
     for column in ("step p50 ms", "step p95 ms", "trace s", "memory/device MB", "peak MB"):
         assert column in speed_header
     rows = [line for line in lines if re.match(r"\| (reference|dtensor|mirrored) ", line)]
-    assert sorted(r.split("|")[1].strip() for r in rows) == \
-        ["dtensor"] * 3 + ["mirrored"] * 3 + ["reference"] * 2  # parity rows + results and speed rows
+    assert (
+        sorted(r.split("|")[1].strip() for r in rows) == ["dtensor"] * 3 + ["mirrored"] * 3 + ["reference"] * 2
+    )  # parity rows + results and speed rows
     assert sum(r.rstrip().endswith("| ok        |") for r in rows) == 2
     assert max(len(line) for line in lines) <= LINE_WIDTH
     # The epoch lines share one format across trainers.
     for name in ("reference", "dtensor", "mirrored"):
-        assert re.search(rf"^{name}\s+epoch 1/1  train_loss \d\.\d{{4}}  train_acc \d\.\d{{4}}  "
-                         rf"test_loss \d\.\d{{4}}  test_acc \d\.\d{{4}}  time \d+\.\d\ds$", result.stdout, re.M)
+        assert re.search(
+            rf"^{name}\s+epoch 1/1  train_loss \d\.\d{{4}}  train_acc \d\.\d{{4}}  "
+            rf"test_loss \d\.\d{{4}}  test_acc \d\.\d{{4}}  time \d+\.\d\ds$",
+            result.stdout,
+            re.M,
+        )
 
 
 def test_json_report_keys_and_types(full_run):
@@ -110,8 +133,12 @@ def test_json_report_keys_and_types(full_run):
         assert parity["ok"] is True and parity["verdict"] == "ok" and parity["reason"] == ""
         assert parity["within_tolerance"] is True
         assert parity["dtype"] == "float32" and parity["steps"] == 4 and parity["float64"] is None
-        assert parity["tolerances"] == {"loss": [1e-4, 1e-4], "gradient": [1e-4, 1e-4], "weight": [1e-3, 1e-3],
-                                        "state": [0.0, 1e-4]}
+        assert parity["tolerances"] == {
+            "loss": [1e-4, 1e-4],
+            "gradient": [1e-4, 1e-4],
+            "weight": [1e-3, 1e-3],
+            "state": [0.0, 1e-4],
+        }
         assert parity["max_abs_loss_diff"] <= parity["tolerances"]["loss"][0]
     assert "reference" not in report["parity"] and report["float64_rerun"] is None
 
@@ -155,26 +182,48 @@ def test_tutorial_adam_reads_stale_slots_only_with_all_reduce_combining(tmp_path
     trainers, matches the reference."""
     report_path = tmp_path / "report.json"
     env = {} if combine is None else {"DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION": combine}
-    result = run_compare(*SMALL, "--devices", "8", "--batch-size", "128", "--trainers", "dtensor",
-                         "--adam", "tutorial", "--json", str(report_path), "--plots", str(tmp_path / "plots"),
-                         env=env)
+    result = run_compare(
+        *SMALL,
+        "--devices",
+        "8",
+        "--batch-size",
+        "128",
+        "--trainers",
+        "dtensor",
+        "--adam",
+        "tutorial",
+        "--json",
+        str(report_path),
+        "--plots",
+        str(tmp_path / "plots"),
+        env=env,
+    )
     report = read_report(report_path)  # complete even when parity fails
     parity = report["parity"]["dtensor"]
     if combine == "1":
         assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
-        assert re.search(r"^dtensor: float32 left its tolerance at step 1; rerunning reference and dtensor in "
-                         r"float64 to explain$", result.stdout, re.M)
+        assert re.search(
+            r"^dtensor: float32 left its tolerance at step 1; rerunning reference and dtensor in "
+            r"float64 to explain$",
+            result.stdout,
+            re.M,
+        )
         assert re.search(r"^\| dtensor .*\| MISMATCH  \|$", result.stdout, re.M)  # the keyword; the reason below
-        assert ("\ndtensor    at step 0: after its update every weight and bias; then every Adam slot from step 1 "
-                "(in float64;") in result.stdout
+        assert (
+            "\ndtensor    at step 0: after its update every weight and bias; then every Adam slot from step 1 "
+            "(in float64;"
+        ) in result.stdout
         assert result.stdout.rstrip().endswith("PARITY FAILED")
         assert report["ok"] is False and parity["verdict"] == "MISMATCH" and parity["max_abs_loss_diff"] > 0.01
-        assert parity["reason"].startswith("at step 0: after its update every weight and bias; then every Adam slot "
-                                           "from step 1 (in float64; float32 left its tolerance at step 1 (loss diff")
+        assert parity["reason"].startswith(
+            "at step 0: after its update every weight and bias; then every Adam slot "
+            "from step 1 (in float64; float32 left its tolerance at step 1 (loss diff"
+        )
         assert parity["first_disagreeing_step"] == 0 and parity["float32_left_tolerance_step"] == 1
         assert parity["differing"] == [f"layer {i} {kind}" for i in range(3) for kind in ("weight", "bias")]
-        assert {name: step for name, step in parity["float64"]["state_first_steps"].items() if "Adam" in name} == \
-            {f"layer {i} {kind} Adam {slot}": 1 for slot in "mv" for i in range(3) for kind in ("weight", "bias")}
+        assert {name: step for name, step in parity["float64"]["state_first_steps"].items() if "Adam" in name} == {
+            f"layer {i} {kind} Adam {slot}": 1 for slot in "mv" for i in range(3) for kind in ("weight", "bias")
+        }
         assert parity["float64"]["dtype"] == "float64" and parity["float64"]["max_abs_loss_diff"] > 0.01
         rerun = report["float64_rerun"]
         assert rerun["seconds"] > 0 and set(rerun["step_losses"]) == {"reference", "dtensor"}
@@ -190,21 +239,33 @@ def test_fixed_adam_matches_with_all_reduce_combining_on(tmp_path):
     tf.function is stale, so DTensor runs one step per call: several would each read the weights
     from before the previous step's update. 8 steps: more than one call of STEPS_PER_CALL."""
     report_path = tmp_path / "report.json"
-    result = run_compare(*SMALL, "--train-examples", "512", "--devices", "8", "--trainers", "dtensor",
-                         "--json", str(report_path),
-                         env={"DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION": "1"})
+    result = run_compare(
+        *SMALL,
+        "--train-examples",
+        "512",
+        "--devices",
+        "8",
+        "--trainers",
+        "dtensor",
+        "--json",
+        str(report_path),
+        env={"DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION": "1"},
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     parity = read_report(report_path)["parity"]["dtensor"]
     assert parity["max_abs_loss_diff"] <= 1e-6 and parity["max_abs_weight_diff"] <= 1e-5
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--trainers", "dtensor,nope"], r"unknown trainer nope"),
-    (["--mesh", "batch=4"], r"--mesh batch=4 covers 4 devices but there are 2"),
-    (["--epochs", "-2"], r"--epochs: -2 is negative"),
-    (["--data", "{tmp}/empty"], r"train-images-idx3-ubyte\[\.gz\] not found"),
-    (["--json", "{tmp}/missing/report.json"], r"--json: directory .*missing does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--trainers", "dtensor,nope"], r"unknown trainer nope"),
+        (["--mesh", "batch=4"], r"--mesh batch=4 covers 4 devices but there are 2"),
+        (["--epochs", "-2"], r"--epochs: -2 is negative"),
+        (["--data", "{tmp}/empty"], r"train-images-idx3-ubyte\[\.gz\] not found"),
+        (["--json", "{tmp}/missing/report.json"], r"--json: directory .*missing does not exist"),
+    ],
+)
 def test_bad_options_exit_2_and_leave_no_report(tmp_path, args, message):
     (tmp_path / "empty").mkdir()
     existing = tmp_path / "report.json"
@@ -226,21 +287,40 @@ def test_float32_noise_beyond_the_tolerance_is_explained_by_float64_and_passes(t
     and is not asserted). The float64 rerun, judged at float64's own tolerance, agrees (losses within 1e-8
     relative, though more than 1 apart), so the verdict is float noise, exit 0."""
     report_path = tmp_path / "report.json"
-    result = run_compare(*SMALL, "--train-examples", "512", "--test-examples", "64", "--learning-rate", "1e4",
-                         "--trainers", "dtensor", "--mesh", "batch=1,model=2", "--tolerance", "1e-6", "--quiet",
-                         "--json", str(report_path), "--plots", str(tmp_path / "plots"))
+    result = run_compare(
+        *SMALL,
+        "--train-examples",
+        "512",
+        "--test-examples",
+        "64",
+        "--learning-rate",
+        "1e4",
+        "--trainers",
+        "dtensor",
+        "--mesh",
+        "batch=1,model=2",
+        "--tolerance",
+        "1e-6",
+        "--quiet",
+        "--json",
+        str(report_path),
+        "--plots",
+        str(tmp_path / "plots"),
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     where = r"float32 left its tolerance (at step (?P<step>\d+)|in the first-step gradients|in the final weights)"
-    announced = re.search(rf"^dtensor: {where}; rerunning reference and dtensor in float64 to explain$",
-                          result.stdout, re.M)
+    announced = re.search(
+        rf"^dtensor: {where}; rerunning reference and dtensor in float64 to explain$", result.stdout, re.M
+    )
     assert announced, result.stdout[-3000:]
     assert re.search(r"^\| dtensor .*\| float noise \|$", result.stdout, re.M)
     assert re.search(rf"^dtensor    {where}; float64 agrees on all 8 steps$", result.stdout, re.M)
     assert result.stdout.rstrip().splitlines()[-1] == "PARITY OK (float noise: dtensor)"
     report = read_report(report_path)
     parity = report["parity"]["dtensor"]
-    assert re.fullmatch(rf"{where} \(.+\); float64 agrees on all 8 steps \(max loss diff \S+, final weights \S+\)",
-                        parity["reason"])  # the JSON has it all
+    assert re.fullmatch(
+        rf"{where} \(.+\); float64 agrees on all 8 steps \(max loss diff \S+, final weights \S+\)", parity["reason"]
+    )  # the JSON has it all
     assert min(report["trainers"]["reference"]["step_losses"][1:]) > 1e15
     assert report["ok"] is True and parity["ok"] is True and parity["within_tolerance"] is False
     assert parity["verdict"] == "float noise" and parity["tolerances"]["loss"] == [1e-6, 1e-6]
@@ -258,9 +338,22 @@ def test_a_run_that_diverges_reports_where_for_every_trainer_and_still_writes_it
     not asserted): every trainer, the reference included, reports the same step; exit 1; no float64
     rerun; the JSON and plots are written."""
     report_path = tmp_path / "report.json"
-    result = run_compare(*SMALL, "--train-examples", "512", "--batch-size", "128", "--optimizer", "sgd",
-                         "--learning-rate", "1e4", "--quiet", "--json", str(report_path), "--plots",
-                         str(tmp_path / "plots"))
+    result = run_compare(
+        *SMALL,
+        "--train-examples",
+        "512",
+        "--batch-size",
+        "128",
+        "--optimizer",
+        "sgd",
+        "--learning-rate",
+        "1e4",
+        "--quiet",
+        "--json",
+        str(report_path),
+        "--plots",
+        str(tmp_path / "plots"),
+    )
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     reference = re.search(r"^reference  at step (\d+): loss nan$", result.stdout, re.M)
     assert reference and re.search(r"^\| reference .*\| diverged  \|$", result.stdout, re.M), result.stdout[-3000:]
@@ -268,14 +361,21 @@ def test_a_run_that_diverges_reports_where_for_every_trainer_and_still_writes_it
     agreed = f"; steps 0-{step - 1} agree within the tolerance" if step else ""
     for name in ("dtensor", "mirrored"):
         assert re.search(rf"^\| {name} .*\| diverged  \|$", result.stdout, re.M)
-        assert re.search(rf"^{name:<10} at step {step}: loss nan \(the reference diverged at step {step}\)"
-                         rf"{re.escape(agreed)}$", result.stdout, re.M)
+        assert re.search(
+            rf"^{name:<10} at step {step}: loss nan \(the reference diverged at step {step}\)"
+            rf"{re.escape(agreed)}$",
+            result.stdout,
+            re.M,
+        )
     assert result.stdout.rstrip().splitlines()[-1] == "PARITY FAILED (diverged: reference, dtensor, mirrored)"
     assert "rerunning" not in result.stdout
     report = read_report(report_path)
     assert report["ok"] is False and report["float64_rerun"] is None
-    assert {name: (entry["verdict"], entry["diverged_step"]) for name, entry in report["parity"].items()} == \
-        {"reference": ("diverged", step), "dtensor": ("diverged", step), "mirrored": ("diverged", step)}
+    assert {name: (entry["verdict"], entry["diverged_step"]) for name, entry in report["parity"].items()} == {
+        "reference": ("diverged", step),
+        "dtensor": ("diverged", step),
+        "mirrored": ("diverged", step),
+    }
     assert report["trainers"]["reference"]["step_losses"][step] is None  # NaN is null in JSON
     for name in ("loss.png", "accuracy.png", "loss_diff.png", "throughput.png"):
         assert png_size(tmp_path / "plots" / name) == PNG_SIZE
@@ -289,8 +389,11 @@ def test_sweep_tries_every_mesh_and_update_mode_with_parity_and_memory(tmp_path)
     assert "epoch 1/" not in result.stdout and "sweep " not in result.stdout  # --quiet: tables only
     sweep = read_report(report_path)["sweep"]
     assert [(e["devices"], e["trainer"], e["mesh"], e["update"]) for e in sweep] == [
-        (2, "dtensor", "batch=2", ""), (2, "dtensor", "batch=1,model=2", ""),
-        (2, "mirrored", "", "primary"), (2, "mirrored", "", "replicas")]
+        (2, "dtensor", "batch=2", ""),
+        (2, "dtensor", "batch=1,model=2", ""),
+        (2, "mirrored", "", "primary"),
+        (2, "mirrored", "", "replicas"),
+    ]
     for entry in sweep:
         assert entry["parity_ok"] is True and not entry["skipped"]
         assert (entry["verdict"], entry["reason"], entry["float64_rerun_seconds"]) == ("ok", "", 0.0)
@@ -313,8 +416,14 @@ def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devic
         raise RuntimeError("replica 3 lost its device\nsecond line that must not show")
 
     monkeypatch.setattr(mirrored_trainer, "fit", broken_fit)
-    small = embedded.__class__(embedded.x_train[:128], embedded.y_train[:128], embedded.x_test[:64],
-                               embedded.y_test[:64], "embedded", "test slice")
+    small = embedded.__class__(
+        embedded.x_train[:128],
+        embedded.y_train[:128],
+        embedded.x_test[:64],
+        embedded.y_test[:64],
+        "embedded",
+        "test slice",
+    )
     config = Config(trainers=("dtensor", "mirrored"), devices=2, epochs=1, batch_size=64, quiet=True)
     run = comparison.train_all(config, small, devices[:2])
     assert not run.ok and run.parity["dtensor"].ok and "mirrored" not in run.parity
@@ -322,8 +431,9 @@ def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devic
     out = io.StringIO()
     report.print_tables(run, [], out=out)
     assert re.search(r"^\| mirrored .*\| FAILED    \|$", out.getvalue(), re.M)  # the parity row's keyword
-    assert re.search(r"^mirrored   RuntimeError: replica 3 lost its device \(test_compare.py:\d+\)$", out.getvalue(),
-                     re.M)  # and the reason under the table
+    assert re.search(
+        r"^mirrored   RuntimeError: replica 3 lost its device \(test_compare.py:\d+\)$", out.getvalue(), re.M
+    )  # and the reason under the table
     assert "second line" not in out.getvalue() and out.getvalue().rstrip().endswith("PARITY FAILED")
     written = check_report(report._finite(report.report_dict(run, [])))  # a failed trainer's report, too
     assert written["trainers"]["mirrored"]["error"] == run.results["mirrored"].error
@@ -336,13 +446,28 @@ def test_the_sweep_table_shows_each_verdict_and_the_reasons_under_it(tmp_path):
     the table, and its float64 reruns are one line for the device count, not two lines each."""
     report_path = tmp_path / "report.json"
     # The run before the sweep on one device: the sweep's lines are the subject (and it costs less).
-    result = run_compare(*SMALL, "--devices", "1", "--train-examples", "512", "--test-examples", "64",
-                         "--learning-rate", "1e4", "--trainers", "dtensor", "--sweep-devices", "2",
-                         "--json", str(report_path))
+    result = run_compare(
+        *SMALL,
+        "--devices",
+        "1",
+        "--train-examples",
+        "512",
+        "--test-examples",
+        "64",
+        "--learning-rate",
+        "1e4",
+        "--trainers",
+        "dtensor",
+        "--sweep-devices",
+        "2",
+        "--json",
+        str(report_path),
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
-    assert "sweep: after this run at 1 device, 2 configurations at 2 devices, each beside its own reference run" \
-        in lines
+    assert (
+        "sweep: after this run at 1 device, 2 configurations at 2 devices, each beside its own reference run" in lines
+    )
     sweep = json.loads(report_path.read_text())["sweep"]
     assert [entry["mesh"] for entry in sweep] == ["batch=2", "batch=1,model=2"]
     table = result.stdout.split("Throughput against device count", 1)[1]
@@ -351,15 +476,22 @@ def test_the_sweep_table_shows_each_verdict_and_the_reasons_under_it(tmp_path):
         assert row.split("|")[7].strip() == entry["verdict"]  # the parity column: the keyword alone
         if entry["float64_rerun_seconds"] > 0:  # float32 left its tolerance: the rerun decided
             assert entry["verdict"] == "float noise" and entry["parity_ok"] is True
-            assert re.fullmatch(r"float32 left its tolerance (at step \d|in the final weights).*; float64 agrees on "
-                                r"all 8 steps \(max loss diff \S+, final weights \S+\)", entry["reason"])
+            assert re.fullmatch(
+                r"float32 left its tolerance (at step \d|in the final weights).*; float64 agrees on "
+                r"all 8 steps \(max loss diff \S+, final weights \S+\)",
+                entry["reason"],
+            )
             assert f"2 devices dtensor {entry['mesh']} (float noise): {entry['summary']}" in lines
         else:
             assert (entry["verdict"], entry["reason"]) == ("ok", "")
     noise = [entry for entry in sweep if entry["verdict"] == "float noise"]
     assert [entry["mesh"] for entry in noise][-1:] == ["batch=1,model=2"]  # at least the mesh of the test above
-    assert re.search(rf"^sweep      2 devices: float32 left its tolerance in {len(noise)} of 2 configurations; "
-                     rf"float64 reruns \d+\.\d s: {len(noise)} float noise$", result.stdout, re.M)
+    assert re.search(
+        rf"^sweep      2 devices: float32 left its tolerance in {len(noise)} of 2 configurations; "
+        rf"float64 reruns \d+\.\d s: {len(noise)} float noise$",
+        result.stdout,
+        re.M,
+    )
     swept = result.stdout.split("\nsweep      ", 1)[1]
     assert "rerunning" not in swept and "float64 rerun of" not in swept  # the line above sums them up
     assert max(len(line) for line in lines) <= LINE_WIDTH
@@ -370,11 +502,27 @@ def test_no_line_of_a_run_is_wider_than_a_terminal(tmp_path):
     MISMATCH (docs/parity.md) whose long reason goes under the parity table; with checkpoints and exports.
     Every line fits LINE_WIDTH (the issue's bound was 130: the default run printed 327)."""
     checkpoints, exported = tmp_path / "checkpoints", tmp_path / "exported"
-    result = run_compare("--data", "embedded", "--train-examples", "512", "--test-examples", "256", "--epochs", "2",
-                         "--adam", "tutorial", "--trainers", "dtensor", "--checkpoint-dir", str(checkpoints),
-                         "--export", str(exported),
-                         "--json", str(tmp_path / "report.json"),
-                         env={"DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION": "1"})
+    result = run_compare(
+        "--data",
+        "embedded",
+        "--train-examples",
+        "512",
+        "--test-examples",
+        "256",
+        "--epochs",
+        "2",
+        "--adam",
+        "tutorial",
+        "--trainers",
+        "dtensor",
+        "--checkpoint-dir",
+        str(checkpoints),
+        "--export",
+        str(exported),
+        "--json",
+        str(tmp_path / "report.json"),
+        env={"DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION": "1"},
+    )
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     widest = max(lines, key=len)
@@ -387,25 +535,40 @@ def test_no_line_of_a_run_is_wider_than_a_terminal(tmp_path):
     # Every checkpoint written is one line, per trainer per epoch (--quiet hides them: test_checkpoint.py).
     for name in ("reference", "dtensor"):
         for epoch in (1, 2):
-            assert unwrapped(result.stdout).splitlines().count(
-                f"{name:<10} checkpoint {checkpoints}/{name}/epoch-{epoch:04d}") == 1
-        assert re.search(rf"^{name:<10} exported {exported}/{name}: max \|logit diff\| \S+ from the trainer's own "
-                         rf"\(tolerance 0.0001\)$", unwrapped(result.stdout), re.M)  # a long path breaks the line
+            assert (
+                unwrapped(result.stdout)
+                .splitlines()
+                .count(f"{name:<10} checkpoint {checkpoints}/{name}/epoch-{epoch:04d}")
+                == 1
+            )
+        assert re.search(
+            rf"^{name:<10} exported {exported}/{name}: max \|logit diff\| \S+ from the trainer's own "
+            rf"\(tolerance 0.0001\)$",
+            unwrapped(result.stdout),
+            re.M,
+        )  # a long path breaks the line
 
 
-@pytest.mark.parametrize("trainers, shown, hidden", [
-    (("reference", "mirrored"), "global batch 128, per replica 16 (MirroredStrategy); 3 epochs", "DTensor"),
-    (("reference", "dtensor"), "global batch 128, per replica 16 (DTensor); 3 epochs", "MirroredStrategy"),
-    (("reference",), "global batch 128; 3 epochs", "per replica"),
-    (("reference", "dtensor", "mirrored"), "global batch 128, per replica 16 (DTensor) / 16 (MirroredStrategy); "
-                                           "3 epochs", "nothing hidden"),
-])
+@pytest.mark.parametrize(
+    "trainers, shown, hidden",
+    [
+        (("reference", "mirrored"), "global batch 128, per replica 16 (MirroredStrategy); 3 epochs", "DTensor"),
+        (("reference", "dtensor"), "global batch 128, per replica 16 (DTensor); 3 epochs", "MirroredStrategy"),
+        (("reference",), "global batch 128; 3 epochs", "per replica"),
+        (
+            ("reference", "dtensor", "mirrored"),
+            "global batch 128, per replica 16 (DTensor) / 16 (MirroredStrategy); 3 epochs",
+            "nothing hidden",
+        ),
+    ],
+)
 def test_the_header_names_only_what_the_chosen_trainers_use(devices, embedded, trainers, shown, hidden):
     from shared import report
     from shared.config import Config
 
     # A mesh for 3 devices: were the mesh parsed without DTensor, this would raise.
     from shared.trainers import describe_runs
+
     mesh = None if "dtensor" in trainers else "batch=3"
     config = Config(trainers=trainers, mesh=mesh)
     text = report.header(config, devices, embedded, describe_runs(config))
@@ -420,8 +583,15 @@ def test_a_float64_run_measures_its_matmul_peak_in_float64_and_says_so(devices, 
     from shared import comparison, report
     from shared.benchmark import matmul_peak_gflops
     from shared.config import Config
-    small = embedded.__class__(embedded.x_train[:256], embedded.y_train[:256], embedded.x_test[:64],
-                               embedded.y_test[:64], "embedded", "test slice")
+
+    small = embedded.__class__(
+        embedded.x_train[:256],
+        embedded.y_train[:256],
+        embedded.x_test[:64],
+        embedded.y_test[:64],
+        "embedded",
+        "test slice",
+    )
     config = Config(trainers=("reference",), devices=1, epochs=1, batch_size=64, quiet=True, dtype="float64")
     run = comparison.train_all(config, small, devices[:1])
     run.matmul_peak_gflops = matmul_peak_gflops(devices[0], size=512, repeats=2, dtype=config.dtype)
@@ -441,9 +611,18 @@ def test_when_auto_falls_back_the_json_says_so(devices, monkeypatch):
     from shared import comparison, report
     from shared.config import Config
     from shared.data import load_data
+
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", types.ModuleType("tensorflow_datasets"))
-    config = Config(trainers=("reference",), devices=1, epochs=1, batch_size=64, quiet=True, data="auto",
-                    train_examples=128, test_examples=64)
+    config = Config(
+        trainers=("reference",),
+        devices=1,
+        epochs=1,
+        batch_size=64,
+        quiet=True,
+        data="auto",
+        train_examples=128,
+        test_examples=64,
+    )
     fallen_back = comparison.train_all(config, load_data("auto", 128, 64), devices[:1])
     environment = report.report_dict(fallen_back, [])["environment"]
     assert environment["data_source"] == "embedded"

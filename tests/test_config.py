@@ -1,6 +1,7 @@
 """One Config for the whole run: every value and combination checked when it is made, with the
 line compare.py prints, so the command line and the Python API refuse alike; and a client of
 --clients gets it whole, as JSON."""
+
 import dataclasses
 
 import pytest
@@ -17,16 +18,21 @@ REFUSED = [
     (dict(learning_rate=float("inf")), "argument --learning-rate: inf is not a finite number"),
     (dict(tolerance=float("nan")), "argument --tolerance: nan is not a finite number"),
     (dict(learning_rate=0.0), "argument --learning-rate: 0.0 is not a positive number"),
-    (dict(trainers=("reference", "nope")), "argument --trainers: unknown trainer nope; choose from "
-                                           "reference,dtensor,mirrored"),
+    (
+        dict(trainers=("reference", "nope")),
+        "argument --trainers: unknown trainer nope; choose from reference,dtensor,mirrored",
+    ),
     (dict(hidden=(64, 0)), "argument --hidden: '64,0': every value must be a positive integer"),
     (dict(sweep_devices=(2, 0)), "argument --sweep-devices: '2,0': every value must be a positive integer"),
     (dict(optimizer="rmsprop"), "argument --optimizer: invalid choice: 'rmsprop' (choose from 'adam', 'sgd')"),
     (dict(model="vit", hidden=(64,)), "--hidden sets the MLP's layers; drop it, or use --model mlp (not vit)"),
     (dict(clients=2, sweep_devices=(2,)), "--sweep-devices runs in one process; drop it, or drop --clients"),
     (dict(clients=2, export="out"), "--export with --clients 2 is not supported yet; use --clients 1"),
-    (dict(reference_from_scratch=True), "--reference-from-scratch compares trainers resumed from a checkpoint "
-                                        "with a reference trained from the initial values; give --restore PATH too"),
+    (
+        dict(reference_from_scratch=True),
+        "--reference-from-scratch compares trainers resumed from a checkpoint "
+        "with a reference trained from the initial values; give --restore PATH too",
+    ),
 ]
 
 
@@ -38,8 +44,11 @@ def test_a_bad_value_is_refused_alike_by_the_config_and_the_command_line(changes
     assert Config().replace  # a good one is made
     with pytest.raises(UsageError):
         Config().replace(**changes)  # replace checks too: the sweep's and the rerun's configurations
-    argv = [f"--{name.replace('_', '-')}" + ("" if value is True else "=" + (
-        ",".join(map(str, value)) if isinstance(value, tuple) else str(value))) for name, value in changes.items()]
+    argv = [
+        f"--{name.replace('_', '-')}"
+        + ("" if value is True else "=" + (",".join(map(str, value)) if isinstance(value, tuple) else str(value)))
+        for name, value in changes.items()
+    ]
     assert compare.main(argv) == 2
     line = capsys.readouterr().err.strip()
     assert line.startswith(f"compare.py: error: {message}") and "\n" not in line
@@ -56,9 +65,15 @@ def test_every_field_is_a_flag_and_every_choice_is_listed_in_help():
 
 
 def test_the_flags_fill_the_config_and_a_client_gets_it_whole_as_json():
-    args = compare.build_parser().parse_args(["--model", "vit", "--json", "r.json", "--sweep-devices", "2,8",
-                                              "--trainers", "reference,dtensor", "--verbose"])
+    args = compare.build_parser().parse_args(
+        ["--model", "vit", "--json", "r.json", "--sweep-devices", "2,8", "--trainers", "reference,dtensor", "--verbose"]
+    )
     config = compare.config_from_args(args)
-    assert (config.model, config.json, config.sweep_devices, config.trainers, config.verbose) == \
-        ("vit", "r.json", (2, 8), ("reference", "dtensor"), True)
+    assert (config.model, config.json, config.sweep_devices, config.trainers, config.verbose) == (
+        "vit",
+        "r.json",
+        (2, 8),
+        ("reference", "dtensor"),
+        True,
+    )
     assert Config.from_json(config.to_json()) == config

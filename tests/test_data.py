@@ -1,4 +1,5 @@
 """Data sources, preprocessing, bad input, and the batch sequence every trainer sees."""
+
 import gzip
 import os
 import sys
@@ -22,7 +23,7 @@ from shared.errors import UsageError
 def write_idx(path, array, magic, compress=False):
     header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in array.shape)
     payload = header + np.ascontiguousarray(array, np.uint8).tobytes()
-    with (gzip.open(path + ".gz", "wb") if compress else open(path, "wb")) as f:
+    with gzip.open(path + ".gz", "wb") if compress else open(path, "wb") as f:
         f.write(payload)
 
 
@@ -77,14 +78,17 @@ def test_idx_directory_matches_embedded(idx_dir, embedded):
     assert len(load_data(str(idx_dir), 100, 10).y_train) == 100
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("missing_dir", r"no such directory"),
-    ("missing_file", r"t10k-labels-idx1-ubyte\[\.gz\] not found"),
-    ("bad_magic", r"train-images-idx3-ubyte: IDX magic number 2049 is not 2051"),
-    ("truncated", r"train-labels-idx1-ubyte: 3999 bytes but its header \[4000\] needs 4008"),
-    ("count_mismatch", r"4000 train images but 3000 train labels"),
-    ("corrupt_gzip", r"t10k-images-idx3-ubyte.gz: cannot read"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("missing_dir", r"no such directory"),
+        ("missing_file", r"t10k-labels-idx1-ubyte\[\.gz\] not found"),
+        ("bad_magic", r"train-images-idx3-ubyte: IDX magic number 2049 is not 2051"),
+        ("truncated", r"train-labels-idx1-ubyte: 3999 bytes but its header \[4000\] needs 4008"),
+        ("count_mismatch", r"4000 train images but 3000 train labels"),
+        ("corrupt_gzip", r"t10k-images-idx3-ubyte.gz: cannot read"),
+    ],
+)
 def test_bad_idx_directory(idx_dir, damage, message):
     directory = idx_dir
     if damage == "missing_dir":
@@ -110,6 +114,7 @@ def test_bad_idx_directory(idx_dir, damage, message):
 def test_tfds_without_network_fails_fast_and_auto_falls_back(monkeypatch, tmp_path):
     """No prepared copy and no answer from the download host: one line, in seconds, not ~205 s."""
     import time
+
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
     if _host_answers("storage.googleapis.com", seconds=3):
         pytest.skip("the MNIST download host answers here; the offline path cannot be exercised")
@@ -118,7 +123,7 @@ def test_tfds_without_network_fails_fast_and_auto_falls_back(monkeypatch, tmp_pa
         load_data("tfds")
     data = load_data("auto", 100, 10)
     assert data.source == "embedded" and data.reason.startswith("auto: MNIST is not prepared")
-    assert data.fallback == data.reason[len("auto: "):]  # the JSON's environment.data_fallback
+    assert data.fallback == data.reason[len("auto: ") :]  # the JSON's environment.data_fallback
     assert time.perf_counter() - started < 20
 
 
@@ -128,18 +133,25 @@ def test_tensorflow_datasets_imports_here():
     from importlib import metadata
 
     import tensorflow_datasets as tfds
-    assert hasattr(tfds, "builder"), (f"tensorflow-datasets {metadata.version('tensorflow-datasets')} did not import "
-                                      f"(protobuf {metadata.version('protobuf')}, tensorflow-metadata "
-                                      f"{metadata.version('tensorflow-metadata')}): see the error it logged")
+
+    assert hasattr(tfds, "builder"), (
+        f"tensorflow-datasets {metadata.version('tensorflow-datasets')} did not import "
+        f"(protobuf {metadata.version('protobuf')}, tensorflow-metadata "
+        f"{metadata.version('tensorflow-metadata')}): see the error it logged"
+    )
 
 
 def test_a_broken_tensorflow_datasets_is_one_line_for_tfds_and_a_fallback_for_auto(monkeypatch):
     """The state a failed tfds import leaves (a module without `builder`, as on TensorFlow 2.16 with
     tensorflow-metadata 1.21.0): --data tfds says so in one line, auto uses the embedded images."""
     import types
+
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", types.ModuleType("tensorflow_datasets"))
-    with pytest.raises(UsageError, match=r"^--data tfds: tensorflow_datasets does not work here \(AttributeError: "
-                                         r".*'builder'\); use --data embedded") as error:
+    with pytest.raises(
+        UsageError,
+        match=r"^--data tfds: tensorflow_datasets does not work here \(AttributeError: "
+        r".*'builder'\); use --data embedded",
+    ) as error:
         load_data("tfds")
     assert "\n" not in str(error.value)
     data = load_data("auto", 100, 10)
@@ -161,8 +173,10 @@ def test_batch_sequence_is_identical_across_calls_and_shuffles_by_seed(embedded)
     again = list(epoch_batches(x, y, 64, epoch=2))
     for (xa, _ya), (xb, _yb) in zip(plain, again):
         np.testing.assert_array_equal(xa, xb)
-    shuffled = [np.concatenate([b[1] for b in epoch_batches(x, y, 64, epoch=e, shuffle=True, seed=s)])
-                for e, s in ((0, 1), (0, 1), (1, 1), (0, 2))]
+    shuffled = [
+        np.concatenate([b[1] for b in epoch_batches(x, y, 64, epoch=e, shuffle=True, seed=s)])
+        for e, s in ((0, 1), (0, 1), (1, 1), (0, 2))
+    ]
     np.testing.assert_array_equal(shuffled[0], shuffled[1])
     assert not np.array_equal(shuffled[0], shuffled[2]) and not np.array_equal(shuffled[0], shuffled[3])
     assert sorted(shuffled[2].tolist()) == sorted(y.tolist())

@@ -1,5 +1,6 @@
 """The README and docs say what the code does: the CI command, the checkpoint layout and the export's
 tolerance, and the header of "What a run prints"."""
+
 import os
 import re
 
@@ -32,13 +33,16 @@ def test_the_checkpoint_docs_name_the_real_layout_and_the_export_tolerance():
 def test_the_readmes_run_excerpt_starts_with_the_header_compare_prints(devices, embedded):
     from shared import report
     from shared.config import Config
+
     section = read("README.md").split("## What a run prints", 1)[1].split("\n## ", 1)[0]
     excerpt = [line[4:] for line in section.splitlines() if line.startswith("    ")]
     from shared.trainers import describe_runs
+
     config = Config(data="embedded")
     header = report.header(config, devices, embedded, describe_runs(config)).splitlines()
 
     def without_version(line):
         return re.sub(r"^TensorFlow \S+;", "TensorFlow ...;", line)
-    assert [without_version(line) for line in excerpt[:len(header)]] == [without_version(line) for line in header]
+
+    assert [without_version(line) for line in excerpt[: len(header)]] == [without_version(line) for line in header]
     assert max(len(line) for line in excerpt) <= LINE_WIDTH

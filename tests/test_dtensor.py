@@ -9,6 +9,7 @@ float64 runs take 1 epoch (5 steps, the padded batch included) with hidden width
 the same layouts and code path, ~100x less compute). Histories are cached per
 module, so each configuration trains once.
 """
+
 import dataclasses
 import os
 
@@ -51,15 +52,21 @@ def skip_without_float64_collectives(mesh: str) -> None:
     trainer refuses them first)."""
     if lacks_float64_collectives(mesh):
         needed = dtensor_trainer.float64_collectives_since(parse_mesh(mesh, 8))
-        pytest.skip(f"float64 on {mesh} needs TensorFlow {needed[0]}.{needed[1]}: this release's DTensor "
-                    "collectives have none (docs/releases.md)")
+        pytest.skip(
+            f"float64 on {mesh} needs TensorFlow {needed[0]}.{needed[1]}: this release's DTensor "
+            "collectives have none (docs/releases.md)"
+        )
 
 
 @pytest.fixture(scope="module")
 def small(embedded):
-    return dataclasses.replace(embedded, x_train=embedded.x_train[:TRAIN_EXAMPLES],
-                               y_train=embedded.y_train[:TRAIN_EXAMPLES],
-                               x_test=embedded.x_test[:TEST_EXAMPLES], y_test=embedded.y_test[:TEST_EXAMPLES])
+    return dataclasses.replace(
+        embedded,
+        x_train=embedded.x_train[:TRAIN_EXAMPLES],
+        y_train=embedded.y_train[:TRAIN_EXAMPLES],
+        x_test=embedded.x_test[:TEST_EXAMPLES],
+        y_test=embedded.y_test[:TEST_EXAMPLES],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +82,7 @@ def run(devices, small):
             if trainer == "reference":
                 histories[trainer, config] = reference.fit(config, small, devices[:1])
             else:
-                mesh_devices = devices[:parse_mesh(config.mesh, len(devices)).device_count]
+                mesh_devices = devices[: parse_mesh(config.mesh, len(devices)).device_count]
                 histories[trainer, config] = dtensor_trainer.fit(config, small, mesh_devices)
         return histories[trainer, config]
 
@@ -133,8 +140,13 @@ def test_a_long_tensor_parallel_run_matches_in_float64_on_every_step(devices, em
     """104 steps on batch=2,model=4 (208 examples in batches of 16, 8 epochs): in float32 this is where
     compounded noise can leave the tolerance; float64 stays within it on every step, with no window."""
     skip_without_float64_collectives("batch=2,model=4")
-    data = dataclasses.replace(embedded, x_train=embedded.x_train[:208], y_train=embedded.y_train[:208],
-                               x_test=embedded.x_test[:16], y_test=embedded.y_test[:16])
+    data = dataclasses.replace(
+        embedded,
+        x_train=embedded.x_train[:208],
+        y_train=embedded.y_train[:208],
+        x_test=embedded.x_test[:16],
+        y_test=embedded.y_test[:16],
+    )
     config = Config(epochs=8, batch_size=16, hidden=SMALL_HIDDEN, dtype="float64", quiet=True)
     expected = reference.fit(config, data, devices[:1])
     history = dtensor_trainer.fit(config.replace(mesh="batch=2,model=4"), data, devices)
@@ -150,9 +162,11 @@ def test_history_record_describes_the_run(run):
     assert history.placement == "mesh batch=4,model=2 over 8 x CPU"
     assert history.details["mesh"] == "batch=4,model=2"
     assert history.details["dtensor_input"] == "pack"
-    assert history.details["layouts"] == ("layers/0/w[unsharded,model] layers/0/b[model] layers/1/w[model,unsharded] "
-                                          "layers/1/b[unsharded] layers/2/w[unsharded,unsharded] "
-                                          "layers/2/b[unsharded]")
+    assert history.details["layouts"] == (
+        "layers/0/w[unsharded,model] layers/0/b[model] layers/1/w[model,unsharded] "
+        "layers/1/b[unsharded] layers/2/w[unsharded,unsharded] "
+        "layers/2/b[unsharded]"
+    )
     shapes = [(784, 700), (700,), (700, 500), (500,), (500, 10), (10,)]
     assert [w.shape for w in history.final_weights] == shapes
     assert [g.shape for g in history.first_step_gradients] == shapes
@@ -166,8 +180,9 @@ def test_history_record_describes_the_run(run):
     assert history.details["steps_per_call"] == str(dtensor_trainer.STEPS_PER_CALL)  # the MLP's step is small
     # Each of the 8 devices: half the first two layers (784x350, 350 and 350x500), all of the rest.
     per_device = 4 * (784 * 350 + 350 + 350 * 500 + 500 + 500 * 10 + 10)
-    assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in history.memory_per_device] == \
-        [(f"CPU:{i}", per_device, 2 * per_device + 8) for i in range(8)]
+    assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in history.memory_per_device] == [
+        (f"CPU:{i}", per_device, 2 * per_device + 8) for i in range(8)
+    ]
 
 
 def test_padded_model_hands_out_the_unpadded_one(run):
@@ -186,13 +201,16 @@ def test_padded_units_stay_exactly_zero(devices, small, optimizer):
     """Zero in, zero bias, zero out: ReLU gives 0 with gradient 0, so no update ever moves them."""
     from dtensor_impl.mesh import create_mesh
     from shared.mlp import mlp
+
     spec, definition = parse_mesh(PADDED_MESH, 8), mlp((60, 32))
     mesh = create_mesh(spec, devices)
     values = definition.pad(definition.initial_values(22), definition.split_sizes(spec.model))
     model = dtensor_trainer.build_model(definition, values, mesh)
     optimizer_state = dtensor_trainer.build_optimizer(BASE.replace(optimizer=optimizer, hidden=(60, 32)), model, mesh)
-    batches = [dtensor_trainer.pack_batch(small.x_train[i:i + 64], small.y_train[i:i + 64], mesh)
-               for i in range(0, 256, 64)]
+    batches = [
+        dtensor_trainer.pack_batch(small.x_train[i : i + 64], small.y_train[i : i + 64], mesh)
+        for i in range(0, 256, 64)
+    ]
     dtensor_trainer.train_steps(model, optimizer_state, batches)
     w0, b0, w1 = (dtensor_trainer.to_numpy(v) for v in model.weights[:3])
     assert w0.shape == (784, 64) and np.abs(w0[:, :60]).max() > 0
@@ -255,10 +273,17 @@ def test_dtensor_started_before_the_trainer_leaves_the_combining_on_and_the_trai
     import sys
 
     from tensorflow.dtensor.python import api
+
     assert hasattr(api, "_dtensor_singleton")  # what combining._dtensor_started reads, on this release
     env = {key: value for key, value in os.environ.items() if key != dtensor_trainer.COMBINE_ALL_REDUCES}
-    done = subprocess.run([sys.executable, "-c", STARTED_BEFORE], cwd=os.path.dirname(os.path.dirname(__file__)),
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", STARTED_BEFORE],
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["steps_per_call"] == 1 and facts["variable"] is None
@@ -288,6 +313,8 @@ def test_deeper_mlp_with_model_axis_matches_the_reference(run):
     history = run("dtensor", mesh="batch=4,model=2", hidden=(64, 32, 16))
     parity = check_parity(history, run("reference", hidden=(64, 32, 16)))
     assert parity.ok, parity.reason
-    assert history.details["layouts"].startswith("layers/0/w[unsharded,model] layers/0/b[model] "
-                                                 "layers/1/w[model,unsharded] layers/1/b[unsharded] "
-                                                 "layers/2/w[unsharded,model] layers/2/b[model] ")
+    assert history.details["layouts"].startswith(
+        "layers/0/w[unsharded,model] layers/0/b[model] "
+        "layers/1/w[model,unsharded] layers/1/b[unsharded] "
+        "layers/2/w[unsharded,model] layers/2/b[model] "
+    )

@@ -2,6 +2,7 @@
 
 Fast (no training step runs); the parity runs are in test_dtensor.py.
 """
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,7 +20,7 @@ MLP = mlp()
 
 def make_mesh(devices, text):
     spec = parse_mesh(text, len(devices))
-    return create_mesh(spec, devices[:spec.device_count])
+    return create_mesh(spec, devices[: spec.device_count])
 
 
 def test_default_mesh_is_pure_data_parallel_over_all_devices():
@@ -28,30 +29,46 @@ def test_default_mesh_is_pure_data_parallel_over_all_devices():
 
 
 def test_every_mesh_lists_each_batch_by_model_factorisation():
-    assert [str(spec) for spec in every_mesh(8)] == ["batch=8", "batch=4,model=2", "batch=2,model=4",
-                                                     "batch=1,model=8"]
+    assert [str(spec) for spec in every_mesh(8)] == ["batch=8", "batch=4,model=2", "batch=2,model=4", "batch=1,model=8"]
     assert [str(spec) for spec in every_mesh(2)] == ["batch=2", "batch=1,model=2"]
     assert [str(spec) for spec in every_mesh(1)] == ["batch=1"]
 
 
-@pytest.mark.parametrize("mesh, batch_size, message", [
-    ("batch=4,model=4", 64,
-     "--mesh batch=4,model=4 covers 16 devices but there are 8; the axis sizes must multiply to 8, "
-     "e.g. batch=8 or batch=2,model=4"),
-    ("batch=4", 64,
-     "--mesh batch=4 covers 4 devices but there are 8; the axis sizes must multiply to 8, "
-     "e.g. batch=8 or batch=4,model=2"),
-    ("batch=4,data=2", 64,
-     "--mesh batch=4,data=2: unknown axis 'data'; the axes are batch and model, e.g. batch=8 or batch=4,model=2"),
-    ("batch=8", 100,
-     "global batch 100 does not divide over the batch axis of 8 (--mesh batch=8); use --batch-size 96 or 104"),
-    (None, 4,
-     "global batch 4 does not divide over the batch axis of 8 (--mesh batch=8); use --batch-size 8"),
-    ("batch8", 64,
-     "--mesh 'batch8': 'batch8' is not AXIS=SIZE with a positive SIZE; use batch=B[,model=M], e.g. batch=8"),
-    ("model=8", 64, "--mesh model=8: no batch axis; use batch=1,model=8 for model parallelism only"),
-    ("batch=4,batch=2", 64, "--mesh batch=4,batch=2: axis batch is given twice; use batch=B[,model=M]"),
-])
+@pytest.mark.parametrize(
+    "mesh, batch_size, message",
+    [
+        (
+            "batch=4,model=4",
+            64,
+            "--mesh batch=4,model=4 covers 16 devices but there are 8; the axis sizes must multiply to 8, "
+            "e.g. batch=8 or batch=2,model=4",
+        ),
+        (
+            "batch=4",
+            64,
+            "--mesh batch=4 covers 4 devices but there are 8; the axis sizes must multiply to 8, "
+            "e.g. batch=8 or batch=4,model=2",
+        ),
+        (
+            "batch=4,data=2",
+            64,
+            "--mesh batch=4,data=2: unknown axis 'data'; the axes are batch and model, e.g. batch=8 or batch=4,model=2",
+        ),
+        (
+            "batch=8",
+            100,
+            "global batch 100 does not divide over the batch axis of 8 (--mesh batch=8); use --batch-size 96 or 104",
+        ),
+        (None, 4, "global batch 4 does not divide over the batch axis of 8 (--mesh batch=8); use --batch-size 8"),
+        (
+            "batch8",
+            64,
+            "--mesh 'batch8': 'batch8' is not AXIS=SIZE with a positive SIZE; use batch=B[,model=M], e.g. batch=8",
+        ),
+        ("model=8", 64, "--mesh model=8: no batch axis; use batch=1,model=8 for model parallelism only"),
+        ("batch=4,batch=2", 64, "--mesh batch=4,batch=2: axis batch is given twice; use batch=B[,model=M]"),
+    ],
+)
 def test_bad_mesh_is_one_line_that_says_what_works(devices, embedded, mesh, batch_size, message):
     with pytest.raises(UsageError) as error:
         trainer.fit(Config(mesh=mesh, batch_size=batch_size, quiet=True), embedded, devices)
@@ -60,19 +77,22 @@ def test_bad_mesh_is_one_line_that_says_what_works(devices, embedded, mesh, batc
 
 
 def test_unknown_input_mode_is_refused_when_the_config_is_made():
-    with pytest.raises(UsageError, match=r"^argument --dtensor-input: invalid choice: 'feed' \(choose from 'pack', "
-                                         r"'dataset'\)$"):
+    with pytest.raises(
+        UsageError,
+        match=r"^argument --dtensor-input: invalid choice: 'feed' \(choose from 'pack', "
+        r"'dataset'\)$",
+    ):
         Config(dtensor_input="feed", quiet=True)
 
 
 def test_dataset_input_on_part_of_the_devices_is_refused(devices, embedded):
     """DTensorDataset sizes its sharding from all the process's devices; on fewer it repeats batches."""
     with pytest.raises(UsageError) as error:
-        trainer.fit(Config(mesh="batch=2", batch_size=64, dtensor_input="dataset", quiet=True),
-                    embedded, devices[:2])
+        trainer.fit(Config(mesh="batch=2", batch_size=64, dtensor_input="dataset", quiet=True), embedded, devices[:2])
     assert str(error.value) == (
         "--dtensor-input dataset needs a mesh over all 8 logical CPUs of this process, not 2 "
-        "(DTensorDataset would repeat batches); use --dtensor-input pack, or --devices 2 in a new process")
+        "(DTensorDataset would repeat batches); use --dtensor-input pack, or --devices 2 in a new process"
+    )
 
 
 def build(devices, mesh_text, optimizer="adam", hidden=(700, 500)):
@@ -87,11 +107,14 @@ def specs(variable):
     return list(variable.layout.sharding_specs)
 
 
-@pytest.mark.parametrize("mesh_text, expected", [
-    ("batch=8", [([U, U], [U])] * 3),
-    ("batch=4,model=2", [([U, "model"], ["model"]), (["model", U], [U]), ([U, U], [U])]),
-    ("batch=2,model=4", [([U, "model"], ["model"]), (["model", U], [U]), ([U, U], [U])]),
-])
+@pytest.mark.parametrize(
+    "mesh_text, expected",
+    [
+        ("batch=8", [([U, U], [U])] * 3),
+        ("batch=4,model=2", [([U, "model"], ["model"]), (["model", U], [U]), ([U, U], [U])]),
+        ("batch=2,model=4", [([U, "model"], ["model"]), (["model", U], [U]), ([U, U], [U])]),
+    ],
+)
 def test_weights_biases_and_adam_slots_have_the_specified_layouts(devices, mesh_text, expected):
     mesh, _, model, adam = build(devices, mesh_text)
     assert [(specs(layer.w), specs(layer.b)) for layer in model.layers] == expected  # model/layers/<i>/{w,b}
@@ -107,7 +130,11 @@ def test_weights_biases_and_adam_slots_have_the_specified_layouts(devices, mesh_
 def test_deeper_mlp_alternates_column_and_row_sharding_and_keeps_the_output_replicated(devices):
     _, _, model, _ = build(devices, "batch=4,model=2", hidden=(64, 32, 16))
     assert [(specs(layer.w), specs(layer.b)) for layer in model.layers] == [
-        ([U, "model"], ["model"]), (["model", U], [U]), ([U, "model"], ["model"]), ([U, U], [U])]
+        ([U, "model"], ["model"]),
+        (["model", U], [U]),
+        ([U, "model"], ["model"]),
+        ([U, U], [U]),
+    ]
 
 
 def test_a_width_the_model_axis_does_not_divide_is_padded_not_refused():
@@ -134,7 +161,7 @@ def test_initial_values_reach_every_layout_unchanged(devices):
     for variable, value in zip(model.weights, values):
         np.testing.assert_array_equal(trainer.to_numpy(variable), value)
     first_column_shard = dtensor.unpack(model.layers[0].w.read_value())[1].numpy()  # device 1: batch 0, model 1
-    np.testing.assert_array_equal(first_column_shard, values[0][:, 700 // 4: 2 * 700 // 4])
+    np.testing.assert_array_equal(first_column_shard, values[0][:, 700 // 4 : 2 * 700 // 4])
 
 
 def test_partial_batch_is_padded_with_zero_weight_examples():
@@ -158,7 +185,7 @@ def test_pack_batch_gives_each_device_its_batch_shard(devices):
     assert dtensor.fetch_layout(x_batch) == dtensor.Layout(["batch", U], mesh)
     components = [c.numpy() for c in dtensor.unpack(y_batch)]
     for device, component in enumerate(components):  # devices 2b and 2b+1 hold batch shard b
-        np.testing.assert_array_equal(component, np.pad(y, (0, 3))[12 * (device // 2): 12 * (device // 2 + 1)])
+        np.testing.assert_array_equal(component, np.pad(y, (0, 3))[12 * (device // 2) : 12 * (device // 2 + 1)])
     assert float(tf.reduce_sum(weights)) == 45.0
 
 

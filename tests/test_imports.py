@@ -2,6 +2,7 @@
 others, back to itself, and no package does (shared/ sits below the trainer packages: it reaches
 them only through shared/trainers.py's registry). Every import counts, module-level and inside
 functions alike."""
+
 import ast
 import os
 
@@ -45,7 +46,7 @@ def find_cycle(graph: dict):
         stack.append(node)
         for target in sorted(graph[node]):
             if state.get(target) == "open":
-                return stack[stack.index(target):] + [target]
+                return stack[stack.index(target) :] + [target]
             if target not in state:
                 cycle = visit(target)
                 if cycle:

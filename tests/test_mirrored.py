@@ -7,6 +7,7 @@ unevenly over 8 replicas (8,8,8,8,7,7,7,7) and the final batch of 5 leaves 3 of 
 replicas empty and splits 3+2 over 2. float64 runs use hidden widths 64,32 (the same code
 path, ~100x less compute). Reference histories are computed once per module.
 """
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,7 +29,14 @@ STEPS = EPOCHS * 5  # 4 full batches of 60 and one of 5 per epoch
 SMALL_HIDDEN = (64, 32)
 FLOAT32 = TOLERANCES["float32"]
 FLOAT64_NOISE_BOUND = 1e-12  # measured relative loss differences <= 3e-15 (docs/parity.md)
-REPLICAS_AND_UPDATES = [(1, "primary"), (2, "primary"), (8, "primary"), (1, "replicas"), (2, "replicas"), (8, "replicas")]
+REPLICAS_AND_UPDATES = [
+    (1, "primary"),
+    (2, "primary"),
+    (8, "primary"),
+    (1, "replicas"),
+    (2, "replicas"),
+    (8, "replicas"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +62,7 @@ def histories(uneven_slice, devices):
                 config = config.replace(hidden=SMALL_HIDDEN)
             cache[key] = fit(config, uneven_slice, devices[:num_replicas])
         return cache[key]
+
     return get
 
 
@@ -96,37 +105,41 @@ def test_history_record(histories, uneven_slice, devices):
     assert [record.epoch for record in mirrored.epochs] == [1, 2]
     assert mirrored.epochs[1].train_loss < mirrored.epochs[0].train_loss
     assert mirrored.trace_seconds > 0
-    assert [w.shape for w in mirrored.final_weights] == [(784, 700), (700,), (700, 500), (500,),
-                                                         (500, 10), (10,)]
+    assert [w.shape for w in mirrored.final_weights] == [(784, 700), (700,), (700, 500), (500,), (500, 10), (10,)]
     assert mirrored.epochs[0].traces > 0 and mirrored.epochs[1].traces == 0  # none in a measured epoch
     weights = 4 * 905_010  # 784-700-500-10, float32
-    assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in mirrored.memory_per_device] == \
-        [("CPU:0", 2 * weights, 2 * weights + 8)] + [(f"CPU:{i}", weights, 0) for i in range(1, 8)]
+    assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in mirrored.memory_per_device] == [
+        ("CPU:0", 2 * weights, 2 * weights + 8)
+    ] + [(f"CPU:{i}", weights, 0) for i in range(1, 8)]
 
     lines = []
     logged = trainer.fit(small_config(epochs=1, quiet=False), uneven_slice, devices[:1], log=lines.append)
-    assert lines == ["mirrored   1 replica on CPU; cross-device ops ReductionToOneDevice; update primary; "
-                     "per-replica batch 60; input distribute_datasets_from_function, one element per replica "
-                     "per epoch",
-                     format_epoch_line("mirrored", logged.epochs[0], 1)]
+    assert lines == [
+        "mirrored   1 replica on CPU; cross-device ops ReductionToOneDevice; update primary; "
+        "per-replica batch 60; input distribute_datasets_from_function, one element per replica "
+        "per epoch",
+        format_epoch_line("mirrored", logged.epochs[0], 1),
+    ]
     assert len(logged.step_times_ms) == 5
 
 
 def test_replicas_get_each_global_batch_in_order(uneven_slice, devices):
     """One element per replica per epoch; step s's pieces, replica 0 first, make up global batch s."""
-    strategy = tf.distribute.MirroredStrategy(devices=devices,
-                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
+    strategy = tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
     x, y = uneven_slice.x_train, uneven_slice.y_train
     chunks = iter(trainer.distribute_batches(strategy, x, y, BATCH_SIZE, [0, 1], shuffle=True, seed=5))
     for epoch in (0, 1):
         x_chunks, y_chunks, sizes, global_counts = (
-            [part.numpy() for part in strategy.experimental_local_results(value)] for value in next(chunks))
+            [part.numpy() for part in strategy.experimental_local_results(value)] for value in next(chunks)
+        )
         batches = list(epoch_batches(x, y, BATCH_SIZE, epoch, shuffle=True, seed=5))
         assert [chunk.shape for chunk in x_chunks] == [(len(batches), 8, 784)] * 8  # pieces of up to 8 examples
         for step, (x_batch, y_batch) in enumerate(batches):
-            pieces = [chunk[step, :size[step]] for chunk, size in zip(x_chunks, sizes)]
+            pieces = [chunk[step, : size[step]] for chunk, size in zip(x_chunks, sizes)]
             np.testing.assert_array_equal(np.concatenate(pieces), x_batch)
-            np.testing.assert_array_equal(np.concatenate([c[step, :n[step]] for c, n in zip(y_chunks, sizes)]), y_batch)
+            np.testing.assert_array_equal(
+                np.concatenate([c[step, : n[step]] for c, n in zip(y_chunks, sizes)]), y_batch
+            )
             assert [int(count[step]) for count in global_counts] == [len(y_batch)] * 8
         assert [int(size[-1]) for size in sizes] == [1, 1, 1, 1, 1, 0, 0, 0]  # the final batch of 5
     assert len(batches) * 2 == STEPS
@@ -134,8 +147,7 @@ def test_replicas_get_each_global_batch_in_order(uneven_slice, devices):
 
 def per_replica_mean(logits, labels, num_real, example_weights=None):
     """The classic bug: each replica divides by its own example count instead of the global one."""
-    return tf.math.divide_no_nan(loss_sum(logits, labels, example_weights),
-                                 tf.cast(tf.shape(labels)[0], logits.dtype))
+    return tf.math.divide_no_nan(loss_sum(logits, labels, example_weights), tf.cast(tf.shape(labels)[0], logits.dtype))
 
 
 def test_per_replica_loss_scaling_fails_sgd_parity(histories, uneven_slice, devices, monkeypatch):
@@ -154,13 +166,15 @@ def test_per_replica_loss_scaling_fails_sgd_parity(histories, uneven_slice, devi
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_per_replica_loss_scaling_is_a_float64_mismatch_at_step_0(histories, uneven_slice, devices, monkeypatch,
-                                                                  optimizer):
+def test_per_replica_loss_scaling_is_a_float64_mismatch_at_step_0(
+    histories, uneven_slice, devices, monkeypatch, optimizer
+):
     """The verdict names step 0: its loss and gradients, and after its update every weight and bias
     (and with Adam every slot: m and v take the 8x gradients)."""
     monkeypatch.setattr(trainer, "mean_loss", per_replica_mean)
-    faulty = trainer.fit(small_config(optimizer=optimizer, dtype="float64", hidden=SMALL_HIDDEN),
-                         uneven_slice, devices[:8])
+    faulty = trainer.fit(
+        small_config(optimizer=optimizer, dtype="float64", hidden=SMALL_HIDDEN), uneven_slice, devices[:8]
+    )
     verdict = mismatch(check_parity(faulty, histories("reference", 1, optimizer, "auto", "float64")))
     assert verdict.first_disagreeing_step == 0
     state = "every weight, bias and Adam slot" if optimizer == "adam" else "every weight, bias"
@@ -180,19 +194,23 @@ def test_tutorial_adam_reads_mirrored_variables_after_assign(devices):
 def test_batch_smaller_than_replicas_is_one_line_error(uneven_slice, devices):
     with pytest.raises(UsageError) as error:
         trainer.fit(small_config(batch_size=4), uneven_slice, devices[:8])
-    assert str(error.value) == ("--batch-size 4 is smaller than the 8 replicas, so some replicas would never "
-                                "see an example; use --batch-size 8 or more, or --devices 4 or fewer")
+    assert str(error.value) == (
+        "--batch-size 4 is smaller than the 8 replicas, so some replicas would never "
+        "see an example; use --batch-size 8 or more, or --devices 4 or fewer"
+    )
 
 
 def test_devices_beyond_those_configured_are_rejected(uneven_slice, devices):
     with pytest.raises(UsageError) as error:
         trainer.fit(small_config(), uneven_slice, list(devices) + ["CPU:8"])
-    assert str(error.value) == ("--devices 9: CPU:8 not configured; TensorFlow has 8 logical CPUs, "
-                                "use --devices 8 or fewer")
+    assert str(error.value) == (
+        "--devices 9: CPU:8 not configured; TensorFlow has 8 logical CPUs, use --devices 8 or fewer"
+    )
 
 
 def test_primary_update_needs_one_process():
     with pytest.raises(UsageError) as error:
         small_config(mirrored_update="primary", clients=2)
-    assert str(error.value) == ("--mirrored-update primary needs one process, not --clients 2; "
-                                "use --mirrored-update replicas (or auto)")
+    assert str(error.value) == (
+        "--mirrored-update primary needs one process, not --clients 2; use --mirrored-update replicas (or auto)"
+    )

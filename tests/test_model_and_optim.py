@@ -1,4 +1,5 @@
 """Initial values, loss, and Adam/SGD against an independent NumPy implementation."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -27,8 +28,9 @@ def test_sizes_and_parameter_count():
 
 def test_initial_values_are_xavier_uniform_and_reproducible():
     values = initial_values(TUTORIAL_SIZES, 22)
-    for (fan_in, fan_out), weight, bias in zip(zip(TUTORIAL_SIZES[:-1], TUTORIAL_SIZES[1:]),
-                                               values[0::2], values[1::2]):
+    for (fan_in, fan_out), weight, bias in zip(
+        zip(TUTORIAL_SIZES[:-1], TUTORIAL_SIZES[1:]), values[0::2], values[1::2]
+    ):
         limit = np.sqrt(6.0) / np.sqrt(fan_in + fan_out)
         assert np.abs(weight).max() <= limit and np.abs(weight).max() > 0.99 * limit
         # Uniform on [-limit, limit]: mean 0, standard deviation limit / sqrt(3).
@@ -56,8 +58,9 @@ def test_loss_is_sum_over_real_examples_divided_by_global_count():
     # Two padding rows (weight 0) change nothing; a shard divides by the global count.
     weights = np.array([1, 1, 1, 1, 0, 0], np.float32)
     assert float(mean_loss(logits, labels, 4, weights)) == pytest.approx(per_example[:4].mean(), rel=1e-6)
-    assert float(mean_loss(logits[:2], labels[:2], 4)) + float(mean_loss(logits[2:4], labels[2:4], 4)) \
-        == pytest.approx(per_example[:4].mean(), rel=1e-6)
+    assert float(mean_loss(logits[:2], labels[:2], 4)) + float(mean_loss(logits[2:4], labels[2:4], 4)) == pytest.approx(
+        per_example[:4].mean(), rel=1e-6
+    )
     correct = (logits.argmax(axis=1) == labels).astype(np.float32)
     assert float(correct_count(logits, labels, weights)) == (correct * weights).sum()
 
@@ -71,14 +74,19 @@ def numpy_adam(params, grads_per_step, lr, beta_1=0.9, beta_2=0.999, eps=1e-7):
         for i, g in enumerate(grads):
             m[i] = beta_1 * m[i] + (1 - beta_1) * g
             v[i] = beta_2 * v[i] + (1 - beta_2) * g * g
-            m_hat, v_hat = m[i] / (1 - beta_1 ** t), v[i] / (1 - beta_2 ** t)
+            m_hat, v_hat = m[i] / (1 - beta_1**t), v[i] / (1 - beta_2**t)
             params[i] = params[i] - lr * m_hat / (np.sqrt(v_hat) + eps)
     return params
 
 
 def make_adam(variables, formulation="fixed", lr=1e-3):
-    return Adam(variables, lr, zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
-                make_step=lambda: tf.Variable(0, dtype=tf.int64), formulation=formulation)
+    return Adam(
+        variables,
+        lr,
+        zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
+        make_step=lambda: tf.Variable(0, dtype=tf.int64),
+        formulation=formulation,
+    )
 
 
 def random_problem(steps=5):

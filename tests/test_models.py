@@ -2,6 +2,7 @@
 
 No training here (test_vit.py trains the ViT; examples/test_my_model.py a user's model).
 """
+
 import os
 import textwrap
 
@@ -28,9 +29,12 @@ def numpy_vit(values, images):
 
     def norm(x, prefix):
         mean = x.mean(-1, keepdims=True)
-        return (x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-6) * v[prefix + "scale"] \
-            + v[prefix + "offset"]
+        return (x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-6) * v[prefix + "scale"] + v[
+            prefix + "offset"
+        ]
+
     from math import erf
+
     gelu = np.vectorize(lambda t: 0.5 * t * (1 + erf(t / np.sqrt(2))))
     n = len(images)
     x = images.astype(np.float64).reshape(n, 4, 7, 4, 7).transpose(0, 1, 3, 2, 4).reshape(n, 16, 49)
@@ -38,8 +42,10 @@ def numpy_vit(values, images):
     for block in range(2):
         p = f"blocks/{block}/"
         h = norm(x, p + "norm1/")
-        q, k, val = (np.einsum("npd,dhk->nphk", h, v[f"{p}attention/{name}"]) + v[f"{p}attention/{name}_bias"]
-                     for name in ("query", "key", "value"))
+        q, k, val = (
+            np.einsum("npd,dhk->nphk", h, v[f"{p}attention/{name}"]) + v[f"{p}attention/{name}_bias"]
+            for name in ("query", "key", "value")
+        )
         scores = np.einsum("nphk,nqhk->nhpq", q, k) / np.sqrt(8)
         weights = np.exp(scores - scores.max(-1, keepdims=True))
         weights /= weights.sum(-1, keepdims=True)
@@ -56,8 +62,9 @@ def test_vit_shapes_parameters_and_flops():
     values = definition.initial_values(22)
     assert values[definition.names.index("blocks/1/attention/query")].shape == (64, 8, 8)
     assert values[definition.names.index("blocks/1/attention/output")].shape == (8, 8, 64)
-    forward_multiply_adds = 16 * 49 * 64 + 2 * (3 * 16 * 64 * 64 + 2 * 8 * 16 * 16 * 8 + 16 * 64 * 64
-                                                 + 2 * 16 * 64 * 128) + 64 * 10
+    forward_multiply_adds = (
+        16 * 49 * 64 + 2 * (3 * 16 * 64 * 64 + 2 * 8 * 16 * 16 * 8 + 16 * 64 * 64 + 2 * 16 * 64 * 128) + 64 * 10
+    )
     assert definition.flops_per_example == 6 * forward_multiply_adds
     # Distinct draws per variable, reproducible from the seed, widened exactly in float64.
     weights = [value for variable, value in zip(definition.variables, values) if variable.name.endswith("query")]
@@ -69,8 +76,10 @@ def test_vit_shapes_parameters_and_flops():
 
 def test_vit_forward_matches_numpy(embedded):
     definition = vit.vit()
-    values = [value + np.float32(0.1) * np.random.default_rng(i).standard_normal(value.shape).astype(np.float32)
-              for i, value in enumerate(definition.initial_values(22))]  # biases and norms off their 0 and 1
+    values = [
+        value + np.float32(0.1) * np.random.default_rng(i).standard_normal(value.shape).astype(np.float32)
+        for i, value in enumerate(definition.initial_values(22))
+    ]  # biases and norms off their 0 and 1
     images = embedded.x_test[:6]
     float64 = Model(definition, [value.astype(np.float64) for value in values])(images).numpy()
     expected = numpy_vit(values, images)
@@ -84,28 +93,40 @@ def test_vit_layouts_split_heads_and_mlp_units_megatron_style():
     definition = vit.vit()
     split = {variable.name: variable.layout for variable in definition.variables if "model" in variable.layout}
     assert split == {
-        **{f"blocks/{b}/attention/{name}": ("unsharded", "model", "unsharded")
-           for b in range(2) for name in ("query", "key", "value")},
-        **{f"blocks/{b}/attention/{name}_bias": ("model", "unsharded") for b in range(2) for name in ("query", "key", "value")},
+        **{
+            f"blocks/{b}/attention/{name}": ("unsharded", "model", "unsharded")
+            for b in range(2)
+            for name in ("query", "key", "value")
+        },
+        **{
+            f"blocks/{b}/attention/{name}_bias": ("model", "unsharded")
+            for b in range(2)
+            for name in ("query", "key", "value")
+        },
         **{f"blocks/{b}/attention/output": ("model", "unsharded", "unsharded") for b in range(2)},
         **{f"blocks/{b}/mlp/w1": ("unsharded", "model") for b in range(2)},
         **{f"blocks/{b}/mlp/b1": ("model",) for b in range(2)},
-        **{f"blocks/{b}/mlp/w2": ("model", "unsharded") for b in range(2)}}
+        **{f"blocks/{b}/mlp/w2": ("model", "unsharded") for b in range(2)},
+    }
     for axis in (1, 2, 4, 8):
         assert definition.split_sizes(axis) == {}
     with pytest.raises(UsageError) as error:
-        dtensor_trainer.check_config(Config(model="vit", devices=6, mesh="batch=2,model=3", batch_size=64),
-                                     [f"CPU:{i}" for i in range(6)])
-    assert str(error.value) == ("model vit patches 16x49 width 64 heads 8 mlp 128 blocks 2: variable "
-                                "blocks/0/attention/query dimension 1 (8) does not divide over the model axis of 3, "
-                                "and the model allows no padding for it; use a model axis of 1, 2, 4, 8")
+        dtensor_trainer.check_config(
+            Config(model="vit", devices=6, mesh="batch=2,model=3", batch_size=64), [f"CPU:{i}" for i in range(6)]
+        )
+    assert str(error.value) == (
+        "model vit patches 16x49 width 64 heads 8 mlp 128 blocks 2: variable "
+        "blocks/0/attention/query dimension 1 (8) does not divide over the model axis of 3, "
+        "and the model allows no padding for it; use a model axis of 1, 2, 4, 8"
+    )
 
 
 def test_checkpoint_keys_follow_the_variable_names(tmp_path):
     model = Model(mlp(), mlp().initial_values(22))
     path = tf.train.Checkpoint(model=model).write(str(tmp_path / "mlp"))
     assert sorted(name for name, _ in tf.train.list_variables(path) if name.startswith("model/")) == sorted(
-        f"model/layers/{i}/{kind}/.ATTRIBUTES/VARIABLE_VALUE" for i in range(3) for kind in ("w", "b"))
+        f"model/layers/{i}/{kind}/.ATTRIBUTES/VARIABLE_VALUE" for i in range(3) for kind in ("w", "b")
+    )
     model = Model(vit.vit(), vit.vit().initial_values(22))
     path = tf.train.Checkpoint(model=model).write(str(tmp_path / "vit"))
     keys = {name for name, _ in tf.train.list_variables(path)}
@@ -115,46 +136,60 @@ def test_checkpoint_keys_follow_the_variable_names(tmp_path):
 
 def write_model(tmp_path, body: str) -> str:
     path = tmp_path / "user_model.py"
-    path.write_text(textwrap.dedent('''
+    path.write_text(
+        textwrap.dedent("""
         import tensorflow as tf
         from shared.model import ModelDefinition, Variable, zeros
 
         def forward(v, images):
             return tf.matmul(images, v["dense/w"]) + v["dense/b"]
-        ''') + textwrap.dedent(body))
+        """)
+        + textwrap.dedent(body)
+    )
     return f"{path}:model"
 
 
 BROKEN = {
     "a layout whose rank does not match": (
-        '''
+        """
         def model():
             return ModelDefinition("bad", (Variable("dense/w", (784, 10), zeros, ("model",)),
                                            Variable("dense/b", (10,))), forward, 1)
-        ''', "variable dense/w has a layout of rank 1 ['model'] for its shape of rank 2 [784, 10]; "
-             "give one entry per dimension"),
+        """,
+        "variable dense/w has a layout of rank 1 ['model'] for its shape of rank 2 [784, 10]; "
+        "give one entry per dimension",
+    ),
     "a forward that raises": (
-        '''
+        """
         def model():
             return ModelDefinition("bad", (Variable("dense/w", (784, 10)), Variable("dense/bias", (10,))),
                                    forward, 1)
-        ''', "its forward raised KeyError: 'dense/b' (user_model.py:6) on 2 images"),
+        """,
+        "its forward raised KeyError: 'dense/b' (user_model.py:6) on 2 images",
+    ),
     "a width the model axis cannot split, no padding allowed": (
-        '''
+        """
         def model():
             return ModelDefinition("odd", (Variable("dense/w", (784, 10), zeros, ("unsharded", "model")),
                                            Variable("dense/b", (10,))), forward, 1)
-        ''', "model odd: variable dense/w dimension 1 (10) does not divide over the model axis of 4, and the "
-             "model allows no padding for it; use a model axis of 1, 2, 5, 10"),
+        """,
+        "model odd: variable dense/w dimension 1 (10) does not divide over the model axis of 4, and the "
+        "model allows no padding for it; use a model axis of 1, 2, 5, 10",
+    ),
     "logits of the wrong shape": (
-        '''
+        """
         def model():
             return ModelDefinition("bad", (Variable("dense/w", (784, 7)), Variable("dense/b", (7,))), forward, 1)
-        ''', "its forward returned shape [2, 7] for 2 images; it must return logits [N, 10]"),
-    "not a definition": ('''
+        """,
+        "its forward returned shape [2, 7] for 2 images; it must return logits [N, 10]",
+    ),
+    "not a definition": (
+        """
         def model():
             return 3
-        ''', "returned int, not a shared.model.ModelDefinition"),
+        """,
+        "returned int, not a shared.model.ModelDefinition",
+    ),
 }
 
 

@@ -6,6 +6,7 @@ same small run as test_compare.py; a client killed mid-run ends the run with exi
 within the launcher's bound and leaves no process behind. Each client is a fresh
 TensorFlow process (~5 s to start), so these are the slow tests: ~20 s and ~15 s here.
 """
+
 import os
 import re
 import signal
@@ -21,8 +22,22 @@ from shared.errors import UsageError
 from shared.multiclient import STARTUP_TIMEOUT_S, client_environment, free_ports, role_from_environment
 from tests.cli import ROOT, read_report, run_compare
 
-TWO_CLIENTS = ["--data", "embedded", "--train-examples", "256", "--test-examples", "64", "--epochs", "1",
-               "--batch-size", "64", "--clients", "2", "--devices", "2"]
+TWO_CLIENTS = [
+    "--data",
+    "embedded",
+    "--train-examples",
+    "256",
+    "--test-examples",
+    "64",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "64",
+    "--clients",
+    "2",
+    "--devices",
+    "2",
+]
 KILL_BOUND_S = 60  # the issue's bound from a client's death to the launcher's exit
 
 
@@ -45,8 +60,10 @@ def test_two_clients_match_the_reference_for_dtensor_and_multi_worker_mirrored(t
         parity = report["parity"][name]
         assert parity["ok"] is True and parity["verdict"] == "ok"
         assert parity["max_abs_loss_diff"] <= parity["tolerances"]["loss"][0]
-        print(f"{name}: loss {parity['max_abs_loss_diff']:.2e} grad {parity['max_abs_grad_diff']:.2e} "
-              f"weight {parity['max_abs_weight_diff']:.2e}")
+        print(
+            f"{name}: loss {parity['max_abs_loss_diff']:.2e} grad {parity['max_abs_grad_diff']:.2e} "
+            f"weight {parity['max_abs_weight_diff']:.2e}"
+        )
 
 
 def _alive(pid: int) -> bool:
@@ -59,11 +76,24 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_client_killed_mid_run_stops_the_run_within_the_bound_and_leaves_no_process():
-    command = [sys.executable, os.path.join(ROOT, "compare.py"), *TWO_CLIENTS, "--trainers", "dtensor",
-               "--epochs", "200"]  # far longer than the test waits: the kill lands mid-run
-    launcher = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+    command = [
+        sys.executable,
+        os.path.join(ROOT, "compare.py"),
+        *TWO_CLIENTS,
+        "--trainers",
+        "dtensor",
+        "--epochs",
+        "200",
+    ]  # far longer than the test waits: the kill lands mid-run
+    launcher = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines, pids = [], []
     try:
         for line in launcher.stdout:  # until client 0 has trained an epoch with client 1
@@ -95,25 +125,39 @@ def test_a_port_in_use_is_reported_in_one_line():
         taken.bind(("", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-                   **client_environment("dtensor", 0, [port, free_ports(1)[0]]))
-        result = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), *TWO_CLIENTS,
-                                 "--trainers", "dtensor"], cwd=ROOT, env=env, capture_output=True, text=True,
-                                timeout=120)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **client_environment("dtensor", 0, [port, free_ports(1)[0]]))
+        result = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "compare.py"), *TWO_CLIENTS, "--trainers", "dtensor"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
         f"compare.py: error: dtensor client 0: could not listen on 127.0.0.1:{port} (port in use?); "
-        f"free it or give this client another port in DTENSOR_JOBS")
+        f"free it or give this client another port in DTENSOR_JOBS"
+    )
 
 
-@pytest.mark.parametrize("environ, message", [
-    ({"DTENSOR_CLIENT_ID": "0"}, r"DTENSOR_CLIENT_ID set but not DTENSOR_NUM_CLIENTS, DTENSOR_JOB_NAME, "
-                                 r"DTENSOR_JOBS"),
-    ({**client_environment("dtensor", 0, [1, 2, 3])}, r"--clients 2 but DTENSOR_CLIENT_ID describes 3 clients; "
-                                                       r"use --clients 3"),
-    ({"TF_CONFIG": "{}"}, r"TF_CONFIG is not"),
-    ({**client_environment("mirrored", 0, [1, 2]), "DTENSOR_JOBS": "x:1"}, r"both DTENSOR_\* and TF_CONFIG"),
-])
+@pytest.mark.parametrize(
+    "environ, message",
+    [
+        (
+            {"DTENSOR_CLIENT_ID": "0"},
+            r"DTENSOR_CLIENT_ID set but not DTENSOR_NUM_CLIENTS, DTENSOR_JOB_NAME, "
+            r"DTENSOR_JOBS",
+        ),
+        (
+            {**client_environment("dtensor", 0, [1, 2, 3])},
+            r"--clients 2 but DTENSOR_CLIENT_ID describes 3 clients; "
+            r"use --clients 3",
+        ),
+        ({"TF_CONFIG": "{}"}, r"TF_CONFIG is not"),
+        ({**client_environment("mirrored", 0, [1, 2]), "DTENSOR_JOBS": "x:1"}, r"both DTENSOR_\* and TF_CONFIG"),
+    ],
+)
 def test_a_wrong_cluster_environment_is_one_line_error(environ, message):
     with pytest.raises(UsageError, match=message):
         role_from_environment(Config(clients=2), environ)

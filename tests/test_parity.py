@@ -1,5 +1,6 @@
 """Parity and verdicts on made-up histories: the tolerance rule, every step judged, the first
 step and the variables that differ, divergence, and the float64 explanation of a float32 failure."""
+
 import types
 
 import numpy as np
@@ -13,16 +14,28 @@ from shared.verdict import DIVERGED, FLOAT_NOISE, MISMATCH, OK, judge
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
 
 WEIGHTS = [np.full((3, 2), 0.5), np.full(2, 0.5)]
-NAMES = ["layer 0 weight", "layer 0 bias", "layer 0 weight Adam m", "layer 0 bias Adam m",
-         "layer 0 weight Adam v", "layer 0 bias Adam v"]
+NAMES = [
+    "layer 0 weight",
+    "layer 0 bias",
+    "layer 0 weight Adam m",
+    "layer 0 bias Adam m",
+    "layer 0 weight Adam v",
+    "layer 0 bias Adam v",
+]
 
 
 def history(losses, weight_offset=0.0, dtype="float32", name="made-up", state=None) -> History:
     """A history of `losses`; `state` [steps + 1, variables] checksums (float64 runs record them)."""
-    return History(name, "nowhere", step_losses=list(losses), first_step_gradients=WEIGHTS,
-                   final_weights=[w + weight_offset for w in WEIGHTS], dtype=dtype,
-                   step_state_checksums=list(state) if state is not None else [],
-                   state_names=NAMES if state is not None else [])
+    return History(
+        name,
+        "nowhere",
+        step_losses=list(losses),
+        first_step_gradients=WEIGHTS,
+        final_weights=[w + weight_offset for w in WEIGHTS],
+        dtype=dtype,
+        step_state_checksums=list(state) if state is not None else [],
+        state_names=NAMES if state is not None else [],
+    )
 
 
 def drifting(steps: int, first_drifting_step: int, drift: float, start: float = 1.0) -> list:
@@ -74,8 +87,9 @@ def test_float64_state_checksums_name_the_first_step_and_the_variables():
     moved[3:, 0] *= 1.001  # layer 0 weight differs after step 2's update ...
     moved[4:, 2:] *= 1.01  # ... and every Adam slot after step 3's
     losses = drifting(steps, 3, 1e-3)  # so step 3's loss differs too
-    parity = check_parity(history(losses, dtype="float64", state=moved),
-                          history([1.0] * steps, dtype="float64", state=state))
+    parity = check_parity(
+        history(losses, dtype="float64", state=moved), history([1.0] * steps, dtype="float64", state=state)
+    )
     assert not parity.ok and parity.state_judged
     assert (parity.first_step_beyond, parity.differing) == (2, ["layer 0 weight"])
     assert parity.first_loss_step_beyond == 3
@@ -86,8 +100,9 @@ def test_a_difference_in_the_initial_state_is_named_at_step_0():
     state = np.ones((3, len(NAMES)))
     moved = state.copy()
     moved[:, 1] += 1.0
-    parity = check_parity(history([1.0] * 2, dtype="float64", state=moved),
-                          history([1.0] * 2, dtype="float64", state=state))
+    parity = check_parity(
+        history([1.0] * 2, dtype="float64", state=moved), history([1.0] * 2, dtype="float64", state=state)
+    )
     assert (parity.first_step_beyond, parity.differing) == (0, ["initial layer 0 bias"])
 
 
@@ -101,9 +116,20 @@ def test_a_variable_of_pure_rounding_noise_is_judged_against_its_kinds_scale():
     noise = state.copy()
     noise[1:, 3] = 4e-18  # the bias's Adam m: noise of a different size
     noise[1:, 5] = 1e-36
-    runs = [History("made-up", "nowhere", step_losses=[1.0, 1.0], first_step_gradients=WEIGHTS,
-                    final_weights=WEIGHTS, dtype="float64", step_state_checksums=list(checksums),
-                    state_names=NAMES, state_sizes=sizes) for checksums in (noise, state)]
+    runs = [
+        History(
+            "made-up",
+            "nowhere",
+            step_losses=[1.0, 1.0],
+            first_step_gradients=WEIGHTS,
+            final_weights=WEIGHTS,
+            dtype="float64",
+            step_state_checksums=list(checksums),
+            state_names=NAMES,
+            state_sizes=sizes,
+        )
+        for checksums in (noise, state)
+    ]
     assert check_parity(*runs).ok
     real = noise.copy()
     real[2, 3] = 2e-18 + 1e-11  # the bias's m moved by 1e-11: 5e-12 per element, beyond 1e-3 x 1e-7 x 1e-2
@@ -137,13 +163,17 @@ def test_runs_of_different_length_fail():
 
 # --- verdicts ---------------------------------------------------------------------------------
 
+
 def results(**histories):
     return {name: types.SimpleNamespace(history=h, error="") for name, h in histories.items()}
 
 
 def judged(config, runs, rerun=None, no_rerun_reason=""):
-    parity = {name: check_parity(result.history, runs["reference"].history)
-              for name, result in runs.items() if name != "reference"}
+    parity = {
+        name: check_parity(result.history, runs["reference"].history)
+        for name, result in runs.items()
+        if name != "reference"
+    }
     lines = []
     return judge(config, runs, parity, rerun, no_rerun_reason, log=lines.append), lines
 
@@ -154,13 +184,18 @@ def float64_rerun(candidate_losses):
 
     def rerun(names):
         calls.append(list(names))
-        return results(reference=history([1.0] * 100, dtype="float64"),
-                       **{name: history(candidate_losses, dtype="float64") for name in names if name != "reference"})
+        return results(
+            reference=history([1.0] * 100, dtype="float64"),
+            **{name: history(candidate_losses, dtype="float64") for name in names if name != "reference"},
+        )
+
     return rerun, calls
 
 
 def test_float32_failure_that_float64_explains_is_float_noise():
-    runs = results(reference=history([1.0] * 100), dtensor=history(drifting(100, 87, 3e-4)), mirrored=history([1.0] * 100))
+    runs = results(
+        reference=history([1.0] * 100), dtensor=history(drifting(100, 87, 3e-4)), mirrored=history([1.0] * 100)
+    )
     rerun, calls = float64_rerun([1.0 + 1e-13] * 100)
     judgement, lines = judged(Config(), runs, rerun)
     assert calls == [["reference", "dtensor"]]  # only the failing trainer, with the reference
@@ -171,7 +206,10 @@ def test_float32_failure_that_float64_explains_is_float_noise():
     assert judgement.verdicts["mirrored"].verdict == OK
     # What prints under the parity table and in the log: one line; the figures are the table's and the JSON's.
     assert noise.short_reason() == "float32 left its tolerance at step 87; float64 agrees on all 100 steps"
-    assert lines[0] == "dtensor: float32 left its tolerance at step 87; rerunning reference and dtensor in float64 to explain"
+    assert (
+        lines[0]
+        == "dtensor: float32 left its tolerance at step 87; rerunning reference and dtensor in float64 to explain"
+    )
     assert set(judgement.float64_histories) == {"reference", "dtensor"} and judgement.explain_seconds >= 0
 
 
@@ -194,25 +232,47 @@ def test_without_a_rerun_a_float32_failure_is_a_mismatch_that_says_why():
 
 
 def test_a_float64_run_is_judged_without_a_rerun():
-    runs = results(reference=history([1.0] * 10, dtype="float64"), dtensor=history(drifting(10, 3, 1e-6), dtype="float64"))
+    runs = results(
+        reference=history([1.0] * 10, dtype="float64"), dtensor=history(drifting(10, 3, 1e-6), dtype="float64")
+    )
     verdict = judged(Config(dtype="float64"), runs)[0].verdicts["dtensor"]
     assert verdict.line() == "MISMATCH at step 3: loss"
 
 
-@pytest.mark.parametrize("reference_losses, candidate_losses, rows", [
-    # Both diverge: each says where; neither is rerun.
-    ([1.0, 2.0, 3.0, float("nan")], [1.0, 2.0, 3.0, float("nan")],
-     {"reference": "diverged at step 3: loss nan",
-      "dtensor": "diverged at step 3: loss nan (the reference diverged at step 3); steps 0-2 agree within the tolerance"}),
-    # Only the trainer diverges.
-    ([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, float("inf"), float("nan")],
-     {"dtensor": "diverged at step 2: loss inf (the reference stays finite); steps 0-1 agree within the tolerance"}),
-    # Only the reference diverges: its row says so, and the trainer's verdict is diverged too.
-    ([1.0, float("nan"), float("nan")], [1.0, 1.5, 1.7],
-     {"reference": "diverged at step 1: loss nan",
-      "dtensor": "diverged: the reference diverged at step 1; this trainer stays finite; "
-                 "steps 0-0 agree within the tolerance"}),
-])
+@pytest.mark.parametrize(
+    "reference_losses, candidate_losses, rows",
+    [
+        # Both diverge: each says where; neither is rerun.
+        (
+            [1.0, 2.0, 3.0, float("nan")],
+            [1.0, 2.0, 3.0, float("nan")],
+            {
+                "reference": "diverged at step 3: loss nan",
+                "dtensor": "diverged at step 3: loss nan (the reference diverged at step 3); "
+                "steps 0-2 agree within the tolerance",
+            },
+        ),
+        # Only the trainer diverges.
+        (
+            [1.0, 2.0, 3.0, 4.0],
+            [1.0, 2.0, float("inf"), float("nan")],
+            {
+                "dtensor": "diverged at step 2: loss inf (the reference stays finite); "
+                "steps 0-1 agree within the tolerance"
+            },
+        ),
+        # Only the reference diverges: its row says so, and the trainer's verdict is diverged too.
+        (
+            [1.0, float("nan"), float("nan")],
+            [1.0, 1.5, 1.7],
+            {
+                "reference": "diverged at step 1: loss nan",
+                "dtensor": "diverged: the reference diverged at step 1; this trainer stays finite; "
+                "steps 0-0 agree within the tolerance",
+            },
+        ),
+    ],
+)
 def test_divergence_is_its_own_verdict_and_fails_the_run(reference_losses, candidate_losses, rows):
     runs = results(reference=history(reference_losses), dtensor=history(candidate_losses))
     rerun, calls = float64_rerun([1.0] * 4)

@@ -1,5 +1,6 @@
 """Every row of the README's "Bad input" table: exit code 2 and exactly one line on stderr, which
 says what the table says, and nothing trained."""
+
 import os
 import re
 import shlex

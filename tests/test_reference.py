@@ -1,4 +1,5 @@
 """The reference trainer learns, and its history record is complete and consistent."""
+
 import dataclasses
 
 import numpy as np
@@ -38,8 +39,9 @@ def test_history_record_is_complete(history):
     assert [g.shape for g in history.first_step_gradients] == [w.shape for w in history.final_weights]
     assert history.trace_seconds > 0 and all(r.train_seconds > 0 for r in history.epochs)
     assert [r.traces > 0 for r in history.epochs] == [True, False, False]  # only the first epoch traces
-    assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in history.memory_per_device] == \
-        [("CPU:0", 4 * 905_010, 8 * 905_010 + 8)]  # weights; Adam's m, v and step
+    assert [(m.device, m.weight_bytes, m.optimizer_bytes) for m in history.memory_per_device] == [
+        ("CPU:0", 4 * 905_010, 8 * 905_010 + 8)
+    ]  # weights; Adam's m, v and step
 
 
 def test_achieved_gflops_stay_below_the_measured_matmul_peak(history, embedded, devices):
@@ -49,25 +51,41 @@ def test_achieved_gflops_stay_below_the_measured_matmul_peak(history, embedded, 
     from shared.comparison import RunResult, TrainerResult
     from shared.history import MIN_MEASURED_SECONDS
     from shared.report import compute_facts
+
     config = Config(epochs=3, quiet=True)
     peak = matmul_peak_gflops(devices[0])
 
     def achieved(trained):
-        run = RunResult(config, devices[:1], embedded, {"reference": TrainerResult("reference", trained)}, {},
-                        matmul_peak_gflops=peak)
+        run = RunResult(
+            config,
+            devices[:1],
+            embedded,
+            {"reference": TrainerResult("reference", trained)},
+            {},
+            matmul_peak_gflops=peak,
+        )
         return compute_facts(run)["achieved_gflops"]["reference"]
+
     assert 0 < achieved(history) <= peak, f"{achieved(history):.0f} against a peak of {peak:.0f}"
     # The same run had its measured epochs been shorter than the floor (a data slice): no figure.
     # (Set, not trained: how long a tiny epoch takes depends on how busy the machine is.)
-    short = dataclasses.replace(history, epochs=[dataclasses.replace(record, train_seconds=MIN_MEASURED_SECONDS / 2)
-                                                 for record in history.epochs])
+    short = dataclasses.replace(
+        history,
+        epochs=[dataclasses.replace(record, train_seconds=MIN_MEASURED_SECONDS / 2) for record in history.epochs],
+    )
     assert achieved(short) is None
 
 
 def test_reference_is_deterministic(devices, embedded):
     config = Config(epochs=1, quiet=True, train_examples=300)
-    small = embedded.__class__(embedded.x_train[:300], embedded.y_train[:300], embedded.x_test[:100],
-                               embedded.y_test[:100], "embedded", "test slice")
+    small = embedded.__class__(
+        embedded.x_train[:300],
+        embedded.y_train[:300],
+        embedded.x_test[:100],
+        embedded.y_test[:100],
+        "embedded",
+        "test slice",
+    )
     first, second = fit(config, small, devices), fit(config, small, devices[1:])
     assert first.step_losses == second.step_losses
     for a, b in zip(first.final_weights, second.final_weights):
@@ -92,8 +110,15 @@ def test_several_steps_per_call_equal_one_step_per_call(embedded):
 
     def model_and_optimizer():
         model = Model(mlp(), mlp().initial_values(22))
-        return model, make_optimizer("adam", "fixed", model.weights, 1e-3, lambda v: tf.Variable(tf.zeros_like(v)),
-                                     lambda: tf.Variable(0, dtype=tf.int64))
+        return model, make_optimizer(
+            "adam",
+            "fixed",
+            model.weights,
+            1e-3,
+            lambda v: tf.Variable(tf.zeros_like(v)),
+            lambda: tf.Variable(0, dtype=tf.int64),
+        )
+
     batches = list(epoch_batches(embedded.x_train[:300], embedded.y_train[:300], 64))  # 4 x 64 and 44
     per_call_model, per_call_optimizer = model_and_optimizer()
     per_call = [float(train_step(per_call_model, per_call_optimizer, x, y)[0]) for x, y in batches]

@@ -3,6 +3,7 @@ check tells both cases apart, and the release table judges and renders what was 
 
 The stale-read test starts TensorFlow twice (162 s for this file on a busy 2-core machine); the rest reads files.
 """
+
 import dataclasses
 import json
 import os
@@ -39,19 +40,26 @@ def test_declared_range_is_exactly_the_matrix_releases():
     assert releases == sorted(releases)
     assert all(len(release.release) == 3 for release in releases), "list full releases, e.g. 2.16.2"
     minors = [release.release[:2] for release in releases]
-    assert minors == [(2, minor) for minor in range(minors[0][1], minors[-1][1] + 1)], \
+    assert minors == [(2, minor) for minor in range(minors[0][1], minors[-1][1] + 1)], (
         "one release per minor version, none left out"
+    )
     assert bounds[">="] == Version("%d.%d" % minors[0]), "the range starts at the oldest release in the matrix"
-    assert bounds["<"] == Version("%d.%d" % (minors[-1][0], minors[-1][1] + 1)), \
+    assert bounds["<"] == Version("%d.%d" % (minors[-1][0], minors[-1][1] + 1)), (
         "the range ends right after the newest release in the matrix"
+    )
     assert all(specifier.contains(release) for release in releases)
 
 
 @pytest.mark.parametrize("combine", ["on", "off"])
 def test_stale_read_appears_only_with_all_reduce_combining(combine):
-    done = subprocess.run([sys.executable, "-m", "release_matrix.stale_read", "--combine", combine], cwd=ROOT,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "release_matrix.stale_read", "--combine", combine],
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["combine_all_reduces"] is (combine == "on")
@@ -67,52 +75,91 @@ def parity(loss, ok=True):
 
 
 def compare_run(exit_code=0, losses=(2.3, 2.1), **trainers):
-    return {"exit_code": exit_code, "seconds": 20.0, "stderr_tail": "", "ok": exit_code == 0,
-            "parity": trainers, "failed_trainers": {}, "step_losses": {name: list(losses) for name in trainers}}
+    return {
+        "exit_code": exit_code,
+        "seconds": 20.0,
+        "stderr_tail": "",
+        "ok": exit_code == 0,
+        "parity": trainers,
+        "failed_trainers": {},
+        "step_losses": {name: list(losses) for name in trainers},
+    }
 
 
 def baseline_entry(verdict="same", loss=0.0, line=None):
     """release_matrix.checks's summary of one trainer in a --baseline report."""
-    return {"verdict": verdict, "line": line or verdict, "bitwise_identical": loss == 0.0, "max_abs_loss_diff": loss,
-            "max_abs_weight_sample_diff": loss * 2, "max_rel_weight_sum_diff": loss / 10}
+    return {
+        "verdict": verdict,
+        "line": line or verdict,
+        "bitwise_identical": loss == 0.0,
+        "max_abs_loss_diff": loss,
+        "max_abs_weight_sample_diff": loss * 2,
+        "max_rel_weight_sum_diff": loss / 10,
+    }
 
 
-OFFLINE = "auto: MNIST is not prepared in /root/tensorflow_datasets and storage.googleapis.com did not answer within 3 s"
+OFFLINE = (
+    "auto: MNIST is not prepared in /root/tensorflow_datasets and storage.googleapis.com did not answer within 3 s"
+)
 
 
 def measurement(tutorial_exit=1, dataset_losses=(2.3, 2.1)):
     """The shape release_matrix.checks writes, with figures as a passing release has them."""
     both = {"dtensor": parity(2.4e-7), "mirrored": parity(2.4e-7)}
     return {
-        "versions": {"python": "3.11.7", "tensorflow": "2.16.2", "project": "1a2b3c4"}, "install_seconds": 14.0, "run_seconds": 300.0,
-        "fast_tests": {"exit_code": 0, "seconds": 200.0, "tests": 46, "failures": 0, "errors": 0, "skipped": 0,
-                       "passed": 46, "failed_tests": []},
-        "compare": {"defaults": {**compare_run(**both), "data": {"source": "embedded", "reason": OFFLINE}},
-                    "adam": compare_run(**both), "sgd": compare_run(**both),
-                    "mesh_2d": compare_run(dtensor=parity(1e-7)),
-                    "dtensor_dataset": compare_run(losses=dataset_losses, dtensor=parity(2.4e-7)),
-                    "adam_tutorial": compare_run(tutorial_exit, dtensor=parity(0.74, ok=tutorial_exit != 1)),
-                    "multi_client": compare_run(**both),
-                    "float64_baseline": {**compare_run(**both), "baseline": {
-                        name: baseline_entry() for name in ("reference", "dtensor", "mirrored")}}},
-        "cross_restore": {"write": {"exit_code": 0},
-                          "dtensor_to_mirrored": {**compare_run(mirrored=parity(1e-7)),
-                                                  "max_abs_loss_diff_to_uninterrupted": 1.2e-7},
-                          "mirrored_to_dtensor_2d": {**compare_run(dtensor=parity(1e-7)),
-                                                     "max_abs_loss_diff_to_uninterrupted": 3e-4}},
-        "stale_read": {"combine_on": {"exit_code": 0, "stale_read": True, "stale_variables": 5, "variables": 6,
-                                      "read_zero_variables": 5},
-                       "combine_off": {"exit_code": 0, "stale_read": False, "stale_variables": 0, "variables": 6}},
+        "versions": {"python": "3.11.7", "tensorflow": "2.16.2", "project": "1a2b3c4"},
+        "install_seconds": 14.0,
+        "run_seconds": 300.0,
+        "fast_tests": {
+            "exit_code": 0,
+            "seconds": 200.0,
+            "tests": 46,
+            "failures": 0,
+            "errors": 0,
+            "skipped": 0,
+            "passed": 46,
+            "failed_tests": [],
+        },
+        "compare": {
+            "defaults": {**compare_run(**both), "data": {"source": "embedded", "reason": OFFLINE}},
+            "adam": compare_run(**both),
+            "sgd": compare_run(**both),
+            "mesh_2d": compare_run(dtensor=parity(1e-7)),
+            "dtensor_dataset": compare_run(losses=dataset_losses, dtensor=parity(2.4e-7)),
+            "adam_tutorial": compare_run(tutorial_exit, dtensor=parity(0.74, ok=tutorial_exit != 1)),
+            "multi_client": compare_run(**both),
+            "float64_baseline": {
+                **compare_run(**both),
+                "baseline": {name: baseline_entry() for name in ("reference", "dtensor", "mirrored")},
+            },
+        },
+        "cross_restore": {
+            "write": {"exit_code": 0},
+            "dtensor_to_mirrored": {**compare_run(mirrored=parity(1e-7)), "max_abs_loss_diff_to_uninterrupted": 1.2e-7},
+            "mirrored_to_dtensor_2d": {**compare_run(dtensor=parity(1e-7)), "max_abs_loss_diff_to_uninterrupted": 3e-4},
+        },
+        "stale_read": {
+            "combine_on": {
+                "exit_code": 0,
+                "stale_read": True,
+                "stale_variables": 5,
+                "variables": 6,
+                "read_zero_variables": 5,
+            },
+            "combine_off": {"exit_code": 0, "stale_read": False, "stale_variables": 0, "variables": 6},
+        },
     }
 
 
 def test_table_judges_restores_with_the_parity_tolerance():
     from shared.parity import DEFAULT_TOLERANCE
+
     assert table.LOSS_TOLERANCE == DEFAULT_TOLERANCE["float32"]
 
 
 def test_table_knows_the_reason_data_gives_for_a_broken_tensorflow_datasets():
     from shared.data import TFDS_BROKEN
+
     assert table.TFDS_BROKEN == TFDS_BROKEN
 
 
@@ -132,7 +179,9 @@ def test_table_judges_each_check_from_the_figures():
     fast = table.summarize("2.12.1", skips)["checks"]["fast tests"]
     assert fast["ok"] and fast["cell"] == "35/46, 11 skipped in 200 s"
     skips["fast_tests"].update(passed=34, failures=1, exit_code=1)
-    assert table.summarize("2.12.1", skips)["checks"]["fast tests"]["cell"] == "FAILED 34/46, 11 skipped in 200 s (exit 1)"
+    assert (
+        table.summarize("2.12.1", skips)["checks"]["fast tests"]["cell"] == "FAILED 34/46, 11 skipped in 200 s (exit 1)"
+    )
 
     missed = table.summarize("2.16.2", measurement(tutorial_exit=0, dataset_losses=(2.3, 2.2)))
     assert missed["checks"]["--adam tutorial caught"]["cell"].startswith("NO (exit 0")
@@ -142,11 +191,15 @@ def test_table_judges_each_check_from_the_figures():
 def test_the_defaults_run_fails_where_tensorflow_datasets_does_not_import():
     """compare.py still exits 0 there (auto falls back to the embedded images), but a user with a
     network would not get tfds: the row fails. Rows measured before the check leave it unjudged."""
-    assert table.summarize("2.16.2", measurement())["checks"][table.DEFAULTS_COLUMN]["cell"] == \
-        "ok 2.4e-07 / 2.4e-07, data embedded (tfds works; no network)"
+    assert (
+        table.summarize("2.16.2", measurement())["checks"][table.DEFAULTS_COLUMN]["cell"]
+        == "ok 2.4e-07 / 2.4e-07, data embedded (tfds works; no network)"
+    )
     broken = measurement()
-    broken["compare"]["defaults"]["data"]["reason"] = ("auto: tensorflow_datasets does not work here "
-                                                       "(AttributeError: module 'tensorflow_datasets' has no attribute 'builder')")
+    broken["compare"]["defaults"]["data"]["reason"] = (
+        "auto: tensorflow_datasets does not work here "
+        "(AttributeError: module 'tensorflow_datasets' has no attribute 'builder')"
+    )
     row = table.summarize("2.16.2", broken)
     assert row["checks"][table.DEFAULTS_COLUMN]["cell"].startswith("FAILED: auto: tensorflow_datasets does not work")
     assert "compare.py defaults (--data auto)" in row["failed_checks"] and row["verdict"] == "FAILED"
@@ -201,13 +254,17 @@ def test_the_float64_baseline_column_gives_the_largest_differences_and_fails_on_
     assert check["ok"] and check["cell"] == "same 4.4e-16 / 8.8e-16 / 4.4e-17"
     run.update(without_dtensor="compare.py: error: --dtype float64 on DTensor mesh batch=8 needs TensorFlow 2.13")
     del run["baseline"]["dtensor"]
-    assert table.summarize("2.12.1", measured)["checks"][table.BASELINE_COLUMN]["cell"] == \
-        "same, bit for bit; no dtensor (no float64 here)"
+    assert (
+        table.summarize("2.12.1", measured)["checks"][table.BASELINE_COLUMN]["cell"]
+        == "same, bit for bit; no dtensor (no float64 here)"
+    )
     run["baseline"]["mirrored"] = baseline_entry("CHANGED", 1e-3, "CHANGED at step 3: loss 0.5, baseline 0.501")
     run["exit_code"] = 1
     row = table.summarize("2.16.2", measured)
-    assert row["checks"][table.BASELINE_COLUMN]["cell"] == \
-        "CHANGED: mirrored CHANGED at step 3: loss 0.5, baseline 0.501; no dtensor (no float64 here)"
+    assert (
+        row["checks"][table.BASELINE_COLUMN]["cell"]
+        == "CHANGED: mirrored CHANGED at step 3: loss 0.5, baseline 0.501; no dtensor (no float64 here)"
+    )
     assert table.BASELINE_COLUMN in row["failed_checks"]
     del measured["compare"]["float64_baseline"]  # measured before the check existed: not judged
     assert table.summarize("2.16.2", measured)["checks"][table.BASELINE_COLUMN] == {"ok": None, "cell": "- (not run)"}
@@ -221,11 +278,14 @@ def test_the_committed_baseline_is_a_valid_report_of_the_float64_check_on_the_ba
     from release_matrix.releases import BASELINE_RELEASE
     from shared.config import NUMERIC_OPTIONS
     from tests.cli import read_report
+
     saved = read_report(os.path.join(ROOT, checks.BASELINE_PATH))
     config = compare.config_from_args(compare.build_parser().parse_args(checks.FLOAT64_BASELINE_ARGS))
-    assert {name: saved["config"][name] for name in NUMERIC_OPTIONS} == \
-        {name: list(value) if isinstance(value, tuple) else value
-         for name, value in dataclasses.asdict(config).items() if name in NUMERIC_OPTIONS}
+    assert {name: saved["config"][name] for name in NUMERIC_OPTIONS} == {
+        name: list(value) if isinstance(value, tuple) else value
+        for name, value in dataclasses.asdict(config).items()
+        if name in NUMERIC_OPTIONS
+    }
     assert saved["environment"]["tensorflow"] == BASELINE_RELEASE and saved["ok"] is True
     assert sorted(saved["trainers"]) == ["dtensor", "mirrored", "reference"]
     assert all(not entry["failed"] for entry in saved["trainers"].values())
@@ -245,4 +305,3 @@ def test_a_release_not_measured_here_keeps_its_row_from_the_last_table(tmp_path)
     assert [row["verdict"] for row in rows[:3]] == ["FAILED", earlier["verdict"], "not measured"]
     assert rows[1]["checks"][table.BASELINE_COLUMN] == {"ok": None, "cell": "- (not run)"}
     assert rows[1]["versions"]["project"] == "1a2b3c4"
-

@@ -4,6 +4,7 @@ Every report the suite writes is validated against the schema where it is writte
 (tests/cli.py's run_compare, and check_report for reports made in process); this file checks
 the schema itself: that it is one, that it ships, and that it rejects what broke users before.
 """
+
 import copy
 import dataclasses
 import json
@@ -30,18 +31,48 @@ def schema():
 
 def minimal_report():
     """The smallest report compare.py could write: no trainer finished, nothing optional."""
-    return json.loads(json.dumps({
-        "schema_version": SCHEMA_VERSION, "ok": False, "config": dataclasses.asdict(Config()),
-        "environment": {"tensorflow": "2.21.0", "data_source": "embedded", "data_reason": "--data embedded",
-                        "devices": ["CPU:0"], "train_examples": 4000, "test_examples": 1000,
-                        "data_sha256": "0" * 64, "op_determinism": False, "data_fallback": None},
-        "trainers": {"reference": {"failed": True, "error": "RuntimeError: x", "traceback": "Traceback ..."}},
-        "parity": {}, "float64_rerun": None, "reproducibility": None, "baseline": None, "link_gbps": None,
-        "model": {"name": "mlp 784-10", "description": "", "parameters": 7850, "flops_per_example": 47040,
-                  "variables": [{"name": "layers/0/w", "shape": [784, 10], "layout": []},
-                                {"name": "layers/0/b", "shape": [10], "layout": []}]},
-        "compute": {"flops_per_example": 5422800, "matmul_peak_gflops": 80.0, "matmul_peak_dtype": "float32",
-                    "achieved_gflops": {}}}))
+    return json.loads(
+        json.dumps(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "ok": False,
+                "config": dataclasses.asdict(Config()),
+                "environment": {
+                    "tensorflow": "2.21.0",
+                    "data_source": "embedded",
+                    "data_reason": "--data embedded",
+                    "devices": ["CPU:0"],
+                    "train_examples": 4000,
+                    "test_examples": 1000,
+                    "data_sha256": "0" * 64,
+                    "op_determinism": False,
+                    "data_fallback": None,
+                },
+                "trainers": {"reference": {"failed": True, "error": "RuntimeError: x", "traceback": "Traceback ..."}},
+                "parity": {},
+                "float64_rerun": None,
+                "reproducibility": None,
+                "baseline": None,
+                "link_gbps": None,
+                "model": {
+                    "name": "mlp 784-10",
+                    "description": "",
+                    "parameters": 7850,
+                    "flops_per_example": 47040,
+                    "variables": [
+                        {"name": "layers/0/w", "shape": [784, 10], "layout": []},
+                        {"name": "layers/0/b", "shape": [10], "layout": []},
+                    ],
+                },
+                "compute": {
+                    "flops_per_example": 5422800,
+                    "matmul_peak_gflops": 80.0,
+                    "matmul_peak_dtype": "float32",
+                    "achieved_gflops": {},
+                },
+            }
+        )
+    )
 
 
 def test_the_schema_is_a_json_schema_of_this_version():
@@ -73,15 +104,18 @@ def test_a_minimal_report_validates():
     check_report(minimal_report())
 
 
-@pytest.mark.parametrize("change, where", [
-    (lambda r: r.pop("schema_version"), "'schema_version' is a required property"),
-    (lambda r: r.update(schema_version="0.9"), f"'{SCHEMA_VERSION}' was expected"),
-    (lambda r: r.update(unknown_field=1), "Additional properties are not allowed ('unknown_field' was unexpected)"),
-    (lambda r: r["config"].pop("seed"), "'seed' is a required property"),
-    (lambda r: r["environment"].update(data_sha256="abc"), "'abc' does not match"),
-    # Issue 12 renamed parity.<trainer>.tolerance (a number) to tolerances; a report with the old key fails.
-    (lambda r: r["parity"].update(dtensor={"tolerance": 1e-4}), "Additional properties are not allowed"),
-])
+@pytest.mark.parametrize(
+    "change, where",
+    [
+        (lambda r: r.pop("schema_version"), "'schema_version' is a required property"),
+        (lambda r: r.update(schema_version="0.9"), f"'{SCHEMA_VERSION}' was expected"),
+        (lambda r: r.update(unknown_field=1), "Additional properties are not allowed ('unknown_field' was unexpected)"),
+        (lambda r: r["config"].pop("seed"), "'seed' is a required property"),
+        (lambda r: r["environment"].update(data_sha256="abc"), "'abc' does not match"),
+        # Issue 12 renamed parity.<trainer>.tolerance (a number) to tolerances; a report with the old key fails.
+        (lambda r: r["parity"].update(dtensor={"tolerance": 1e-4}), "Additional properties are not allowed"),
+    ],
+)
 def test_the_schema_rejects_a_report_that_breaks_the_contract(change, where):
     report = copy.deepcopy(minimal_report())
     change(report)

@@ -4,6 +4,7 @@ The comparison is tested here on made-up histories; compare.py end to end on a s
 as TensorFlow ships (op determinism off) and once with --deterministic, which must run in a
 process of its own (op determinism cannot be turned off again). ~1 minute on 2 cores.
 """
+
 import numpy as np
 import pytest
 
@@ -14,8 +15,12 @@ from tests.cli import read_report, run_compare, unwrapped
 
 
 def history(losses=(2.0, 1.5, 1.2, 1.0), weight=0.0):
-    return History(trainer="dtensor", placement="-", step_losses=list(losses),
-                   final_weights=[np.full((3, 2), 0.5, np.float32) + np.float32(weight), np.zeros(2, np.float32)])
+    return History(
+        trainer="dtensor",
+        placement="-",
+        step_losses=list(losses),
+        final_weights=[np.full((3, 2), 0.5, np.float32) + np.float32(weight), np.zeros(2, np.float32)],
+    )
 
 
 def test_repeats_equal_to_the_last_bit_are_bitwise_identical():
@@ -27,8 +32,10 @@ def test_repeats_equal_to_the_last_bit_are_bitwise_identical():
 def test_a_repeat_that_differs_names_the_first_step_and_the_sizes():
     """The earliest step over every repeat, the largest differences; one ulp of a loss counts."""
     one_ulp = float(np.nextafter(1.2, 2.0))
-    repeats = [TrainerResult("dtensor", history((2.0, 1.5, one_ulp, 1.0 + 3e-7), weight=2e-6)),
-               TrainerResult("dtensor", history((2.0, 1.5, 1.2, 1.0 + 1e-7)))]
+    repeats = [
+        TrainerResult("dtensor", history((2.0, 1.5, one_ulp, 1.0 + 3e-7), weight=2e-6)),
+        TrainerResult("dtensor", history((2.0, 1.5, 1.2, 1.0 + 1e-7))),
+    ]
     found = compare_runs(history(), repeats)
     assert not found.bitwise_identical and found.first_differing_step == 2
     assert found.max_abs_loss_diff == pytest.approx(3e-7, rel=1e-6) and found.differing_weights == ["layer 0 weight"]
@@ -45,8 +52,21 @@ def test_a_repeat_that_raised_is_reported_as_failed():
     assert not found.bitwise_identical and found.line() == "FAILED: RuntimeError: lost a device"
 
 
-SMALL = ["--data", "embedded", "--train-examples", "256", "--test-examples", "128", "--epochs", "1",
-         "--devices", "2", "--batch-size", "64", "--quiet"]
+SMALL = [
+    "--data",
+    "embedded",
+    "--train-examples",
+    "256",
+    "--test-examples",
+    "128",
+    "--epochs",
+    "1",
+    "--devices",
+    "2",
+    "--batch-size",
+    "64",
+    "--quiet",
+]
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -59,8 +79,10 @@ def test_repeat_2_reports_every_trainer_in_the_table_and_the_json(tmp_path, dete
     result = run_compare(*SMALL, "--repeat", "2", *options, "--json", str(report_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     state = "on" if deterministic else "off"
-    assert (f"Reproducibility: each trainer trained 2 times from the same start in this process, compared bit for "
-            f"bit (op determinism {state}: --deterministic)") in unwrapped(result.stdout)
+    assert (
+        f"Reproducibility: each trainer trained 2 times from the same start in this process, compared bit for "
+        f"bit (op determinism {state}: --deterministic)"
+    ) in unwrapped(result.stdout)
     report = read_report(report_path)
     assert report["environment"]["op_determinism"] is deterministic
     found = report["reproducibility"]

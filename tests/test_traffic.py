@@ -2,6 +2,7 @@
 from the layouts: DTensor's gradient all-reduces on the batch axis (each device's shard of every
 variable), its activation all-reduces on the model axis, and MirroredStrategy's reduce to one device
 and what comes back from it (a broadcast, or the `primary` update's weights)."""
+
 import dataclasses
 import re
 
@@ -21,8 +22,13 @@ SCALARS = 3
 
 @pytest.fixture(scope="module")
 def small(embedded):
-    return dataclasses.replace(embedded, x_train=embedded.x_train[:256], y_train=embedded.y_train[:256],
-                               x_test=embedded.x_test[:128], y_test=embedded.y_test[:128])
+    return dataclasses.replace(
+        embedded,
+        x_train=embedded.x_train[:256],
+        y_train=embedded.y_train[:256],
+        x_test=embedded.x_test[:128],
+        y_test=embedded.y_test[:128],
+    )
 
 
 def gradient_shards(config: Config, model_axis: int) -> int:
@@ -30,8 +36,10 @@ def gradient_shards(config: Config, model_axis: int) -> int:
     its (padded) size, any other all of it."""
     definition = definition_for(config)
     sizes = definition.split_sizes(model_axis)
-    return sum(int(np.prod(definition.shape(variable, sizes))) // (model_axis if variable.split_dim is not None else 1)
-               for variable in definition.variables)
+    return sum(
+        int(np.prod(definition.shape(variable, sizes))) // (model_axis if variable.split_dim is not None else 1)
+        for variable in definition.variables
+    )
 
 
 def activation_all_reduces(model: str, per_device_batch: int):
@@ -49,8 +57,10 @@ def formula(config: Config, batch: int, model: int):
     expected = {}
     if batch > 1:
         variables = len(definition_for(config).variables)
-        expected[("all-reduce", "batch", batch)] = (variables + SCALARS,
-                                                    (gradient_shards(config, model) + SCALARS) * FLOAT32)
+        expected[("all-reduce", "batch", batch)] = (
+            variables + SCALARS,
+            (gradient_shards(config, model) + SCALARS) * FLOAT32,
+        )
     if model > 1:
         count, elements = activation_all_reduces(config.model, GLOBAL_BATCH // batch)
         expected[("all-reduce", "model", model)] = (count, count * elements * FLOAT32)
@@ -59,22 +69,31 @@ def formula(config: Config, batch: int, model: int):
 
 def dtensor_traffic(config: Config, small, devices) -> Traffic:
     from dtensor_impl.trainer import DTensorTrainer
+
     trainer = DTensorTrainer(config, small, devices)
     call = trainer.step_call()
     if config.mesh == "batch=8":  # DTensor lowers a function when it first runs it: before, nothing to count
         traffic, missing = call.traffic()
-        assert traffic is None and re.fullmatch(r"found 0 functions that DTensor lowered __inference_train_steps_\d+ "
-                                                r"to, not one", missing), missing
+        assert traffic is None and re.fullmatch(
+            r"found 0 functions that DTensor lowered __inference_train_steps_\d+ "
+            r"to, not one",
+            missing,
+        ), missing
     call.run(call.prepare())
     traffic, missing = call.traffic()
     assert traffic is not None, missing
     return traffic
 
 
-@pytest.mark.parametrize("model, batch, model_axis", [
-    ("mlp", 8, 1), ("mlp", 2, 4), ("mlp", 1, 8),
-    ("vit", 2, 4),  # both axes; batch=8 and batch=1,model=8 trace ~20 s each (docs/throughput.md has them)
-])
+@pytest.mark.parametrize(
+    "model, batch, model_axis",
+    [
+        ("mlp", 8, 1),
+        ("mlp", 2, 4),
+        ("mlp", 1, 8),
+        ("vit", 2, 4),  # both axes; batch=8 and batch=1,model=8 trace ~20 s each (docs/throughput.md has them)
+    ],
+)
 def test_dtensor_bytes_per_device_match_the_layouts(devices, small, model, batch, model_axis):
     mesh = f"batch={batch}" + (f",model={model_axis}" if model_axis > 1 else "")
     config = Config(trainers=("dtensor",), model=model, mesh=mesh, epochs=1, quiet=True)
@@ -96,17 +115,22 @@ def test_mirrored_bytes_are_a_reduce_to_one_device_and_what_comes_back(devices, 
     """ReductionToOneDevice: every replica's gradients (and its loss and correct count) go to CPU:0; back come
     the weights the `primary` update made there, or the summed gradients (`replicas`): the same sizes."""
     from mirrored_impl.trainer import MirroredTrainer
-    trainer = MirroredTrainer(Config(trainers=("mirrored",), mirrored_update=update, epochs=1, quiet=True), small,
-                              devices)
+
+    trainer = MirroredTrainer(
+        Config(trainers=("mirrored",), mirrored_update=update, epochs=1, quiet=True), small, devices
+    )
     trainer.begin(0)
     traffic, missing = trainer.step_call().traffic()
     assert traffic is not None, missing
     parameters = definition_for(Config()).parameter_count()  # 905,010
     up, down = (parameters + 2) * FLOAT32, parameters * FLOAT32
-    assert traffic.collectives == [Collective("to one device", "CPU:0", 8, 6 + 2, up),
-                                   Collective("from one device", "CPU:0", 8, 6, down)]
+    assert traffic.collectives == [
+        Collective("to one device", "CPU:0", 8, 6 + 2, up),
+        Collective("from one device", "CPU:0", 8, 6, down),
+    ]
     assert traffic.devices == [DeviceTraffic("CPU:0", 7 * down, 7 * up)] + [
-        DeviceTraffic(device, up, down) for device in devices[1:]]
+        DeviceTraffic(device, up, down) for device in devices[1:]
+    ]
     assert traffic.link_bytes == 7 * up
     assert traffic.floor_ms(100) == pytest.approx(7 * up * 8 / 100e9 * 1e3)
     assert traffic.floor_ms(None) is None
@@ -127,9 +151,12 @@ def test_a_groups_axis_is_where_its_devices_differ():
 
 
 def test_copies_without_one_device_in_every_transfer_are_listed_pairwise():
-    traffic, _ = copies_traffic([("CPU:0", "CPU:1", 40), ("CPU:2", "CPU:3", 8), ("CPU:2", "CPU:3", 8)],
-                                ["CPU:0", "CPU:1", "CPU:2", "CPU:3"])
-    assert traffic.collectives == [Collective("copy", "CPU:0 -> CPU:1", 2, 1, 40),
-                                   Collective("copy", "CPU:2 -> CPU:3", 2, 2, 16)]
+    traffic, _ = copies_traffic(
+        [("CPU:0", "CPU:1", 40), ("CPU:2", "CPU:3", 8), ("CPU:2", "CPU:3", 8)], ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
+    )
+    assert traffic.collectives == [
+        Collective("copy", "CPU:0 -> CPU:1", 2, 1, 40),
+        Collective("copy", "CPU:2 -> CPU:3", 2, 2, 16),
+    ]
     assert [(d.sent_bytes, d.received_bytes) for d in traffic.devices] == [(40, 0), (0, 40), (16, 0), (0, 16)]
     assert traffic.link_bytes == 40

@@ -5,6 +5,7 @@ Data: the first 256 training and 64 test embedded examples, global batch 64: 4 s
 2 epochs. float64, so every step's loss and state are judged at float64 tolerances and the
 figures hold on any CPU. About a minute and a half on 2 cores, most of it tracing.
 """
+
 import dataclasses
 
 import numpy as np
@@ -26,8 +27,13 @@ FLOAT64_LOSS_BOUND = 1e-8  # the issue's bound; measured noise is ~1e-15 (docs/m
 
 @pytest.fixture(scope="module")
 def small(embedded):
-    return dataclasses.replace(embedded, x_train=embedded.x_train[:256], y_train=embedded.y_train[:256],
-                               x_test=embedded.x_test[:64], y_test=embedded.y_test[:64])
+    return dataclasses.replace(
+        embedded,
+        x_train=embedded.x_train[:256],
+        y_train=embedded.y_train[:256],
+        x_test=embedded.x_test[:64],
+        y_test=embedded.y_test[:64],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +41,20 @@ def runs(small, devices, tmp_path_factory):
     if dtensor_trainer.tensorflow_release() < dtensor_trainer.float64_collectives_since(parse_mesh(MESH, 8)):
         pytest.skip(f"this TensorFlow's DTensor collectives have no float64 on {MESH} (docs/releases.md)")
     directory = tmp_path_factory.mktemp("vit")
-    histories = {"reference": reference.fit(BASE, small, devices[:1]),
-                 "dtensor": dtensor_trainer.fit(BASE.replace(mesh=MESH, checkpoint_dir=str(directory / "ckpt"),
-                                                             export=str(directory / "export")), small, devices),
-                 "mirrored primary": mirrored_trainer.fit(BASE.replace(mirrored_update="primary"), small, devices)}
+    histories = {
+        "reference": reference.fit(BASE, small, devices[:1]),
+        "dtensor": dtensor_trainer.fit(
+            BASE.replace(mesh=MESH, checkpoint_dir=str(directory / "ckpt"), export=str(directory / "export")),
+            small,
+            devices,
+        ),
+        "mirrored primary": mirrored_trainer.fit(BASE.replace(mirrored_update="primary"), small, devices),
+    }
     # Epoch 2 again, by MirroredStrategy's other update mode, from DTensor's (sharded) epoch-1 checkpoint.
     restore = str(directory / "ckpt" / "dtensor" / "epoch-0001")
     histories["mirrored replicas, restored"] = mirrored_trainer.fit(
-        BASE.replace(mirrored_update="replicas", restore=restore), small, devices)
+        BASE.replace(mirrored_update="replicas", restore=restore), small, devices
+    )
     return histories, directory
 
 
@@ -76,8 +88,10 @@ def test_a_dtensor_checkpoint_resumes_under_mirrored_strategy(runs):
     assert [record.epoch for record in resumed.epochs] == [2]
     loss_diff = np.max(np.abs(np.array(resumed.step_losses) - uninterrupted.step_losses[STEPS_PER_EPOCH:]))
     assert loss_diff <= FLOAT64_LOSS_BOUND
-    assert max(np.max(np.abs(a - b)) for a, b in zip(resumed.final_weights, uninterrupted.final_weights)) \
+    assert (
+        max(np.max(np.abs(a - b)) for a, b in zip(resumed.final_weights, uninterrupted.final_weights))
         <= 10 * FLOAT64_LOSS_BOUND
+    )
 
 
 def test_the_export_serves_the_trainers_logits(runs):
