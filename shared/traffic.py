@@ -80,12 +80,13 @@ class Traffic:
         return None if not link_gbps else self.link_bytes * 8 / (link_gbps * 1e9) * 1e3
 
     def describe(self) -> str:
-        """e.g. "9 all-reduce on batch (3.45 MB each)", "8 to CPU:0 (3.45 MB each), 6 from CPU:0 (3.45 MB each)":
+        """e.g. "9 all-reduce on batch (3.45 MB per device)", "8 to CPU:0 (3.45 MB per device), 6 from CPU:0
+        (3.45 MB per device)":
         tensors per step, and the MB each device hands in (or sends to / receives from the one device)."""
         words = {"to one device": "to", "from one device": "from"}
         return (
             ", ".join(
-                f"{c.count} {words.get(c.kind, c.kind + ' on')} {c.group} ({c.payload_bytes / MB:.2f} MB each)"
+                f"{c.count} {words.get(c.kind, c.kind + ' on')} {c.group} ({c.payload_bytes / MB:.2f} MB per device)"
                 for c in self.collectives
             )
             or "none"

@@ -159,7 +159,7 @@ def test_the_profile_and_bytes_of_every_configuration_are_printed_written_and_dr
     # The tables: the run's trainers, then every configuration with its bytes and their time at 100 Gb/s.
     text = re.sub(r"\n  (?=\S)", " ", result.stdout)  # the lines under a table, broken at 120 columns, joined
     assert re.search(
-        r"^2 devices dtensor batch=2: 9 all-reduce on batch \(3\.45 MB each\); 3\.45 MB/step on the "
+        r"^2 devices dtensor batch=2: 9 all-reduce on batch \(3\.45 MB per device\); 3\.45 MB/step on the "
         r"busiest link, >= 0\.290 ms at 100 Gb/s$",
         text,
         re.M,
