@@ -121,7 +121,9 @@ def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print
     each distributed trainer's parity against the reference."""
     names = ["reference"] + [n for n in config.trainers if n != "reference"]
     if config.reference_from_scratch:  # every epoch from the initial values; compared after the restore point
-        reference = train_one("reference", config.replace(restore=None), data, devices, log)
+        reference = train_one(
+            "reference", config.replace(restore=None, reference_from_scratch=False), data, devices, log
+        )
         if reference.history is not None:
             reference.history = after_restore_point(reference.history, config, len(data.y_train))
         results = {"reference": reference}
@@ -134,7 +136,9 @@ def train_all(config: Config, data: MnistData, devices: Sequence[str], log=print
 
     run = compare_results(config, devices, data, results, rerun, log=log)
     if config.repeat > 1:
-        again = config.replace(quiet=True, checkpoint_dir=None, export=None, profile=False)  # the same run again
+        again = config.replace(
+            quiet=True, checkpoint_dir=None, export=None, profile=False, link_gbps=None
+        )  # the same run again
         run.reproducibility = {
             name: compare_runs(
                 result.history, [train_one(name, again, data, devices, log) for _ in range(config.repeat - 1)]
@@ -220,7 +224,9 @@ def rerun_one(name: str, config: Config, data: MnistData, devices: Sequence[str]
 
 def float64_rerun_config(config: Config) -> Config:
     """The run again in float64, quietly: no epoch lines, checkpoints, export or profile; float64's own tolerances."""
-    return config.replace(dtype="float64", quiet=True, checkpoint_dir=None, export=None, tolerance=None, profile=False)
+    return config.replace(
+        dtype="float64", quiet=True, checkpoint_dir=None, export=None, tolerance=None, profile=False, link_gbps=None
+    )
 
 
 def compare_results(

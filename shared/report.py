@@ -415,7 +415,6 @@ def report_dict(run, sweep, link_gbps=None) -> dict:
         "baseline": baseline.baseline_dict(run.baseline),
         "model": model_facts(definition_for(run.config)),
         "compute": compute_facts(run),
-        "link_gbps": link_gbps,  # --link-gbps
         **(
             {
                 "sweep": [

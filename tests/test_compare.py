@@ -176,8 +176,9 @@ def test_tutorial_adam_reads_stale_slots_only_with_all_reduce_combining(tmp_path
     """DTensor's stale reads after assign come from its all-reduce combining pass: with it on
     (TensorFlow's default; DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION=1) the tutorial's Adam
     fails float32 parity, the float64 rerun fails too, and the verdict is MISMATCH at step 0: the
-    update read stale zeros for Adam's m, so no weight or bias moved; the slots themselves (assigned
-    correctly) differ from step 1, computed from the wrong weights. With combining off (the trainer's
+    update read stale zeros for Adam's m, so the weights did not move (which biases read stale too
+    depends on how DTensor groups the all-reduces in the step's graph); the slots themselves
+    (assigned correctly) differ from step 1, computed from the wrong weights. With combining off (the trainer's
     default on CPU) the same run, whose two full batches keep the tutorial's step count at 1 in both
     trainers, matches the reference."""
     report_path = tmp_path / "report.json"
@@ -209,18 +210,17 @@ def test_tutorial_adam_reads_stale_slots_only_with_all_reduce_combining(tmp_path
             re.M,
         )
         assert re.search(r"^\| dtensor .*\| MISMATCH  \|$", result.stdout, re.M)  # the keyword; the reason below
-        assert (
-            "\ndtensor    at step 0: after its update every weight and bias; then every Adam slot from step 1 "
-            "(in float64;"
-        ) in result.stdout
+        assert "\ndtensor    at step 0: after its update every weight" in result.stdout
         assert result.stdout.rstrip().endswith("PARITY FAILED")
         assert report["ok"] is False and parity["verdict"] == "MISMATCH" and parity["max_abs_loss_diff"] > 0.01
-        assert parity["reason"].startswith(
-            "at step 0: after its update every weight and bias; then every Adam slot "
-            "from step 1 (in float64; float32 left its tolerance at step 1 (loss diff"
+        assert re.match(
+            r"at step 0: after its update every weight.*; then .*every Adam slot from step 1 \(in float64; float32 "
+            r"left its tolerance at step 1 \(loss diff",
+            parity["reason"],
         )
         assert parity["first_disagreeing_step"] == 0 and parity["float32_left_tolerance_step"] == 1
-        assert parity["differing"] == [f"layer {i} {kind}" for i in range(3) for kind in ("weight", "bias")]
+        weights_and_biases = [f"layer {i} {kind}" for i in range(3) for kind in ("weight", "bias")]
+        assert {f"layer {i} weight" for i in range(3)} <= set(parity["differing"]) <= set(weights_and_biases)
         assert {name: step for name, step in parity["float64"]["state_first_steps"].items() if "Adam" in name} == {
             f"layer {i} {kind} Adam {slot}": 1 for slot in "mv" for i in range(3) for kind in ("weight", "bias")
         }

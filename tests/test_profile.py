@@ -107,7 +107,7 @@ def test_the_profile_and_bytes_of_every_configuration_are_printed_written_and_dr
     lines = result.stdout.splitlines()
     assert max(len(line) for line in lines) <= LINE_WIDTH
     report = json.loads(report_path.read_text())
-    assert report["link_gbps"] == 100 and report["config"]["profile"] is True
+    assert report["config"]["link_gbps"] == 100 and report["config"]["profile"] is True
     parameters = report["model"]["parameters"]
 
     rows = {}  # name -> (step profile, traffic, collectives) of each trainer, then each sweep configuration

@@ -53,7 +53,6 @@ def minimal_report():
                 "float64_rerun": None,
                 "reproducibility": None,
                 "baseline": None,
-                "link_gbps": None,
                 "model": {
                     "name": "mlp 784-10",
                     "description": "",
