@@ -17,16 +17,18 @@ SMALL = dict(epochs=2, train_examples=512, test_examples=256, data="embedded")
 
 
 def test_my_model_trains_the_same_with_dtensor_and_mirrored_strategy():
-    result = check_model(f"{HERE}/my_model.py:my_model", meshes=("batch=8", "batch=2,model=4"), **SMALL)
+    # One mesh with a model axis (its layouts are the model's own); add "batch=8" and others as you need.
+    result = check_model(f"{HERE}/my_model.py:my_model", meshes=("batch=2,model=4",), **SMALL)
     assert result.ok, result.summary()
-    assert set(result.verdicts) == {"dtensor batch=8", "dtensor batch=2,model=4", "mirrored"}
+    assert set(result.verdicts) == {"dtensor batch=2,model=4", "mirrored"}
     assert all(verdict.verdict in ("ok", "float noise") for verdict in result.verdicts.values())
 
 
 def test_batch_statistics_match_on_dtensor_and_not_under_mirrored_strategy():
-    """Normalising over the batch: DTensor's global batch is one device's; each replica's 16 examples are not."""
-    result = check_model(f"{HERE}/batch_norm_mlp.py:batch_norm_mlp", meshes=("batch=8",), **SMALL)
-    assert result.verdicts["dtensor batch=8"].ok, result.summary()
+    """Normalising over the batch: DTensor's global batch is one device's; each replica's 64 examples are not
+    (2 devices here: as on 8, where each replica normalises over 16)."""
+    result = check_model(f"{HERE}/batch_norm_mlp.py:batch_norm_mlp", meshes=("batch=2",), devices=2, **SMALL)
+    assert result.verdicts["dtensor batch=2"].ok, result.summary()
     mirrored = result.verdicts["mirrored"]
     assert mirrored.verdict == "MISMATCH" and mirrored.first_disagreeing_step == 0, result.summary()
     assert {"loss", "first-step gradients"} <= set(mirrored.differing)

@@ -61,3 +61,15 @@ def unwrapped(text: str) -> str:
     """compare.py's output with each log line that shared.console.fit_width broke (a long path, say)
     joined again: a continuation starts with LOG_INDENT spaces."""
     return re.sub(r"\n {11}(?=\S)", " ", text)
+
+
+def run_main(argv, capsys):
+    """compare.main(argv) in this process (TensorFlow and the 8 test devices already set up, so a
+    bad input is judged in a second, not the 8 s a new process takes to import TensorFlow):
+    (exit code, stdout, stderr). A traceback would propagate and fail the test."""
+    import compare
+
+    capsys.readouterr()  # what came before is not this run's
+    code = compare.main([str(arg) for arg in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -1,5 +1,7 @@
 """Every row of the README's "Bad input" table: exit code 2 and exactly one line on stderr, which
-says what the table says, and nothing trained."""
+says what the table says, and nothing trained. Rows run through compare.main in this process (the
+same code as the command line, without a new process's TensorFlow import); one row also runs as a
+command, as a user types it."""
 
 import os
 import re
@@ -7,7 +9,7 @@ import shlex
 
 import pytest
 
-from tests.cli import ROOT, run_compare
+from tests.cli import ROOT, run_compare, run_main
 
 
 def readme_error_rows():
@@ -23,10 +25,19 @@ def test_the_readme_has_an_error_table():
 
 
 @pytest.mark.parametrize("arguments, expected", readme_error_rows(), ids=lambda value: str(value)[:40])
-def test_each_bad_input_in_the_readme_exits_2_with_one_line(arguments, expected):
+def test_each_bad_input_in_the_readme_exits_2_with_one_line(arguments, expected, capsys):
+    code, out, err = run_main(arguments, capsys)
+    assert code == 2, out[-2000:] + err[-2000:]
+    lines = err.splitlines()
+    assert len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("compare.py: error: ") and expected in lines[0]
+    assert "epoch 1/" not in out
+
+
+def test_a_bad_input_found_after_tensorflow_starts_is_one_line_from_the_command_too():
+    arguments, expected = next(row for row in readme_error_rows() if row[0][:1] == ["--mesh"])
     result = run_compare(*arguments)
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr[-3000:]
-    assert lines[0].startswith("compare.py: error: ") and expected in lines[0]
+    assert result.stderr.splitlines() == [result.stderr.splitlines()[0]] and expected in result.stderr
+    assert "Traceback" not in result.stderr and "epoch 1/" not in result.stdout
     assert "epoch 1/" not in result.stdout
