@@ -99,3 +99,14 @@ def test_a_package_cycle_is_found_even_when_the_modules_do_not_cycle():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+
+
+def test_module_docstrings_say_what_and_where_in_at_most_15_lines():
+    """A module's docstring says what it holds and points to docs/ for the rest (STYLE.md)."""
+    long = {}
+    for name, path in project_modules().items():
+        docstring = ast.get_docstring(ast.parse(open(path).read(), path), clean=False) or ""
+        lines = len(docstring.strip("\n").splitlines())
+        if lines > 15 and name.split(".")[0] in ("shared", "dtensor_impl", "mirrored_impl"):
+            long[name] = lines
+    assert long == {}
