@@ -235,7 +235,7 @@ def print_sweep_profile(sweep, link_gbps, out=sys.stdout) -> None:
             print(fit_width(line, indent=2), file=out)
 
 
-def print_tables(run, sweep, out=sys.stdout, link_gbps=None) -> None:
+def print_tables(run, sweep, out=sys.stdout) -> None:
     if run.parity or any(r.failed for r in run.results.values()):
         print(f"\n{parity_title(run)}", file=out)
         print(tabulate(parity_rows(run), PARITY_HEADERS, tablefmt="github"), file=out)
@@ -282,7 +282,7 @@ def print_tables(run, sweep, out=sys.stdout, link_gbps=None) -> None:
         print(BELOW_FLOOR, file=out)
     for line in export_lines(run):
         print(fit_width(line), file=out)
-    print_profile(run, link_gbps, out)
+    print_profile(run, run.config.link_gbps, out)
     if sweep:
         print("\nThroughput against device count: every configuration, each beside its own reference", file=out)
         print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
@@ -297,7 +297,7 @@ def print_tables(run, sweep, out=sys.stdout, link_gbps=None) -> None:
                 print(fit_width(line, indent=2), file=out)
         if not below_floor and any(e.throughput_examples_per_s is None and not e.skipped for e in sweep):
             print(BELOW_FLOOR, file=out)
-        print_sweep_profile(sweep, link_gbps, out)
+        print_sweep_profile(sweep, run.config.link_gbps, out)
     print_repeats_and_baseline(run, out)
     print(f"\n{last_line(run, passed(run, sweep))}", file=out)
     if run.baseline is not None:
@@ -363,7 +363,8 @@ def sweep_rows(sweep) -> List[list]:
     return rows
 
 
-def report_dict(run, sweep, link_gbps=None) -> dict:
+def report_dict(run, sweep) -> dict:
+    link_gbps = run.config.link_gbps
     train_examples = len(run.data.y_train)
     trainers = {}
     for name, result in run.results.items():
@@ -456,14 +457,14 @@ def write_tensorboard(logdir: str, run) -> None:
 
 def publish(config, run, sweep=()) -> int:
     """Print the tables, write --json, --plots and --logdir; return compare.py's exit code (0: parity holds)."""
-    print_tables(run, sweep, link_gbps=config.link_gbps)
+    print_tables(run, sweep)
     write_outputs(config, run, sweep)
     return 0 if exit_ok(run, sweep) else 1
 
 
 def write_outputs(config, run, sweep) -> None:
     if config.json:
-        payload = json.dumps(_finite(report_dict(run, sweep, config.link_gbps)), indent=2, allow_nan=False).encode()
+        payload = json.dumps(_finite(report_dict(run, sweep)), indent=2, allow_nan=False).encode()
         write_atomically(config.json, payload)
     if config.plots:
         from shared import plots
