@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 
@@ -11,6 +12,10 @@ import jsonschema
 from shared.report_schema import SCHEMA_PATH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A compare.py run of a few seconds' training: 4 steps of 64 embedded examples on 2 devices.
+SMALL = ["--data", "embedded", "--train-examples", "256", "--test-examples", "128", "--epochs", "1"]
+SMALL += ["--devices", "2", "--batch-size", "64"]
+PNG_SIZE = (900, 600)  # shared/plots.py's FIGURE_SIZE (9, 6) at 100 dpi
 with open(SCHEMA_PATH) as _file:
     REPORT_VALIDATOR = jsonschema.Draft202012Validator(json.load(_file))
 
@@ -73,3 +78,10 @@ def run_main(argv, capsys):
     code = compare.main([str(arg) for arg in argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def png_size(path):
+    """(width, height) of a PNG file, read from its header."""
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
+    return struct.unpack(">II", header[16:24])

@@ -20,6 +20,7 @@ from shared.digest import SAMPLE_COUNT, data_sha256, digest, digests
 from shared.errors import UsageError
 from shared.history import History
 from shared.report_schema import SCHEMA_VERSION
+from tests import cli
 from tests.cli import read_report, run_compare, unwrapped
 
 STEPS = 6
@@ -316,21 +317,7 @@ def test_the_digest_sums_exactly_samples_evenly_and_hashes_every_bit():
 
 # --- end to end: compare.py ----------------------------------------------------------------------
 
-SMALL = [
-    "--data",
-    "embedded",
-    "--train-examples",
-    "256",
-    "--test-examples",
-    "128",
-    "--epochs",
-    "1",
-    "--devices",
-    "2",
-    "--batch-size",
-    "64",
-    "--quiet",
-]
+SMALL = [*cli.SMALL, "--quiet"]
 SMALL64 = SMALL + ["--dtype", "float64"]
 
 

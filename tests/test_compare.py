@@ -6,28 +6,11 @@ the table, JSON and plot tests; each other case is its own process.
 
 import os
 import re
-import struct
 
 import pytest
 
 from shared.console import LINE_WIDTH
-from tests.cli import check_report, read_report, run_compare, run_main
-
-SMALL = [
-    "--data",
-    "embedded",
-    "--train-examples",
-    "256",
-    "--test-examples",
-    "128",
-    "--epochs",
-    "1",
-    "--devices",
-    "2",
-    "--batch-size",
-    "64",
-]
-PNG_SIZE = (900, 600)  # FIGURE_SIZE (9, 6) at 100 dpi
+from tests.cli import PNG_SIZE, SMALL, check_report, png_size, read_report, run_compare, run_main
 
 
 @pytest.fixture(scope="module")
@@ -149,12 +132,6 @@ def test_below_the_timing_floor_the_table_shows_a_dash_and_says_why(full_run):
     assert len(rows) == 3 and all(row.split("|")[2].strip() == "-" for row in rows)  # examples/s
     assert "GFLOP/s: reference -, dtensor -, mirrored - of this run's float32 matmul peak" in result.stdout
     assert "-: no epoch after the first ran 0.1 s or more without tracing" in result.stdout
-
-
-def png_size(path):
-    header = path.read_bytes()[:24]
-    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
-    return struct.unpack(">II", header[16:24])
 
 
 def test_plots_are_valid_pngs_of_the_expected_size(full_run):

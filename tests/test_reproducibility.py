@@ -11,6 +11,7 @@ import pytest
 from shared.comparison import TrainerResult
 from shared.history import History
 from shared.reproducibility import compare_runs
+from tests import cli
 from tests.cli import read_report, run_compare, unwrapped
 
 
@@ -52,21 +53,7 @@ def test_a_repeat_that_raised_is_reported_as_failed():
     assert not found.bitwise_identical and found.line() == "FAILED: RuntimeError: lost a device"
 
 
-SMALL = [
-    "--data",
-    "embedded",
-    "--train-examples",
-    "256",
-    "--test-examples",
-    "128",
-    "--epochs",
-    "1",
-    "--devices",
-    "2",
-    "--batch-size",
-    "64",
-    "--quiet",
-]
+SMALL = [*cli.SMALL, "--quiet"]
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

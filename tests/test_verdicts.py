@@ -7,8 +7,7 @@ import json
 import re
 
 from shared.console import LINE_WIDTH
-from tests.cli import read_report, run_compare, unwrapped
-from tests.test_compare import PNG_SIZE, SMALL, png_size
+from tests.cli import PNG_SIZE, SMALL, png_size, read_report, run_compare, unwrapped
 
 
 def test_tutorial_adam_matches_with_the_trainers_combining_off(tmp_path):
