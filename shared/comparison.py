@@ -22,7 +22,7 @@ from shared.data import MnistData, batch_slices, load_data
 from shared.devices import configure_determinism, configure_devices
 from shared.digest import data_sha256
 from shared.errors import UsageError
-from shared.history import History
+from shared.history import History, throughput
 from shared.memory import with_peaks
 from shared.models import definition_for
 from shared.parity import Parity, check_parity
@@ -51,7 +51,8 @@ class RunResult:
     data: MnistData
     results: Dict[str, TrainerResult]
     parity: Dict[str, Parity]
-    matmul_peak_gflops: float = 0.0  # measured after training, in the same process (shared/benchmark.py)
+    # Measured after training, in the same process (shared/benchmark.py); None when no epoch was timed.
+    matmul_peak_gflops: Optional[float] = None
     # shared/verdict.py: per distributed trainer (and "reference" if it diverged), the float64 rerun's
     # histories when a float32 failure was explained, and that rerun's wall time.
     verdicts: Dict[str, Verdict] = dataclasses.field(default_factory=dict)
@@ -296,9 +297,19 @@ def run(config: Config) -> int:
         float64_runs(main_run, [name for name, result in main_run.results.items() if not result.failed], data, devices)
     if saved is not None:
         compare_with_baseline(main_run, saved, config.baseline, data, devices)
-    main_run.matmul_peak_gflops = matmul_peak_gflops(devices[0], dtype=config.dtype)
+    main_run.matmul_peak_gflops = matmul_peak_for(main_run)
     entries = run_sweep(config, data, all_devices, plan) if plan else []
     return report.publish(config, main_run, entries)
+
+
+def matmul_peak_for(run: RunResult) -> Optional[float]:
+    """The matmul peak in the run's dtype (shared/benchmark.py), the yardstick of the achieved GFLOP/s;
+    None when no trainer has a timed epoch to set beside it (one epoch, or epochs under the timing
+    floor), rather than 1-3 s spent for nothing."""
+    train_examples = len(run.data.y_train)
+    if not any(throughput(result.history, train_examples) for result in run.results.values() if not result.failed):
+        return None
+    return matmul_peak_gflops(run.devices[0], dtype=run.config.dtype)
 
 
 def run_sweep(

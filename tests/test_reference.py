@@ -47,33 +47,28 @@ def test_history_record_is_complete(history):
 def test_achieved_gflops_stay_below_the_measured_matmul_peak(history, embedded, devices):
     """A figure above the machine's peak is a timing bug: one short epoch less its trace time once
     printed 1497% of it. Figures come from whole epochs after the first, each at least the floor."""
-    from shared.benchmark import matmul_peak_gflops
-    from shared.comparison import RunResult, TrainerResult
+    from shared.comparison import RunResult, TrainerResult, matmul_peak_for
     from shared.history import MIN_MEASURED_SECONDS
     from shared.report import compute_facts
 
-    config = Config(epochs=3, quiet=True)
-    peak = matmul_peak_gflops(devices[0])
-
-    def achieved(trained):
-        run = RunResult(
-            config,
-            devices[:1],
-            embedded,
-            {"reference": TrainerResult("reference", trained)},
-            {},
-            matmul_peak_gflops=peak,
+    def run_of(trained):
+        return RunResult(
+            Config(epochs=3, quiet=True), devices[:1], embedded, {"reference": TrainerResult("reference", trained)}, {}
         )
-        return compute_facts(run)["achieved_gflops"]["reference"]
 
-    assert 0 < achieved(history) <= peak, f"{achieved(history):.0f} against a peak of {peak:.0f}"
-    # The same run had its measured epochs been shorter than the floor (a data slice): no figure.
-    # (Set, not trained: how long a tiny epoch takes depends on how busy the machine is.)
-    short = dataclasses.replace(
-        history,
-        epochs=[dataclasses.replace(record, train_seconds=MIN_MEASURED_SECONDS / 2) for record in history.epochs],
+    run = run_of(history)
+    run.matmul_peak_gflops = peak = matmul_peak_for(run)
+    achieved = compute_facts(run)["achieved_gflops"]["reference"]
+    assert 0 < achieved <= peak, f"{achieved:.0f} against a peak of {peak:.0f}"
+    # The same run had its measured epochs been shorter than the floor (a data slice): no figure, and
+    # no peak measured for it. (Set, not trained: how long a tiny epoch takes depends on the machine's load.)
+    short = run_of(
+        dataclasses.replace(
+            history,
+            epochs=[dataclasses.replace(record, train_seconds=MIN_MEASURED_SECONDS / 2) for record in history.epochs],
+        )
     )
-    assert achieved(short) is None
+    assert matmul_peak_for(short) is None and compute_facts(short)["achieved_gflops"]["reference"] is None
 
 
 def test_reference_is_deterministic(devices, embedded):
