@@ -7,7 +7,6 @@ half-written report behind.
 import dataclasses
 import json
 import os
-import sys
 from typing import List, Sequence
 
 import numpy as np
@@ -206,7 +205,7 @@ def sweep_collectives_line(sweep) -> str:
     )
 
 
-def print_profile(run, link_gbps, out=sys.stdout) -> None:
+def print_profile(run, link_gbps, out=None) -> None:
     """--profile: each trainer's step parts, and under them its bytes per step."""
     histories = [(name, result.history) for name, result in run.results.items()]
     rows = profile_report.trainer_rows(histories)
@@ -220,7 +219,7 @@ def print_profile(run, link_gbps, out=sys.stdout) -> None:
             print(fit_width(line, indent=2), file=out)
 
 
-def print_sweep_profile(sweep, link_gbps, out=sys.stdout) -> None:
+def print_sweep_profile(sweep, link_gbps, out=None) -> None:
     """--profile with --sweep-devices: the same for every configuration of the sweep."""
     rows = profile_report.sweep_rows(sweep)
     if rows:
@@ -235,7 +234,7 @@ def print_sweep_profile(sweep, link_gbps, out=sys.stdout) -> None:
             print(fit_width(line, indent=2), file=out)
 
 
-def print_tables(run, sweep, out=sys.stdout) -> None:
+def print_tables(run, sweep, out=None) -> None:
     if run.parity or any(r.failed for r in run.results.values()):
         print(f"\n{parity_title(run)}", file=out)
         print(tabulate(parity_rows(run), PARITY_HEADERS, tablefmt="github"), file=out)
@@ -304,7 +303,7 @@ def print_tables(run, sweep, out=sys.stdout) -> None:
         print(baseline.last_line(run.baseline), file=out)
 
 
-def print_repeats_and_baseline(run, out=sys.stdout) -> None:
+def print_repeats_and_baseline(run, out=None) -> None:
     """--repeat's table (shared/reproducibility.py) and --baseline's (shared/baseline.py)."""
     if run.reproducibility:
         print(
