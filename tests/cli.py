@@ -1,5 +1,7 @@
 """Run compare.py in a subprocess, as a user would; every --json report it writes is checked against the schema."""
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -36,20 +38,38 @@ def read_report(path) -> dict:
 
 
 def run_compare(*args, timeout=300, env=None):
-    """compare.py's exit code and output; TensorFlow's own messages hidden as for a user
-    (conftest sets TF_CPP_MIN_LOG_LEVEL for this process, which would show them). A report that
-    --json wrote (new or changed) must validate against the schema."""
+    """compare.py's exit code and output from a new process, as a user runs it; TensorFlow's own messages
+    hidden as for a user (conftest sets TF_CPP_MIN_LOG_LEVEL for this process, which would show them).
+    For what needs a process of its own: an environment variable read when TensorFlow starts, op
+    determinism (process-wide), TensorFlow's log lines, the command line itself; else run_here."""
     env = dict({k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, PYTHONPATH=ROOT, **(env or {}))
-    report_path = args[args.index("--json") + 1] if "--json" in args else None
-    before = _contents(report_path)
-    done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "compare.py"), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    command = [sys.executable, os.path.join(ROOT, "compare.py"), *map(str, args)]
+    return _checked(
+        args, lambda: subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     )
+
+
+def run_here(*args):
+    """compare.main(args) in this process, returning what run_compare does: TensorFlow and the 8 test
+    devices are set up already and autograph has converted the trainers' functions, so a small run
+    takes a third of a new process's time (which spends 8 s importing TensorFlow). A traceback
+    propagates and fails the test."""
+    import compare
+
+    def run():
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = compare.main([str(arg) for arg in args])
+        return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+    return _checked(args, run)
+
+
+def _checked(args, run):
+    """run()'s result, once a report that --json wrote (new or changed) validates against the schema."""
+    report_path = str(args[args.index("--json") + 1]) if "--json" in args else None
+    before = _contents(report_path)
+    done = run()
     if report_path is not None and _contents(report_path) not in (None, before):
         read_report(report_path)
     return done
@@ -66,18 +86,6 @@ def unwrapped(text: str) -> str:
     """compare.py's output with each log line that shared.console.fit_width broke (a long path, say)
     joined again: a continuation starts with LOG_INDENT spaces."""
     return re.sub(r"\n {11}(?=\S)", " ", text)
-
-
-def run_main(argv, capsys):
-    """compare.main(argv) in this process (TensorFlow and the 8 test devices already set up, so a
-    bad input is judged in a second, not the 8 s a new process takes to import TensorFlow):
-    (exit code, stdout, stderr). A traceback would propagate and fail the test."""
-    import compare
-
-    capsys.readouterr()  # what came before is not this run's
-    code = compare.main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def png_size(path):

@@ -21,7 +21,7 @@ from shared.errors import UsageError
 from shared.history import History
 from shared.report_schema import SCHEMA_VERSION
 from tests import cli
-from tests.cli import read_report, run_compare, unwrapped
+from tests.cli import read_report, run_here, unwrapped
 
 STEPS = 6
 NAMES = ["reference", "dtensor", "mirrored"]
@@ -324,13 +324,13 @@ SMALL64 = SMALL + ["--dtype", "float64"]
 @pytest.fixture(scope="module")
 def float64_baseline(tmp_path_factory):
     path = tmp_path_factory.mktemp("baseline") / "a.json"
-    result = run_compare(*SMALL64, "--json", str(path))
+    result = run_here(*SMALL64, "--json", str(path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return path
 
 
 def test_the_same_float64_run_against_its_own_report_is_the_same_for_every_trainer(float64_baseline, tmp_path):
-    result = run_compare(*SMALL64, "--baseline", str(float64_baseline), "--json", str(tmp_path / "b.json"))
+    result = run_here(*SMALL64, "--baseline", str(float64_baseline), "--json", str(tmp_path / "b.json"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.rstrip().splitlines()
     assert lines[-2] == "PARITY OK" and lines[-1].startswith("BASELINE SAME")
@@ -345,7 +345,7 @@ def test_a_loss_moved_by_1e_3_in_the_baseline_is_changed_at_that_step_exit_1(flo
     saved["trainers"]["mirrored"]["step_losses"][2] += 1e-3
     moved = tmp_path / "moved.json"
     moved.write_text(json.dumps(saved))
-    result = run_compare(*SMALL64, "--baseline", str(moved), "--json", str(tmp_path / "b.json"))
+    result = run_here(*SMALL64, "--baseline", str(moved), "--json", str(tmp_path / "b.json"))
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.rstrip().splitlines()[-2:] == ["PARITY OK", "BASELINE CHANGED (mirrored)"]
     row = next(line for line in result.stdout.splitlines() if line.startswith("| mirrored") and "CHANGED" in line)
@@ -356,7 +356,7 @@ def test_a_loss_moved_by_1e_3_in_the_baseline_is_changed_at_that_step_exit_1(flo
 
 
 def test_a_baseline_with_another_learning_rate_is_refused_before_anything_trains(float64_baseline, tmp_path):
-    result = run_compare(
+    result = run_here(
         *SMALL64, "--learning-rate", "2e-3", "--baseline", str(float64_baseline), "--json", str(tmp_path / "b.json")
     )
     assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
@@ -372,7 +372,7 @@ def test_a_float32_baseline_with_float64_runs_tells_float_noise_from_a_change(tm
     reference's float32 loss at step 1 moved by 1e-3 (its float64 run untouched) and dtensor's float32
     and float64 losses both did: reference is float noise, dtensor CHANGED in float64, mirrored same."""
     saved_path = tmp_path / "a.json"
-    result = run_compare(*SMALL, "--with-float64", "--json", str(saved_path))
+    result = run_here(*SMALL, "--with-float64", "--json", str(saved_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     saved = read_report(saved_path)
     record = saved["float64_rerun"]
@@ -385,7 +385,7 @@ def test_a_float32_baseline_with_float64_runs_tells_float_noise_from_a_change(tm
     moved = tmp_path / "moved.json"
     moved.write_text(json.dumps(saved))
 
-    result = run_compare(*SMALL, "--baseline", str(moved), "--json", str(tmp_path / "b.json"))
+    result = run_here(*SMALL, "--baseline", str(moved), "--json", str(tmp_path / "b.json"))
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     lines = {
         line.split("|")[1].strip(): line.split("|")[-2].strip()

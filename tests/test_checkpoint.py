@@ -26,7 +26,7 @@ from shared.config import Config
 from shared.errors import UsageError
 from shared.mlp import mlp
 from shared.parity import TOLERANCES
-from tests.cli import run_compare, unwrapped
+from tests.cli import run_here, unwrapped
 
 TRAIN_EXAMPLES, TEST_EXAMPLES = 300, 100
 STEPS_PER_EPOCH = 5  # 4 x 64 + 44
@@ -387,7 +387,7 @@ def test_exports_serve_the_trainers_predictions_in_a_fresh_process(resumed):
 
 def test_compare_restores_checkpoints_and_exports(written, tmp_path):
     """compare.py resumes DTensor's epoch-2 checkpoint on a 2-device mesh and 2 replicas."""
-    result = run_compare(
+    result = run_here(
         "--data",
         "embedded",
         "--train-examples",
@@ -421,7 +421,7 @@ def test_compare_restores_checkpoints_and_exports(written, tmp_path):
         assert os.listdir(tmp_path / "checkpoints" / name) == ["epoch-0003"]
         assert os.path.exists(tmp_path / "exported" / name / "saved_model.pb")
 
-    mismatch = run_compare(
+    mismatch = run_here(
         "--data", "embedded", "--epochs", "3", "--hidden", "64,32", "--restore", str(written["dtensor"][1])
     )
     assert mismatch.returncode == 2
@@ -439,7 +439,7 @@ def test_a_resumed_run_is_judged_against_an_uninterrupted_reference(written, uni
 
     def resume(*args):
         report_path = tmp_path / f"report{len(args)}.json"
-        result = run_compare(
+        result = run_here(
             "--data",
             "embedded",
             "--train-examples",

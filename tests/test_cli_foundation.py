@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.cli import run_compare, run_main
+from tests.cli import run_compare, run_here
 
 OPTIONS = [
     "--trainers",
@@ -54,7 +54,7 @@ def test_help_lists_every_option_with_its_default():
 
 
 def test_reference_prints_three_epochs_of_falling_loss():
-    result = run_compare("--trainers", "reference", "--data", "embedded")
+    result = run_here("--trainers", "reference", "--data", "embedded")
     assert result.returncode == 0, result.stderr[-2000:]
     losses = [float(v) for v in re.findall(r"^reference\s+epoch \d/3\s+train_loss (\S+)", result.stdout, re.M)]
     assert len(losses) == 3 and losses[0] > losses[1] > losses[2]
@@ -86,8 +86,9 @@ def test_bad_flags_exit_2_with_one_line(args, message):
         (["--json", "/no/such/dir/report.json"], r"--json: directory /no/such/dir does not exist"),
     ],
 )
-def test_bad_input_exits_2_before_training(args, message, capsys):
-    code, out, err = run_main(["--trainers", "reference", *args], capsys)  # in this process: see tests/cli.py
+def test_bad_input_exits_2_before_training(args, message):
+    result = run_here("--trainers", "reference", *args)  # in this process: see tests/cli.py
+    code, out, err = result.returncode, result.stdout, result.stderr
     assert code == 2
     assert len(err.splitlines()) == 1 and re.search(message, err), err[-1000:]
     assert "epoch 1/" not in out

@@ -10,7 +10,7 @@ import pytest
 
 from shared.console import LINE_WIDTH
 from shared.profile import PARTS, attribute, exclusive, part_of
-from tests.cli import run_compare
+from tests.cli import run_here
 
 MS = 1_000_000  # ns
 
@@ -77,7 +77,7 @@ def test_the_profile_and_bytes_of_every_configuration_are_printed_written_and_dr
     update: the others' bytes are tests/test_traffic.py's); every configuration's step parts, its bytes as
     counted (and at 100 Gb/s), and its collective implementation, in the tables, the JSON and step_profile.png."""
     report_path, plots = tmp_path / "report.json", tmp_path / "plots"
-    result = run_compare(
+    result = run_here(
         "--data",
         "embedded",
         "--train-examples",

@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from tests.cli import ROOT, run_compare, run_main
+from tests.cli import ROOT, run_compare, run_here
 
 
 def readme_error_rows():
@@ -25,8 +25,9 @@ def test_the_readme_has_an_error_table():
 
 
 @pytest.mark.parametrize("arguments, expected", readme_error_rows(), ids=lambda value: str(value)[:40])
-def test_each_bad_input_in_the_readme_exits_2_with_one_line(arguments, expected, capsys):
-    code, out, err = run_main(arguments, capsys)
+def test_each_bad_input_in_the_readme_exits_2_with_one_line(arguments, expected):
+    result = run_here(*arguments)
+    code, out, err = result.returncode, result.stdout, result.stderr
     assert code == 2, out[-2000:] + err[-2000:]
     lines = err.splitlines()
     assert len(lines) == 1, err[-3000:]

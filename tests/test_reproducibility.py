@@ -12,7 +12,7 @@ from shared.comparison import TrainerResult
 from shared.history import History
 from shared.reproducibility import compare_runs
 from tests import cli
-from tests.cli import read_report, run_compare, unwrapped
+from tests.cli import read_report, run_compare, run_here, unwrapped
 
 
 def history(losses=(2.0, 1.5, 1.2, 1.0), weight=0.0):
@@ -63,7 +63,8 @@ def test_repeat_2_reports_every_trainer_in_the_table_and_the_json(tmp_path, dete
     the same outputs for the same inputs on the same machine: every trainer must be bitwise identical."""
     report_path = tmp_path / "report.json"
     options = ["--deterministic", "--trainers", "dtensor"] if deterministic else []  # with the reference: 2 trainers
-    result = run_compare(*SMALL, "--repeat", "2", *options, "--json", str(report_path))
+    run = run_compare if deterministic else run_here  # op determinism is for the whole process: a new one
+    result = run(*SMALL, "--repeat", "2", *options, "--json", str(report_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     state = "on" if deterministic else "off"
     assert (

@@ -7,7 +7,7 @@ import json
 import re
 
 from shared.console import LINE_WIDTH
-from tests.cli import PNG_SIZE, SMALL, png_size, read_report, run_compare, unwrapped
+from tests.cli import PNG_SIZE, SMALL, png_size, read_report, run_compare, run_here, unwrapped
 
 
 def test_tutorial_adam_matches_with_the_trainers_combining_off(tmp_path):
@@ -16,7 +16,7 @@ def test_tutorial_adam_matches_with_the_trainers_combining_off(tmp_path):
     then matches the reference. With the combining on it does not:
     test_no_line_of_a_run_is_wider_than_a_terminal below."""
     report_path = tmp_path / "report.json"
-    result = run_compare(
+    result = run_here(
         *SMALL, "--batch-size", "128", "--trainers", "dtensor", "--adam", "tutorial", "--json", str(report_path)
     )
     report = read_report(report_path)
@@ -55,7 +55,7 @@ def test_float32_noise_beyond_the_tolerance_is_explained_by_float64_and_passes(t
     and is not asserted). The float64 rerun, judged at float64's own tolerance, agrees (losses within 1e-8
     relative, though more than 1 apart), so the verdict is float noise, exit 0."""
     report_path = tmp_path / "report.json"
-    result = run_compare(
+    result = run_here(
         *SMALL,
         "--train-examples",
         "512",
@@ -106,7 +106,7 @@ def test_a_run_that_diverges_reports_where_for_every_trainer_and_still_writes_it
     not asserted): every trainer, the reference included, reports the same step; exit 1; no float64
     rerun; the JSON and plots are written."""
     report_path = tmp_path / "report.json"
-    result = run_compare(
+    result = run_here(
         *SMALL,
         "--train-examples",
         "512",
@@ -152,7 +152,7 @@ def test_a_run_that_diverges_reports_where_for_every_trainer_and_still_writes_it
 def test_sweep_tries_every_mesh_and_update_mode_with_parity_and_memory(tmp_path):
     report_path = tmp_path / "report.json"
     # The run before the sweep on one device: the sweep is the subject (and it costs less).
-    result = run_compare(*SMALL, "--devices", "1", "--sweep-devices", "2", "--json", str(report_path), "--quiet")
+    result = run_here(*SMALL, "--devices", "1", "--sweep-devices", "2", "--json", str(report_path), "--quiet")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Throughput against device count" in result.stdout
     assert "epoch 1/" not in result.stdout and "sweep " not in result.stdout  # --quiet: tables only
@@ -179,7 +179,7 @@ def test_the_sweep_table_shows_each_verdict_and_the_reasons_under_it(tmp_path):
     the table, and its float64 reruns are one line for the device count, not two lines each."""
     report_path = tmp_path / "report.json"
     # The run before the sweep on one device: the sweep's lines are the subject (and it costs less).
-    result = run_compare(
+    result = run_here(
         *SMALL,
         "--devices",
         "1",
