@@ -1,7 +1,7 @@
 """Checkpoints and export: any trainer resumes any other's run, a killed writer leaves the previous
 checkpoint, mismatches are one line, and every trainer's SavedModel serves its predictions.
 
-Data: the first 300 training and 100 test embedded examples, global batch 64: 5 steps per
+Data: the first 236 training and 100 test embedded examples, global batch 64: 4 steps per
 epoch, the last of 44 examples (padded on DTensor batch=8). The DTensor (batch=8) and
 MirroredStrategy (8 replicas) trainers each train 2 epochs and checkpoint; every pair
 then trains the 3rd epoch from the other's checkpoint and is compared with one
@@ -28,8 +28,8 @@ from shared.mlp import mlp
 from shared.parity import TOLERANCES
 from tests.cli import run_here, unwrapped
 
-TRAIN_EXAMPLES, TEST_EXAMPLES = 300, 100
-STEPS_PER_EPOCH = 5  # 4 x 64 + 44
+TRAIN_EXAMPLES, TEST_EXAMPLES = 236, 100
+STEPS_PER_EPOCH = 4  # 3 x 64 + 44 (5 steps traced one more call shape: ~2 s a run)
 BASE = Config(epochs=3, batch_size=64, quiet=True)
 TRAINERS = {"reference": reference, "dtensor": dtensor_trainer, "mirrored": mirrored_trainer}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -413,8 +413,8 @@ def test_compare_restores_checkpoints_and_exports(written, tmp_path):
     assert result.stdout.rstrip().endswith("PARITY OK")
     for name in ("reference", "dtensor", "mirrored"):
         assert (
-            f"{name:<10} restored {written['dtensor'][1]}/epoch-0002: epoch 2, step 10; training epochs 3..3"
-            in unwrapped(result.stdout)
+            f"{name:<10} restored {written['dtensor'][1]}/epoch-0002: epoch 2, step {2 * STEPS_PER_EPOCH}; "
+            "training epochs 3..3" in unwrapped(result.stdout)
         )
         assert f"{name:<10} checkpoint {tmp_path}/checkpoints/{name}/epoch-0003" in unwrapped(result.stdout)
         assert f"{name:<10} epoch 3/3" in result.stdout and f"{name:<10} epoch 2/3" not in result.stdout
@@ -433,7 +433,7 @@ def test_compare_restores_checkpoints_and_exports(written, tmp_path):
 
 def test_a_resumed_run_is_judged_against_an_uninterrupted_reference(written, uninterrupted, tmp_path):
     """--reference-from-scratch: DTensor and MirroredStrategy resume DTensor's epoch-1 checkpoint, the
-    reference trains epochs 1 and 2 from the initial values, and parity is judged on epoch 2's 5 steps.
+    reference trains epochs 1 and 2 from the initial values, and parity is judged on epoch 2's 4 steps.
     The same checkpoint against a reference from another seed is a MISMATCH at the restore point: the
     check compares the resumed state with the uninterrupted one, not with itself."""
 
@@ -468,17 +468,18 @@ def test_a_resumed_run_is_judged_against_an_uninterrupted_reference(written, uni
     assert "reference  epoch 1/2" in result.stdout and "reference  restored" not in result.stdout
     for name in ("dtensor", "mirrored"):
         assert (
-            f"{name:<10} restored {written['dtensor'][1]}/epoch-0001: epoch 1, step 5; training epochs 2..2"
-            in unwrapped(result.stdout)
+            f"{name:<10} restored {written['dtensor'][1]}/epoch-0001: epoch 1, step {STEPS_PER_EPOCH}; "
+            "training epochs 2..2" in unwrapped(result.stdout)
         )
         parity = report["parity"][name]
         assert parity["verdict"] == "ok" and parity["steps"] == STEPS_PER_EPOCH
         assert parity["gradients_judged"] is False and parity["max_abs_grad_diff"] is None
         assert parity["max_abs_loss_diff"] <= TOLERANCES["float32"]["loss"].atol
     assert (
-        "Parity against the single-device reference trained from scratch, on the 5 steps after the restore point"
+        f"Parity against the single-device reference trained from scratch, on the {STEPS_PER_EPOCH} steps after the "
+        "restore point"
     ) in result.stdout
-    # What is compared is the uninterrupted reference's epoch 2: the 3-epoch run's steps 5-9, its epoch 2.
+    # What is compared is the uninterrupted reference's epoch 2: the 3-epoch run's steps 4-7, its epoch 2.
     compared = report["trainers"]["reference"]
     np.testing.assert_allclose(
         compared["step_losses"], uninterrupted.step_losses[STEPS_PER_EPOCH : 2 * STEPS_PER_EPOCH], rtol=1e-6, atol=1e-6
