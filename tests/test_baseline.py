@@ -3,7 +3,7 @@
 The rules are tested in this process on made-up histories (instant); then compare.py end to end
 on a small slice (2 devices, 4 steps): a float64 baseline that the same code repeats, a loss moved
 by 1e-3 in a copy of it, an option that changes the numbers, and a float32 baseline with float64
-runs (--with-float64) that explain a float32 difference or show a float64 one. ~2 minutes on 2 cores.
+runs (--with-float64) that explain a float32 difference or show a float64 one. ~80 s on 2 cores.
 """
 
 import dataclasses
@@ -370,14 +370,15 @@ def test_a_baseline_with_another_learning_rate_is_refused_before_anything_trains
 def test_a_float32_baseline_with_float64_runs_tells_float_noise_from_a_change(tmp_path):
     """--with-float64 keeps every trainer's float64 run in the report. Against a copy in which the
     reference's float32 loss at step 1 moved by 1e-3 (its float64 run untouched) and dtensor's float32
-    and float64 losses both did: reference is float noise, dtensor CHANGED in float64, mirrored same."""
+    and float64 losses both did: reference is float noise, dtensor CHANGED in float64. (The reference and
+    DTensor only: MirroredStrategy's float64 runs would add ~15 s and no case.)"""
     saved_path = tmp_path / "a.json"
-    result = run_here(*SMALL, "--with-float64", "--json", str(saved_path))
+    result = run_here(*SMALL, "--trainers", "dtensor", "--with-float64", "--json", str(saved_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     saved = read_report(saved_path)
     record = saved["float64_rerun"]
     assert record["explained"] == [] and record["seconds"] == 0 and record["more_seconds"] > 0
-    assert sorted(record["step_losses"]) == sorted(record["final_weights"]) == sorted(NAMES)
+    assert sorted(record["step_losses"]) == sorted(record["final_weights"]) == ["dtensor", "reference"]
     assert all(entry["dtype"] == "float64" for entry in record["final_weights"]["dtensor"])
     saved["trainers"]["reference"]["step_losses"][1] += 1e-3
     saved["trainers"]["dtensor"]["step_losses"][1] += 1e-3
@@ -385,7 +386,7 @@ def test_a_float32_baseline_with_float64_runs_tells_float_noise_from_a_change(tm
     moved = tmp_path / "moved.json"
     moved.write_text(json.dumps(saved))
 
-    result = run_here(*SMALL, "--baseline", str(moved), "--json", str(tmp_path / "b.json"))
+    result = run_here(*SMALL, "--trainers", "dtensor", "--baseline", str(moved), "--json", str(tmp_path / "b.json"))
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     lines = {
         line.split("|")[1].strip(): line.split("|")[-2].strip()
@@ -399,7 +400,6 @@ def test_a_float32_baseline_with_float64_runs_tells_float_noise_from_a_change(tm
     assert lines["dtensor"].startswith("CHANGED at step 1: loss ") and lines["dtensor"].endswith(
         "(in float64; float32 left its tolerance at step 1 (loss diff up to 0.001 at step 1))"
     )
-    assert lines["mirrored"].startswith("same")
     assert result.stdout.rstrip().splitlines()[-1] == "BASELINE CHANGED (dtensor)"
     report = read_report(tmp_path / "b.json")
     assert sorted(report["float64_rerun"]["step_losses"]) == ["dtensor", "reference"]  # trained for the baseline

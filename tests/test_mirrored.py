@@ -83,11 +83,12 @@ def test_matches_reference(histories, num_replicas, update, optimizer):
 @pytest.mark.parametrize(
     "num_replicas, update, optimizer",
     [(count, update, "adam") for count, update in REPLICAS_AND_UPDATES]
-    + [(8, "primary", "sgd"), (8, "replicas", "sgd")],
+    + [(2, "primary", "sgd"), (2, "replicas", "sgd")],
 )
 def test_float64_matches_reference_in_every_step_and_all_its_state(histories, num_replicas, update, optimizer):
-    """1, 2 and 8 replicas, both update modes, with Adam (SGD, stateless, at 8 in both modes): the state
-    read is replica 0's copies with `replicas`, the first device's plain model and optimizer with `primary`."""
+    """1, 2 and 8 replicas, both update modes, with Adam (SGD, stateless, at 2 in both modes: 8 replicas
+    trace ~3x longer, and Adam's runs split the batches unevenly there): the state read is replica 0's
+    copies with `replicas`, the first device's plain model and optimizer with `primary`."""
     mirrored = histories("mirrored", num_replicas, optimizer, update, "float64")
     parity = check_parity(mirrored, histories("reference", 1, optimizer, "auto", "float64"))
     assert parity.ok, parity.reason

@@ -1,6 +1,8 @@
-"""compare.py's verdicts end to end at small size on embedded data, each case its own process: the
-tutorial's Adam with DTensor's all-reduce combining off and on, float32 noise that float64 explains, a
-run that diverges, and the device sweep's table, verdicts and reasons; no line wider than a terminal.
+"""compare.py's verdicts end to end at small size on embedded data, each case one run: the tutorial's
+Adam with DTensor's all-reduce combining off and on, float32 noise that float64 explains, a run that
+diverges, and the device sweep's table, verdicts and reasons; no line wider than a terminal. A run
+with the combining on is a new process (DTensor reads the setting when it starts); the others run in
+this one (tests/cli.py: run_here).
 """
 
 import json
@@ -35,8 +37,6 @@ def test_fixed_adam_matches_with_all_reduce_combining_on(tmp_path):
         *SMALL,
         "--train-examples",
         "512",
-        "--devices",
-        "8",
         "--trainers",
         "dtensor",
         "--json",
@@ -231,7 +231,7 @@ def test_the_sweep_table_shows_each_verdict_and_the_reasons_under_it(tmp_path):
 
 
 def test_no_line_of_a_run_is_wider_than_a_terminal(tmp_path):
-    """DTensor (and the reference) on 8 devices with the tutorial's Adam and its all-reduce combining on
+    """DTensor (and the reference) on 2 devices with the tutorial's Adam and its all-reduce combining on
     (TensorFlow's default; DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION=1): float32 parity fails, the
     float64 rerun fails too, and the verdict is MISMATCH at step 0: the update read stale zeros for Adam's
     m, so the weights did not move (which biases read stale too depends on how DTensor groups the
@@ -248,6 +248,8 @@ def test_no_line_of_a_run_is_wider_than_a_terminal(tmp_path):
         "--test-examples",
         "256",
         "--epochs",
+        "2",
+        "--devices",
         "2",
         "--adam",
         "tutorial",

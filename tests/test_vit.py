@@ -3,7 +3,7 @@ update modes, a checkpoint written by DTensor and resumed by MirroredStrategy, a
 
 Data: the first 256 training and 64 test embedded examples, global batch 64: 4 steps an epoch,
 2 epochs. float64, so every step's loss and state are judged at float64 tolerances and the
-figures hold on any CPU. DTensor on 8 devices, MirroredStrategy on 2. About a minute and a half on 2 cores,
+figures hold on any CPU. DTensor on 8 devices, MirroredStrategy on 2. About a minute on 2 cores,
 most of it tracing.
 """
 
