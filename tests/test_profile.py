@@ -4,13 +4,12 @@ add up to the step, the trace sees the collectives the lowered function holds, t
 
 import json
 import re
-import struct
 
 import pytest
 
 from shared.console import LINE_WIDTH
 from shared.profile import PARTS, attribute, exclusive, part_of
-from tests.cli import run_here
+from tests.cli import PNG_SIZE, png_size, run_here
 
 MS = 1_000_000  # ns
 
@@ -65,11 +64,6 @@ def test_a_step_waits_on_collectives_only_while_nothing_computes():
     assert attribute(threads, [(0, 2 * MS), (4 * MS, 5 * MS)]) == pytest.approx(
         {"forward": 0.002, "collectives": 0.001, "other": 0.0}
     )
-
-
-def png_size(path):
-    with open(path, "rb") as file:
-        return struct.unpack(">II", file.read(24)[16:24])
 
 
 def test_the_profile_and_bytes_of_every_configuration_are_printed_written_and_drawn(tmp_path):
@@ -170,4 +164,4 @@ def test_the_profile_and_bytes_of_every_configuration_are_printed_written_and_dr
         text,
         re.M,
     )
-    assert png_size(plots / "step_profile.png") == (900, 600)
+    assert png_size(plots / "step_profile.png") == PNG_SIZE
