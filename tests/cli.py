@@ -1,4 +1,5 @@
-"""Run compare.py in a subprocess, as a user would; every --json report it writes is checked against the schema."""
+"""Run compare.py as a user would (run_compare: a new process) or through compare.main in this one (run_here);
+every --json report it writes is checked against the schema."""
 
 import contextlib
 import io

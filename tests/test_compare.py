@@ -1,7 +1,7 @@
 """compare.py end to end at small size on embedded data: exit codes, tables, JSON, plots.
 
 One full run (all three trainers, 2 devices, 1 epoch of 256 examples) is shared by
-the table, JSON and plot tests; each other case is its own process.
+the table, JSON and plot tests (a new process, as a user runs it); the bad options run in this one.
 """
 
 import os
