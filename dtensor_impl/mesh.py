@@ -1,11 +1,10 @@
-"""The DTensor mesh that `--mesh` asks for, each variable's layout on it, and the checks that reject a bad one.
+"""The DTensor mesh that `--mesh` asks for, and the checks that reject a bad one.
 
-`--mesh batch=B[,model=M]` (default `batch=N` over the N devices) names a mesh of B x M
-devices, batch-major: device b * M + m sits at batch index b, model index m. The batch axis
-splits the data; on a mesh with a model axis each variable is split as its model says
-(shared/model.py `Variable.layout`: the MLP's Megatron pairs, the ViT's heads), and replicated
-on a mesh without one. Every check raises `UsageError` with one line that says what would work;
-`mesh_spec` runs them all without touching a device, so a caller can fail early.
+`--mesh batch=B[,model=M]` (default `batch=N` over the N devices) names a mesh of B x M devices,
+batch-major: device b * M + m sits at batch index b, model index m. The batch axis splits the data;
+each variable is laid out as its model says where the mesh has the axis (dtensor_impl/layouts.py).
+Every check raises `UsageError` with one line that says what would work; `mesh_spec` runs them all
+without touching a device, so a caller can fail early.
 """
 
 import dataclasses
@@ -15,9 +14,8 @@ from tensorflow.experimental import dtensor
 
 from dtensor_impl import combining
 from shared.errors import UsageError
-from shared.model import MODEL_AXIS
+from shared.model.definition import BATCH_AXIS, MODEL_AXIS
 
-BATCH_AXIS = "batch"
 MESH_FORMAT = "batch=B[,model=M]"
 
 
@@ -71,7 +69,7 @@ def _example_2d(device_count: int) -> str:
 def check_mesh(spec: MeshSpec, mesh_text: Optional[str], device_count: int, batch_size: int) -> None:
     """Raise UsageError unless `spec` covers the devices and its batch axis divides the global batch.
 
-    A model axis that does not divide a split width is checked by the model (shared/model.py).
+    A model axis that does not divide a split width is checked by the model (shared/model/definition.py).
     """
     shown = mesh_text or str(spec)
     if spec.device_count != device_count:
@@ -128,19 +126,6 @@ def create_client_mesh(spec: MeshSpec, device_type: str) -> dtensor.Mesh:
     return dtensor.create_distributed_mesh(spec.axes, device_type=device_type)
 
 
-def variable_layout(mesh: dtensor.Mesh, variable) -> dtensor.Layout:
-    """A model variable's layout: its `layout` where the mesh has a model axis, else replicated."""
-    rank = len(variable.shape)
-    if MODEL_AXIS not in mesh.dim_names or not variable.layout:
-        return dtensor.Layout.replicated(mesh, rank)
-    return dtensor.Layout(list(variable.layout), mesh)
-
-
 def batch_layout(mesh: dtensor.Mesh, rank: int) -> dtensor.Layout:
     """Data: the first (example) axis split over the batch axis, replicated over the model axis."""
     return dtensor.Layout.batch_sharded(mesh, BATCH_AXIS, rank)
-
-
-def describe_layout(layout: dtensor.Layout) -> str:
-    """e.g. "[unsharded,model]"."""
-    return "[" + ",".join(layout.sharding_specs) + "]"

@@ -12,36 +12,41 @@ split + `dtensor.pack` (`--dtensor-input pack`, the tutorial's) or `dtensor.DTen
 Where it departs from the tutorial, and what each choice costs: docs/trainers.md.
 """
 
-from typing import Callable, Iterator, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from dtensor_impl import combining, nccl
+from dtensor_impl.layouts import LayoutPlan, plan_layouts
 from dtensor_impl.mesh import (
     BATCH_AXIS,
     MeshSpec,
     batch_layout,
     create_client_mesh,
     create_mesh,
-    describe_layout,
     every_mesh,
     mesh_spec,
     parse_mesh,
-    variable_layout,
 )
-from shared import profile, traffic, training
-from shared.checksums import state_checksums, state_variables
+from dtensor_impl.traffic import dtensor_traffic
 from shared.config import Config
-from shared.data import MnistData, epoch_batches, epoch_order, equal_shape_runs, without_autotune
+from shared.console import status
 from shared.errors import UsageError
-from shared.history import History
-from shared.losses import correct_count, loss_sum, mean_loss
-from shared.memory import located_bytes, short_device, tally
-from shared.model import Model
-from shared.models import build_model_and_optimizer, definition_for
-from shared.optim import make_optimizer
+from shared.measure import profile
+from shared.measure.checksums import state_checksums, state_variables
+from shared.measure.history import History
+from shared.measure.memory import located_bytes, short_device, tally
+from shared.model.definition import MODEL_AXIS, UNSHARDED, Model
+from shared.model.registry import definition_for
+from shared.training import loop
+from shared.training.batches import epoch_batches, epoch_order, equal_shape_runs, without_autotune
+from shared.training.build import build_model_and_optimizer
+from shared.training.data import MnistData
+from shared.training.losses import correct_count, loss_sum, mean_loss
+from shared.training.optim import make_optimizer
+from shared.training.protocol import ClusterRole, RunFacts, Trainer, Variant
 
 # Steps per train_steps call. Measured on a pre-packed batch, alternating in one process: a
 # step took 8.2 ms in one call per step and 6.9 ms in calls of 4 at 2 devices (27.3 and
@@ -91,10 +96,41 @@ def to_numpy(tensor) -> np.ndarray:
     return dtensor.relayout(tensor, dtensor.Layout.replicated(layout.mesh, layout.rank)).numpy()
 
 
-def build_model(definition, values: Sequence[np.ndarray], mesh: dtensor.Mesh) -> Model:
-    """The model's variables as DVariables holding `values`, each in its layout on `mesh`."""
+def build_model(
+    definition,
+    values: Sequence[np.ndarray],
+    mesh: dtensor.Mesh,
+    plan: Optional[LayoutPlan] = None,
+    gather: bool = False,
+) -> Model:
+    """The model's variables as DVariables holding `values`, each in its planned layout on `mesh`.
+
+    A weight split on the batch axis is left to DTensor's SPMD expansion, which for the MLP moves activations
+    rather than weights (an all-to-all of each input, 6.6 MB a step at batch=8, 2.3-3.0k examples/s).
+    With `gather` the forward all-gathers each such weight where it reads it, as FSDP does (its gradient is
+    relayed back): DTensor lowers both to all-reduces on CPU, 12.2 MB a step, 1.9-2.1k examples/s; it is the
+    fallback for a model DTensor cannot expand otherwise (the ViT: "EmitAllScatter was passed a
+    desired_layout ... not more sharded than the original_layout")."""
+    if plan is None:  # the model's own layouts on this mesh
+        model_axis = mesh.dim_size(MODEL_AXIS) if MODEL_AXIS in mesh.dim_names else None
+        plan = plan_layouts(definition, mesh.dim_size(BATCH_AXIS), model_axis)
+    layouts = {
+        variable.name: dtensor.Layout(list(spec), mesh) for variable, spec in zip(definition.variables, plan.specs)
+    }
+    gathered = {
+        variable.name: dtensor.Layout([UNSHARDED if axis == BATCH_AXIS else axis for axis in spec], mesh)
+        for variable, spec in zip(definition.variables, plan.specs)
+        if gather and BATCH_AXIS in spec
+    }
+
+    def all_gathered(weight, variable):
+        return dtensor.relayout(weight, gathered[variable.name]) if variable.name in gathered else weight
+
     return Model(
-        definition, values, lambda value, variable: dtensor.DVariable(on_mesh(value, variable_layout(mesh, variable)))
+        definition,
+        values,
+        lambda value, variable: dtensor.DVariable(on_mesh(value, layouts[variable.name])),
+        all_gathered if gathered else None,
     )
 
 
@@ -291,12 +327,21 @@ def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: st
 
 def check_config(config: Config, devices: Sequence[str]) -> MeshSpec:
     """The mesh and input-mode checks, run before anything trains (compare.py runs them up front)."""
-    # --clients: `devices` are this client's; the mesh spans every client's (shared/multiclient.py).
+    # --clients: `devices` are this client's; the mesh spans every client's (shared/run/clients.py).
     spec = mesh_spec(config.mesh, len(devices) * config.clients, config.batch_size)
     check_input_mode(config.dtensor_input, len(devices), devices[0].split(":")[0])
-    check_float64_collectives(config.dtype, spec)
-    definition_for(config).split_sizes(spec.model)  # a width the model axis cannot split, and no padding
+    check_float64_collectives(config.dtype, spec, config.shard_weights)
+    if config.shard_weights and spec.batch == 1:
+        raise UsageError(
+            f"--shard-weights splits weights over the batch axis, and mesh {spec} has a batch axis of 1; "
+            f"use a mesh with batch > 1, e.g. batch={spec.device_count}, or drop --shard-weights"
+        )
+    layout_plan(config, spec)  # a width an axis cannot split, and no padding: one line
     return spec
+
+
+def layout_plan(config: Config, spec: MeshSpec) -> LayoutPlan:
+    return plan_layouts(definition_for(config), spec.batch, spec.model, config.shard_weights)
 
 
 FLOAT64_ALL_REDUCE_SINCE = (2, 13)  # measured: 2.12.1 fails, 2.13.1 to 2.21.0 pass (docs/releases.md)
@@ -307,19 +352,19 @@ def tensorflow_release() -> Tuple[int, int]:
     return tuple(int(part) for part in tf.__version__.split(".")[:2])
 
 
-def float64_collectives_since(spec: MeshSpec) -> Tuple[int, int]:
+def float64_collectives_since(spec: MeshSpec, shard_weights: bool = False) -> Tuple[int, int]:
     """The oldest release whose DTensor collectives carry float64 on this mesh. 2.12's all-reduce
     has none ("'tf.DTensorAllReduce' op operand #0 must be tensor of bfloat16 or ... 64-bit integer
     ... values, but got 'tensor<784x64xf64>'"), and every mesh of more than one device all-reduces;
-    2.13's all-gather has none, and a model axis all-gathers."""
-    if (spec.model or 1) > 1:
+    2.13's all-gather has none, and a model axis (or weights split on the batch axis) all-gathers."""
+    if (spec.model or 1) > 1 or (shard_weights and spec.batch > 1):
         return FLOAT64_ALL_GATHER_SINCE
     return FLOAT64_ALL_REDUCE_SINCE if spec.device_count > 1 else (0, 0)
 
 
-def check_float64_collectives(dtype: str, spec: MeshSpec) -> None:
+def check_float64_collectives(dtype: str, spec: MeshSpec, shard_weights: bool = False) -> None:
     """One line instead of DTensor's MLIR error when this release cannot run float64 on this mesh."""
-    needed = float64_collectives_since(spec)
+    needed = float64_collectives_since(spec, shard_weights)
     if dtype == "float64" and tensorflow_release() < needed:
         raise UsageError(
             f"--dtype float64 on DTensor mesh {spec} needs TensorFlow "
@@ -333,12 +378,14 @@ def before_runtime(config: Config, device_count: int) -> None:
     nccl.settle(config.device_type, device_count, config.dtensor_nccl)
 
 
-class DTensorTrainer:
-    """The parts shared.training.fit calls, on a mesh over exactly `devices` (every client's with --clients)."""
+class DTensorTrainer(Trainer):
+    """The parts shared.training.loop.fit calls, on a mesh over exactly `devices` (every client's with --clients)."""
 
     name = "dtensor"
 
-    def __init__(self, config: Config, data: MnistData, devices: Sequence[str], log: Callable = print):
+    def __init__(self, config: Config, data: MnistData, devices: Sequence[str], log: Callable = print, gather=None):
+        """`gather`: the forward all-gathers the weights split on the batch axis (True), or leaves them to
+        DTensor's expansion (False); None tries DTensor's first (build_model)."""
         spec = check_config(config, devices)
         self.config, self.data, self.spec = config, data, spec
         self.device_type = devices[0].split(":")[0]
@@ -350,26 +397,34 @@ class DTensorTrainer:
         else:
             self.mesh = create_mesh(spec, devices)
             self.placement = f"mesh {spec} over {len(devices)} x {self.device_type}"
+        if config.shard_weights:
+            self.placement += ", sharded"
         self.definition = definition_for(config)
-        sizes = self.definition.split_sizes(spec.model)  # a width the model axis does not divide gets zero units
-        values = self.definition.pad(self.definition.initial_values(config.seed, config.dtype), sizes)
-        self.model = build_model(self.definition, values, self.mesh)
+        status(f"dtensor on {self.placement}: placing the variables")
+        self.plan = plan = layout_plan(config, spec)  # a width an axis does not divide gets zero units
+        values = self.definition.pad(self.definition.initial_values(config.seed, config.dtype), plan.sizes)
+        self.model = build_model(self.definition, values, self.mesh, plan)
         self.optimizer = build_optimizer(config, self.model, self.mesh)
+        self.gathered = ""  # why the forward all-gathers the weights split on the batch axis; "" when it does not
+        if any(BATCH_AXIS in spec for spec in plan.specs):
+            status(f"dtensor on {self.placement}: tracing a step with the weights split on the batch axis")
+            self.gathered = "asked for" if gather else "" if gather is False else self.expansion_failure(values)
+            if self.gathered:
+                self.model = build_model(self.definition, values, self.mesh, plan, gather=True)
+                self.optimizer = build_optimizer(config, self.model, self.mesh)
         self.steps_per_call = None  # decided by the first call's graph (steps_per_call)
         # Checkpoints hold the unpadded model, so any trainer and mesh restores them: with padding, an
         # unpadded copy on the host is what they read and write (one all-gather per save).
         self.checkpointed = (self.model, self.optimizer)
         padding = [
-            f"{name} {size} -> {sizes[name]}" for name, size in self.definition.sizes.items() if sizes[name] != size
+            f"{name} {size} -> {plan.sizes[name]}"
+            for name, size in self.definition.sizes.items()
+            if plan.sizes[name] != size
         ]
         if padding:
             with tf.device("CPU:0"):
                 self.checkpointed = build_model_and_optimizer(config)
-        layouts = [
-            f"{variable.name}{describe_layout(weight.layout)}"
-            for variable, weight in zip(self.definition.variables, self.model.weights)
-        ]
-        split = [layout for layout in layouts if "model" in layout.split("[", 1)[1]]
+        layouts = plan.describe(self.definition)
         self.details = {
             "mesh": str(spec),
             "dtensor_input": config.dtensor_input,
@@ -378,17 +433,51 @@ class DTensorTrainer:
         }
         if padding:
             self.details["padding"] = ", ".join(padding)
+        if config.shard_weights:
+            self.details["shard_weights"] = "not split: " + (", ".join(plan.not_split) or "none")
+        if self.gathered:
+            self.details["weights_all_gathered"] = self.gathered
         if not config.quiet:
             log(
                 f"{'dtensor':<10} {self.placement}; input {config.dtensor_input}; collectives "
-                f"{self.collectives.describe()}; "
-                + (
-                    f"{len(split)} of {len(layouts)} variables split on the model axis"
-                    if split
-                    else "every variable replicated"
-                )
-                + (f"; padded with zero units: {self.details['padding']}" if padding else "")
+                + self.describe_layouts()
             )
+
+    def expansion_failure(self, values: Sequence[np.ndarray]) -> str:
+        """DTensor's error (one line) when it cannot expand the first-step gradients or a train step with the
+        weights split on the batch axis (each function's layouts propagate differently: the ViT's gradients
+        failed where its train step did not); "" when it can. The probes are the run's own first calls (the first
+        batch, their traces kept for training); then the weights go back to `values`, the optimizer's state to 0."""
+        batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh))
+        try:
+            compute_gradients(self.model, *batch)
+            float(train_steps(self.model, self.optimizer, [batch], self.config.dtype == "float64")[0][-1])
+        except (tf.errors.UnknownError, tf.errors.InvalidArgumentError) as error:
+            message = str(error).split("error: ", 1)[-1].splitlines()[0]
+            return f"DTensor could not expand the model with its weights split on the batch axis ({message[:160]})"
+        for weight, value in zip(self.model.weights, values, strict=True):
+            weight.assign(on_mesh(value, weight.layout))
+        for variable in self.optimizer.variables:
+            zeros = dtensor.call_with_layout(tf.zeros, variable.layout, shape=variable.shape, dtype=variable.dtype)
+            variable.assign(zeros)
+        return ""
+
+    def describe_layouts(self) -> str:
+        """The log line's account of the layouts: what the model and the batch axes split, and what pads."""
+        count = len(self.plan.specs)
+        on = {axis: sum(axis in spec for spec in self.plan.specs) for axis in (MODEL_AXIS, BATCH_AXIS)}
+        split = [f"{on[MODEL_AXIS]} of {count} variables split on the model axis"] if on[MODEL_AXIS] else []
+        if self.config.shard_weights:
+            split.append(
+                f"{on[BATCH_AXIS]} of {count} weights and their optimizer slots split on the batch axis"
+                + (f" (not {', '.join(self.plan.not_split)})" if self.plan.not_split else "")
+            )
+        elif on[BATCH_AXIS]:
+            split.append(f"{on[BATCH_AXIS]} of {count} variables split on the batch axis")
+        if self.gathered:
+            split.append("the forward all-gathers them: " + self.gathered)
+        text = f"{self.collectives.describe()}; " + ("; ".join(split) or "every variable replicated")
+        return text + (f"; padded with zero units: {self.details['padding']}" if "padding" in self.details else "")
 
     def gradients(self, x, y):
         return self.definition.unpad([to_numpy(g) for g in compute_gradients(self.model, *pack_batch(x, y, self.mesh))])
@@ -439,7 +528,7 @@ class DTensorTrainer:
             packed = prepare()
             step = train_steps.get_concrete_function(self.model, self.optimizer, packed, False)
             devices = [short_device(device) for device in self.mesh.local_devices()]
-            return traffic.dtensor_traffic(step, len(packed), self.spec.axes, devices)
+            return dtensor_traffic(step, len(packed), self.spec.axes, devices)
 
         notes = "input packed (training took DTensorDataset)" if self.config.dtensor_input == "dataset" else ""
         return profile.StepCall(len(group), prepare, run, count, notes)
@@ -480,16 +569,70 @@ class DTensorTrainer:
             copy_to_host(self.model, self.optimizer, *self.checkpointed)
 
 
-def describe_run(config: Config) -> dict:
+def process_environment(config: Config) -> Dict[str, str]:
+    """One intra-op thread on logical CPUs: 8 devices on 2 cores otherwise share TensorFlow's default pool of
+    one thread per core, and every op waits for its turn (docs/throughput.md, "Threads": 1.0-1.6x faster)."""
+    return {"TF_NUM_INTRAOP_THREADS": "1"} if config.device_type == "CPU" else {}
+
+
+def describe_run(config: Config) -> RunFacts:
     """The header's facts, before anything trains (--clients: the mesh spans every client's devices)."""
     spec = parse_mesh(config.mesh, config.devices * config.clients)
-    return {"mesh": str(spec), "per_replica_batch": str(config.batch_size // spec.batch)}
+    sharded = ", weights and optimizer slots split on the batch axis" if config.shard_weights else ""
+    return RunFacts(f"DTensor mesh {spec}{sharded}", f"{config.batch_size // spec.batch} (DTensor)")
 
 
-def sweep_configs(config: Config, count: int, every_layout: bool):
-    """The sweep's DTensor configurations at `count` devices: every mesh (batch x model), or batch=N only."""
-    specs = every_mesh(count) if every_layout else [MeshSpec(batch=count)]
-    return [({"mesh": str(spec)}, config.replace(devices=count, mesh=str(spec))) for spec in specs]
+def variants(config: Config, count: int, every_layout: bool, meshes: Sequence[str] = ()) -> List[Variant]:
+    """Its configurations at `count` devices: every mesh (batch x model) for the sweep, or batch=N only;
+    the Python API's `meshes` each."""
+    if meshes:
+        return [Variant(f"dtensor {mesh}", config.replace(devices=count, mesh=mesh), mesh=mesh) for mesh in meshes]
+    if not every_layout:
+        spec, shard = MeshSpec(batch=count), config.shard_weights and count > 1
+        changed = config.replace(devices=count, mesh=str(spec), shard_weights=shard)
+        return [Variant("dtensor", changed, mesh=str(spec), shard_weights=shard)]
+    found = []
+    for spec in every_mesh(count):  # each mesh replicated, then with its weights split on a batch axis of 2 or more
+        for shard in (False, True) if spec.batch > 1 else (False,):
+            changed = config.replace(devices=count, mesh=str(spec), shard_weights=shard)
+            found.append(Variant("dtensor", changed, mesh=str(spec), shard_weights=shard))
+    return found
+
+
+# --- several processes (--clients): DTensor's multi-client mesh ---------------------------------
+
+CLUSTER_VARIABLES = ("DTENSOR_CLIENT_ID", "DTENSOR_NUM_CLIENTS", "DTENSOR_JOB_NAME", "DTENSOR_JOBS")
+JOB_NAME = "worker"
+
+
+def cluster_variables() -> Tuple[str, ...]:
+    return CLUSTER_VARIABLES
+
+
+def cluster_role(config: Config, environ: Mapping[str, str]) -> Optional[ClusterRole]:
+    """This client's place from DTENSOR_*; None when none is set."""
+    found = [name for name in CLUSTER_VARIABLES if name in environ]
+    if not found:
+        return None
+    missing = [name for name in CLUSTER_VARIABLES if name not in environ]
+    if missing:
+        raise UsageError(
+            f"{', '.join(found)} set but not {', '.join(missing)}; a DTensor client "
+            f"needs all of {', '.join(CLUSTER_VARIABLES)}"
+        )
+    client_id = int(environ["DTENSOR_CLIENT_ID"])
+    jobs = environ["DTENSOR_JOBS"].split(",")
+    address = jobs[client_id] if 0 <= client_id < len(jobs) else ""
+    return ClusterRole(client_id, int(environ["DTENSOR_NUM_CLIENTS"]), "DTENSOR_CLIENT_ID", address, "DTENSOR_JOBS")
+
+
+def client_environment(client_id: int, addresses: Sequence[str]) -> Dict[str, str]:
+    return {
+        "DTENSOR_CLIENT_ID": str(client_id),
+        "DTENSOR_NUM_CLIENTS": str(len(addresses)),
+        "DTENSOR_JOB_NAME": JOB_NAME,
+        "DTENSOR_JOBS": ",".join(addresses),
+    }
 
 
 def join_cluster(config: Config) -> None:
@@ -502,4 +645,4 @@ def join_cluster(config: Config) -> None:
 
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train on a mesh over exactly `devices` and return the shared history record."""
-    return training.fit(DTensorTrainer(config, data, devices, log), config, data, log)
+    return loop.fit(DTensorTrainer(config, data, devices, log), config, data, log)

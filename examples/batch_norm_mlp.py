@@ -16,7 +16,7 @@ step 0 (docs/parity.md, "Batch statistics"). A DTensor batch padded with zero-we
 
 import tensorflow as tf
 
-from shared.model import ModelDefinition, Variable, ones, truncated_normal, zeros
+from shared.model.definition import ModelDefinition, Variable, ones, truncated_normal, zeros
 
 UNITS = 128
 EPSILON = 1e-3

@@ -11,24 +11,27 @@ With `--clients C` it is MultiWorkerMirroredStrategy. Design, departures and cos
 """
 
 import functools
-from typing import Callable, List, Optional, Sequence, Tuple
+import json
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from shared import profile, traffic, training
-from shared.checksums import read_state_checksums, state_checksums, state_variables
 from shared.config import Config
-from shared.data import MnistData, batch_slices, epoch_batches, without_autotune
 from shared.errors import UsageError
-from shared.history import History
-from shared.losses import correct_count, loss_sum, mean_loss
-from shared.memory import DeviceMemory, located_bytes, tally
-from shared.model import Model
-from shared.models import build_model_and_optimizer
-from shared.optim import apply_gradients_fused
-from shared.parity import max_abs_diff
-from shared.traffic import Implementation
+from shared.measure import profile, traffic
+from shared.measure.checksums import read_state_checksums, state_checksums, state_variables
+from shared.measure.history import History
+from shared.measure.memory import DeviceMemory, located_bytes, tally
+from shared.measure.traffic import Implementation
+from shared.model.definition import Model
+from shared.training import loop
+from shared.training.batches import batch_slices, epoch_batches, without_autotune
+from shared.training.build import build_model_and_optimizer
+from shared.training.data import MnistData
+from shared.training.losses import correct_count, loss_sum, mean_loss
+from shared.training.optim import apply_gradients_fused
+from shared.training.protocol import ClusterRole, RunFacts, Trainer, Variant
 
 SUM = tf.distribute.ReduceOp.SUM
 COLLECTIVE_TIMEOUT_S = 60  # --clients: longest wait for a peer in one collective (first step: tracing skew)
@@ -120,7 +123,7 @@ def implementation(
 def multi_worker_strategy():
     """--clients: MultiWorkerMirroredStrategy over the workers that TF_CONFIG names, one per process.
 
-    The first call joins the cluster (shared/multiclient.py makes it early, before loading
+    The first call joins the cluster (shared/run/clients.py makes it early, before loading
     data, which may start TensorFlow's runtime); `fit` gets the same strategy.
 
     On CPU it makes one replica per worker, whatever the logical CPU count. It must be
@@ -134,16 +137,60 @@ def multi_worker_strategy():
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
-def describe_run(config: Config) -> dict:
+def process_environment(config: Config) -> Dict[str, str]:
+    """One intra-op thread on logical CPUs, as DTensor's (docs/throughput.md, "Threads": 1.1-1.7x faster)."""
+    return {"TF_NUM_INTRAOP_THREADS": "1"} if config.device_type == "CPU" else {}
+
+
+def describe_run(config: Config) -> RunFacts:
     """The header's facts: MultiWorkerMirroredStrategy has one replica per worker (--clients)."""
     replicas = config.clients if config.clients > 1 else config.devices
-    return {"per_replica_batch": describe_pieces(config.batch_size, replicas)}
+    return RunFacts("", f"{describe_pieces(config.batch_size, replicas)} (MirroredStrategy)")
 
 
-def sweep_configs(config: Config, count: int, every_layout: bool):
-    """The sweep's MirroredStrategy configurations at `count` devices: each update mode, or the chosen one."""
-    updates = UPDATE_MODES if every_layout else (update_mode(config),)
-    return [({"update": update}, config.replace(devices=count, mirrored_update=update)) for update in updates]
+def variants(config: Config, count: int, every_layout: bool, meshes: Sequence[str] = ()) -> List[Variant]:
+    """Its configurations at `count` devices: each update mode for the sweep, or the run's own."""
+    updates = UPDATE_MODES if every_layout and not meshes else (update_mode(config),)
+    return [
+        Variant("mirrored", config.replace(devices=count, mirrored_update=update, shard_weights=False), update=update)
+        for update in updates
+    ]
+
+
+def before_runtime(config: Config, device_count: int) -> None:
+    """Nothing: MirroredStrategy chooses its collectives when it is made (choose_cross_device_ops)."""
+
+
+# --- several processes (--clients): MultiWorkerMirroredStrategy -------------------------------
+
+
+def cluster_variables() -> Tuple[str, ...]:
+    return ("TF_CONFIG",)
+
+
+def cluster_role(config: Config, environ: Mapping[str, str]) -> Optional[ClusterRole]:
+    """This worker's place from TF_CONFIG; None when it is not set."""
+    if "TF_CONFIG" not in environ:
+        return None
+    try:
+        tf_config = json.loads(environ["TF_CONFIG"])
+        workers, index = tf_config["cluster"]["worker"], int(tf_config["task"]["index"])
+    except (ValueError, KeyError, TypeError):
+        raise UsageError(
+            'TF_CONFIG is not {"cluster": {"worker": [...]}, "task": {"type": "worker", '
+            '"index": I}}; fix it or unset it'
+        ) from None
+    return ClusterRole(
+        index, len(workers), "TF_CONFIG", workers[index] if 0 <= index < len(workers) else "", "TF_CONFIG"
+    )
+
+
+def client_environment(client_id: int, addresses: Sequence[str]) -> Dict[str, str]:
+    return {
+        "TF_CONFIG": json.dumps(
+            {"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": client_id}}
+        )
+    }
 
 
 def join_cluster(config: Config) -> None:
@@ -381,7 +428,10 @@ def replica_weight_spread(strategy, model) -> float:
     """Largest difference between any replica's copy of a weight and replica 0's (0 when in sync)."""
     replicas = list(zip(*(strategy.experimental_local_results(weight) for weight in model.weights)))
     first = [copy.numpy() for copy in replicas[0]]
-    return max((max_abs_diff([copy.numpy() for copy in copies], first) for copies in replicas[1:]), default=0.0)
+    return max(
+        (float(np.max(np.abs(copy.numpy() - value))) for copies in replicas[1:] for copy, value in zip(copies, first)),
+        default=0.0,
+    )
 
 
 def build_models(strategy, config: Config, update: str):
@@ -414,8 +464,8 @@ def memory_per_device(strategy, model, optimizer, primary_model: Optional[object
     return tally(weights, copies(optimizer.variables))
 
 
-class MirroredTrainer:
-    """The parts shared.training.fit calls, with one replica per device (per worker with --clients)."""
+class MirroredTrainer(Trainer):
+    """The parts shared.training.loop.fit calls, with one replica per device (per worker with --clients)."""
 
     name = "mirrored"
 
@@ -547,4 +597,4 @@ class MirroredTrainer:
 
 def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
     """Train data-parallel with one replica per device and return the shared history record."""
-    return training.fit(MirroredTrainer(config, data, devices, log), config, data, log)
+    return loop.fit(MirroredTrainer(config, data, devices, log), config, data, log)

@@ -26,10 +26,10 @@ from tensorflow.experimental import dtensor
 from dtensor_impl.combining import VARIABLE as COMBINE_ALL_REDUCES
 from dtensor_impl.mesh import MeshSpec, create_mesh
 from dtensor_impl.trainer import build_model, pack_batch
-from shared.data import load_data
 from shared.devices import configure_devices
-from shared.losses import mean_loss
-from shared.mlp import mlp
+from shared.model.mlp import mlp
+from shared.training.data import load_data
+from shared.training.losses import mean_loss
 
 DEVICES = 8
 BATCH = 128

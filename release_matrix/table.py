@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join("out", "releases")
 DOC_JSON = os.path.join("docs", "releases.json")
 DOC_MARKDOWN = os.path.join("docs", "releases.md")
-LOSS_TOLERANCE = 1e-4  # shared.parity.DEFAULT_TOLERANCE["float32"] (tests/test_releases.py), without numpy
+LOSS_TOLERANCE = 1e-4  # shared.judge.parity.DEFAULT_TOLERANCE["float32"] (tests/test_releases.py), without numpy
 BEGIN, END = "<!-- release table: begin (release_matrix/table.py writes this part) -->", "<!-- release table: end -->"
 # (column, compare run, trainer): parity of the distributed trainers against the reference.
 PARITY_COLUMNS = [
@@ -37,7 +37,7 @@ PARITY_COLUMNS = [
 ]
 DEFAULTS_COLUMN = "compare.py defaults (--data auto)"
 TFDS_BROKEN = (
-    "tensorflow_datasets does not work here"  # shared.data.TFDS_BROKEN (tests/test_releases.py), without numpy
+    "tensorflow_datasets does not work here"  # shared.training.data.TFDS_BROKEN (tests/test_releases.py), without numpy
 )
 BASELINE_COLUMN = f"float64 against the {BASELINE_RELEASE} baseline"
 CHECK_COLUMNS = (

@@ -15,13 +15,15 @@ Bad input raises shared.errors.UsageError with compare.py's one-line message.
 import dataclasses
 from typing import Dict, Sequence
 
-from shared import comparison
 from shared.config import Config
-from shared.data import load_data
 from shared.devices import configure_devices
 from shared.errors import UsageError
-from shared.parity import Parity
-from shared.verdict import Verdict
+from shared.judge.parity import Parity
+from shared.judge.verdict import Verdict
+from shared.run.comparison import check_config
+from shared.run.sequence import Entry, RunResult, train_and_judge, trained_by
+from shared.training.data import load_data
+from shared.training.registry import distributed, trainer_module
 
 
 @dataclasses.dataclass
@@ -30,7 +32,7 @@ class ModelCheck:
     verdicts: Dict[str, Verdict]  # "dtensor batch=8", "dtensor batch=2,model=4", "mirrored" -> verdict
     parity: Dict[str, Parity]  # the same keys: the float32 (or run's dtype) figures against the reference
     errors: Dict[str, str]  # a trainer that raised: its one line
-    run: comparison.RunResult  # everything compare.py would tabulate
+    run: RunResult  # everything compare.py would tabulate
 
     @property
     def ok(self) -> bool:
@@ -55,35 +57,24 @@ def check_model(
 
     `options` are shared.config.Config fields: epochs, batch_size, train_examples, dtype, ...
     """
-    unknown = [name for name in trainers if name not in ("dtensor", "mirrored")]
+    known = distributed(Config().trainers)
+    unknown = [name for name in trainers if name not in known]
     if unknown or not trainers:
-        raise UsageError(f"trainers {list(trainers)}: choose from dtensor, mirrored")
+        raise UsageError(f"trainers {list(trainers)}: choose from {', '.join(known)}")
     config = Config(model=model, devices=devices, data=data, quiet=True, trainers=("reference", *trainers), **options)
     all_devices = configure_devices(devices, config.device_type)[:devices]
-    configs = {f"dtensor {mesh}": config.replace(mesh=mesh) for mesh in (meshes if "dtensor" in trainers else ())}
-    if "mirrored" in trainers:
-        configs["mirrored"] = config
-    for key, run_config in configs.items():
-        comparison.check_config(run_config.replace(trainers=(key.split()[0],)), all_devices)
+    entries = [Entry("reference", "reference", config)]
+    for name in trainers:
+        entries += [
+            Entry(variant.key, name, variant.config)
+            for variant in trainer_module(name).variants(config, devices, False, meshes)
+        ]
+    for entry in entries[1:]:
+        check_config(entry.config.replace(trainers=(entry.trainer,)), all_devices)
     dataset = load_data(config.data, config.train_examples, config.test_examples)
-
-    results = {"reference": comparison.train_one("reference", config, dataset, all_devices, print)}
-    for key, run_config in configs.items():
-        results[key] = comparison.train_one(key.split()[0], run_config, dataset, all_devices, print)
-
-    def rerun(names):  # a float32 failure: the reference and those trainers again in float64
-        reruns = {
-            "reference": comparison.train_one(
-                "reference", comparison.float64_rerun_config(config), dataset, all_devices, print
-            )
-        }
-        for key in names[1:]:
-            reruns[key] = comparison.rerun_one(
-                key.split()[0], comparison.float64_rerun_config(configs[key]), dataset, all_devices, print
-            )
-        return reruns
-
-    run = comparison.compare_results(config, all_devices, dataset, results, rerun, log=lambda line: None)
+    silent = lambda line: None  # noqa: E731 - the run's lines stay out of a user's test output
+    train = trained_by(dataset, all_devices, log=print)
+    run = train_and_judge(config, dataset, all_devices, entries, train, log=silent)
     return ModelCheck(
         model,
         dict(run.verdicts),

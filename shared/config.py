@@ -1,10 +1,13 @@
 """The run's whole configuration: one frozen dataclass, checked once when it is made.
 
-compare.py's argparse fills it and nothing past compare.py reads flags; the Python API
-(shared/api.py) and the --clients launcher make it directly (a client gets it as JSON). A bad
-value raises UsageError with the line compare.py prints, so every caller gets the same errors.
+Each field declares its compare.py option once, with option(): help, --help group, metavar and how
+the text is parsed; compare.py makes its parser from the fields and nothing past compare.py reads
+flags. The Python API (shared/api.py) and the --clients launcher make a Config directly (a client
+gets it as JSON). A bad value raises UsageError with the line compare.py prints, so every caller
+gets the same errors.
 """
 
+import argparse
 import dataclasses
 import json
 import math
@@ -13,17 +16,19 @@ from typing import Optional, Tuple
 from shared.errors import UsageError
 
 TRAINER_NAMES = ("reference", "dtensor", "mirrored")
-DTYPES = ("float32", "float64")  # --dtype: the tf/numpy dtype names of the weights, slots, losses and inputs
-CHOICES = {  # field: its values, as --help lists them
-    "device_type": ("CPU", "GPU"),
-    "optimizer": ("adam", "sgd"),
-    "adam": ("fixed", "tutorial"),
-    "dtype": DTYPES,
-    "dtensor_input": ("pack", "dataset"),
-    "mirrored_update": ("auto", "primary", "replicas"),
-    "sweep_meshes": ("all", "batch"),
-}
-# The options that change the numbers a run computes: a --baseline report must have the same (shared/baseline.py),
+# --help's groups; the fields' order is their order, and the options' order within each.
+WHERE = "what trains where"
+MODEL = "the model"
+RUN = "the training run (the same for every trainer)"
+DATA = "data"
+DISTRIBUTE = "how each approach distributes"
+PARITY = "parity"
+REPRODUCIBILITY = "reproducibility and baselines"
+OUTPUTS = "outputs"
+SPEED = "speed"
+CHECKPOINTS = "checkpoints and export"
+PRINTED = "what is printed"
+# The options that change the numbers a run computes: a --baseline report must have the same (shared/judge/baseline.py),
 # and the same data (its sha256). Devices, mesh, clients, --dtensor-input, --mirrored-update and --deterministic
 # change only which kernels run and the order of roundings, which is what the comparison judges; they may differ.
 NUMERIC_OPTIONS = (
@@ -41,64 +46,274 @@ NUMERIC_OPTIONS = (
 )
 
 
+def option(default, help: str, group: str, *, metavar=None, parse=None, flag=None, choices=None):
+    """A Config field that is also a compare.py option: its help and --help group, the metavar, `parse` (argparse's
+    type: the text to the value; None keeps the text) and `flag` (default: flag(name); a bool field is a switch
+    that flips its default). `choices` are shown as the metavar {a,b} and checked by check(), not by argparse, so
+    the Python API gets the same error."""
+    if choices is not None:
+        metavar = "{" + ",".join(choices) + "}"
+    metadata = {"help": help, "group": group, "metavar": metavar, "parse": parse, "flag": flag, "choices": choices}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _name_list(text: str) -> Tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _int_list(text: str) -> Tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
-    trainers: Tuple[str, ...] = TRAINER_NAMES
-    devices: int = 8  # logical devices per process; 8 virtual CPUs as in the tutorial
-    clients: int = 1  # processes (hosts) in one run: >1 is multi-client DTensor / MultiWorkerMirroredStrategy
-    device_type: str = "CPU"
-    mesh: Optional[str] = None  # "batch=B[,model=M]"; None means batch=devices (pure data parallel)
-    epochs: int = 3
-    batch_size: int = 128  # global batch: what one optimizer step sees, summed over all devices
-    learning_rate: float = 1e-3
-    seed: int = 22  # initial values use stateless seed (seed, seed + 1), as the tutorial's (22, 23)
-    optimizer: str = "adam"  # SGD exposes gradient-scale bugs that Adam hides
-    adam: str = "fixed"  # "tutorial" keeps the tutorial's read-after-assign and frozen step count
-    data: str = "auto"  # "auto", "tfds", "embedded" or a directory of MNIST IDX files
-    train_examples: Optional[int] = None  # None: the source's default (tfds/IDX 5000, embedded 4000)
-    test_examples: Optional[int] = None  # None: the source's default (tfds/IDX 5000, embedded 1000)
-    model: str = "mlp"  # "mlp", "vit", or FILE.py:FUNCTION returning a ModelDefinition (shared/models.py)
-    hidden: Optional[Tuple[int, ...]] = None  # the MLP's hidden layer sizes; None: the tutorial's 700,500
-    shuffle: bool = False  # the tutorial does not shuffle; True reshuffles every epoch from `seed`
-    dtensor_input: str = "pack"  # "pack" (tutorial: split + dtensor.pack) or "dataset" (DTensorDataset)
-    mirrored_update: str = "auto"  # auto: primary in one process, replicas with --clients
-    # float64 starts from the float32 initial values, widened: the same model from the same start, with
-    # rounding ~1e9 times smaller, so parity can be judged on every step of any run (docs/parity.md).
-    dtype: str = "float32"
-    tolerance: Optional[float] = None  # atol and rtol of loss and gradients; weights get 10x. None: shared.parity's
-    explain: bool = True  # on a float32 parity failure, rerun in float64 to tell float noise from a real difference
-    # Also train every trainer in float64 and keep it in the report, so that a later --baseline against this
-    # report can tell float32 noise from a change (shared/baseline.py); about doubles the training time.
-    with_float64: bool = False
-    repeat: int = 1  # train each trainer this many times from the same start; >1 reports reproducibility
-    # tf.config.experimental.enable_op_determinism(), for the whole process, before any op runs
-    # (docs/reproducibility.md)
-    deterministic: bool = False
-    baseline: Optional[str] = None  # a report --json wrote: this run is judged against it too (shared/baseline.py)
-    # Outputs, each written atomically; None: not written.
-    json: Optional[str] = None  # the JSON report
-    plots: Optional[str] = None  # a directory for the PNGs (shared/plots.py)
-    logdir: Optional[str] = None  # TensorBoard scalars per trainer
-    # The device sweep (shared/sweep.py): each count's meshes and update modes, each beside its own reference.
-    sweep_devices: Optional[Tuple[int, ...]] = None
-    sweep_meshes: str = "all"  # "batch": DTensor on batch=N and the chosen MirroredStrategy update only
-    # After training, trace each trainer's steady train call: its step's parts and bytes per device (shared/profile.py).
-    profile: bool = False
-    link_gbps: Optional[float] = None  # with profile: the least time the bytes take over links of G Gbit/s
-    # On GPUs, DTensor's collectives use NCCL where TensorFlow allows it (one physical GPU per device); False
-    # leaves TensorFlow's default, its own ring collectives (dtensor_impl/nccl.py). CPUs have no NCCL.
-    dtensor_nccl: bool = True
-    # Checkpoints and export (shared/checkpoint.py, shared/export.py); None: off.
-    checkpoint_dir: Optional[str] = None  # DIR/<trainer>/epoch-NNNN after every epoch, each complete or absent
-    keep_checkpoints: int = 3  # the newest N epochs stay per trainer, older ones are deleted; 0 keeps all
-    restore: Optional[str] = None  # a checkpoint any trainer wrote (or DIR/<trainer>: its newest); epochs continue
-    # With restore: the reference trains every epoch from the initial values instead of resuming, and parity
-    # is judged on the steps after the restore point: a resumed run against an uninterrupted one.
-    reference_from_scratch: bool = False
-    export: Optional[str] = None  # DIR/<trainer>: a SavedModel of plain variables, loadable without mesh or strategy
-    quiet: bool = False  # no per-epoch lines
-    verbose: bool = False  # TensorFlow's own log lines, and a failed trainer's traceback under its one line
-    result_file: Optional[str] = None  # a --clients client writes its result here for the launcher
+    trainers: Tuple[str, ...] = option(
+        TRAINER_NAMES, "comma-separated trainers to run: " + ",".join(TRAINER_NAMES), WHERE, parse=_name_list
+    )
+    devices: int = option(8, "logical devices (per client)", WHERE, parse=int)  # 8 virtual CPUs, as in the tutorial
+    clients: int = option(
+        1,
+        "processes, each with --devices logical devices: DTensor multi-client and "
+        "MultiWorkerMirroredStrategy; started here on loopback ports unless the environment names "
+        "this process's cluster (DTENSOR_CLIENT_ID.. or TF_CONFIG; docs/multi-machine.md)",
+        WHERE,
+        parse=int,
+    )
+    device_type: str = option(
+        "CPU",
+        "logical CPUs (one physical CPU split) or GPUs (one physical GPU split if needed)",
+        WHERE,
+        parse=str.upper,
+        choices=("CPU", "GPU"),
+    )
+    mesh: Optional[str] = option(None, "DTensor mesh batch=B[,model=M] (default: batch=DEVICES)", WHERE)
+
+    model: str = option(
+        "mlp",
+        "mlp (the tutorial's), vit (a small Vision Transformer), or FILE.py:FUNCTION returning a "
+        "shared.model.ModelDefinition (examples/my_model.py)",
+        MODEL,
+    )
+    hidden: Optional[Tuple[int, ...]] = option(
+        None, "the MLP's hidden layer sizes (default: 700,500)", MODEL, parse=_int_list
+    )
+
+    epochs: int = option(3, "passes over the training set", RUN, parse=int)
+    # what one optimizer step sees, summed over all devices
+    batch_size: int = option(128, "global batch size", RUN, parse=int)
+    learning_rate: float = option(1e-3, "Adam or SGD step size", RUN, parse=float)
+    seed: int = option(  # the tutorial's seed: its initial values use (22, 23)
+        22, "initial values use stateless seed (SEED, SEED+1); also the --shuffle seed", RUN, parse=int
+    )
+    optimizer: str = option(
+        "adam", "sgd exposes gradient-scale errors that Adam's normalisation hides", RUN, choices=("adam", "sgd")
+    )
+    adam: str = option(
+        "fixed",
+        "tutorial: the tutorial's Adam (read-after-assign, frozen step count)",
+        RUN,
+        choices=("fixed", "tutorial"),
+    )
+    # float64: the same model from the same start with rounding ~1e9 times smaller, so parity can be judged on
+    # every step of any run. The names are the tf/numpy dtype of the weights, slots, losses and inputs.
+    dtype: str = option(
+        "float32",
+        "of weights, Adam slots and losses; float64 starts from the float32 initial values widened, "
+        "and its parity is judged on every step with far tighter tolerances (docs/parity.md)",
+        RUN,
+        choices=("float32", "float64"),
+    )
+    shuffle: bool = option(False, "reshuffle the training set every epoch from --seed", RUN)  # the tutorial does not
+
+    data: str = option("auto", "auto, tfds, embedded, or a directory of MNIST IDX files", DATA)
+    train_examples: Optional[int] = option(
+        None, "training examples (default: tfds/IDX 5000, embedded 4000)", DATA, parse=int
+    )
+    test_examples: Optional[int] = option(
+        None, "test examples (default: tfds/IDX 5000, embedded 1000)", DATA, parse=int
+    )
+
+    dtensor_input: str = option(
+        "pack",
+        "DTensor input: split + dtensor.pack per batch, or dtensor.DTensorDataset",
+        DISTRIBUTE,
+        choices=("pack", "dataset"),
+    )
+    dtensor_nccl: bool = option(
+        True,
+        "on GPUs, leave DTensor's collectives on TensorFlow's ring instead of NCCL (DTensor's own default; "
+        "default: NCCL wherever TensorFlow allows it, one physical GPU per device; CPUs have no NCCL)",
+        DISTRIBUTE,
+        flag="--no-dtensor-nccl",
+    )
+    shard_weights: bool = option(
+        False,
+        "DTensor: also split every weight and its optimizer slots over the batch axis (sharded data "
+        "parallel, as FSDP and ZeRO-3), on a dimension the batch axis divides; what cannot be split "
+        "stays replicated and is named (docs/approaches.md)",
+        DISTRIBUTE,
+    )
+    trainer_process: str = option(
+        "auto",
+        "own: DTensor and MirroredStrategy train in a process of their own, with the intra-op threads that serve "
+        "them (1 on logical CPUs; the reference keeps TensorFlow's default), and a crash there fails only that "
+        "trainer; shared: everything in this process (auto: own on CPUs, shared on GPUs)",
+        DISTRIBUTE,
+        choices=("auto", "own", "shared"),
+    )
+    mirrored_update: str = option(
+        "auto",
+        "MirroredStrategy's optimizer step: once on the first device with the weights copied to the "
+        "replicas, or on every replica after an all-reduce (auto: primary in one process, replicas "
+        "with --clients)",
+        DISTRIBUTE,
+        choices=("auto", "primary", "replicas"),
+    )
+
+    tolerance: Optional[float] = option(
+        None,
+        "parity bound in the run's dtype: |a - b| <= T + T |b| for every step's loss and the first "
+        "step's gradients, 10 T for the final weights (default: measured per dtype, docs/parity.md)",
+        PARITY,
+        metavar="T",
+        parse=float,
+    )
+    explain: bool = option(
+        True,
+        "when float32 parity fails, do not rerun the reference and the failing trainers in float64 "
+        "to tell float noise from a real difference; the verdict is then MISMATCH "
+        "(default: rerun, exit 0 for float noise)",
+        PARITY,
+        flag="--no-explain",
+    )
+
+    baseline: Optional[str] = option(
+        None,
+        "compare every trainer's losses and final weights with a report that --json wrote on another machine, "
+        "release or commit: same, float noise or CHANGED (exit 1); a report of a run with other numeric "
+        "options is refused, exit 2 (default: none)",
+        REPRODUCIBILITY,
+        metavar="REPORT.json",
+    )
+    with_float64: bool = option(
+        False,
+        "also train every trainer in float64 and write it into --json's report, so that a later --baseline "
+        "against it can tell float32 noise from a change; about doubles the training time",
+        REPRODUCIBILITY,
+    )
+    repeat: int = option(
+        1,
+        "train each trainer N times from the same start; report whether the runs are bitwise identical",
+        REPRODUCIBILITY,
+        metavar="N",
+        parse=int,
+    )
+    deterministic: bool = option(  # docs/reproducibility.md
+        False,
+        "tf.config.experimental.enable_op_determinism() for this process, before anything runs",
+        REPRODUCIBILITY,
+    )
+
+    json: Optional[str] = option(
+        None, "write the JSON report here, atomically (default: none)", OUTPUTS, metavar="PATH"
+    )
+    plots: Optional[str] = option(
+        None,
+        "write loss.png, accuracy.png, loss_diff.png, throughput.png here (default: none)",
+        OUTPUTS,
+        metavar="DIR",
+    )
+    logdir: Optional[str] = option(
+        None, "write TensorBoard scalars per trainer here (default: none)", OUTPUTS, metavar="DIR"
+    )
+
+    sweep_devices: Optional[Tuple[int, ...]] = option(
+        None,
+        "also measure throughput, parity and memory per device at each device count, e.g. 1,2,4,8; "
+        "each configuration beside its own reference run (default: none)",
+        SPEED,
+        metavar="N,N,...",
+        parse=_int_list,
+    )
+    profile: bool = option(
+        False,
+        "after training, trace each trainer's steady train call with TensorFlow's profiler: a step's forward, "
+        "backward, collectives, update, input and other time, and the bytes its collectives send per device "
+        "(a few seconds per trainer; docs/throughput.md)",
+        SPEED,
+    )
+    link_gbps: Optional[float] = option(
+        None,
+        "with --profile, the least time those bytes take per step over links of G gigabits per second, e.g. "
+        "your NVLink's or network's (default: none)",
+        SPEED,
+        metavar="G",
+        parse=float,
+    )
+    device_memory_mb: Optional[float] = option(
+        None,
+        "with --sweep-devices: name the configurations whose weights and optimizer state fit in MB per "
+        "device (default: none)",
+        SPEED,
+        metavar="MB",
+        parse=float,
+    )
+    sweep_meshes: str = option(
+        "all",
+        "all: DTensor on every batch x model mesh of each count and MirroredStrategy in each update "
+        "mode; batch: DTensor on batch=N and MirroredStrategy's --mirrored-update only",
+        SPEED,
+        choices=("all", "batch"),
+    )
+
+    checkpoint_dir: Optional[str] = option(  # each epoch's directory is complete or absent
+        None,
+        "after every epoch write each trainer's full state to DIR/<trainer>/epoch-NNNN, e.g. epoch-0001 "
+        "(default: none)",
+        CHECKPOINTS,
+        metavar="DIR",
+    )
+    keep_checkpoints: int = option(
+        3,
+        "with --checkpoint-dir, keep each trainer's newest N epochs and delete older ones; 0 keeps all",
+        CHECKPOINTS,
+        metavar="N",
+        parse=int,
+    )
+    restore: Optional[str] = option(
+        None,
+        "start the trainers from a checkpoint any trainer wrote: DIR/<trainer>/epoch-NNNN, or DIR/<trainer> "
+        "for its newest; --epochs stays the total (default: none)",
+        CHECKPOINTS,
+        metavar="PATH",
+    )
+    reference_from_scratch: bool = option(
+        False,
+        "with --restore: train the reference from the initial values for every epoch instead, and judge "
+        "parity on the steps after the restore point: the resumed trainers against an uninterrupted run",
+        CHECKPOINTS,
+    )
+    export: Optional[str] = option(
+        None,
+        "write each trainer's model as a SavedModel to DIR/<trainer>, servable without mesh or "
+        "strategy (default: none)",
+        CHECKPOINTS,
+        metavar="DIR",
+    )
+
+    quiet: bool = option(False, "no per-epoch lines: the run's facts and the tables only", PRINTED)
+    verbose: bool = option(
+        False,
+        "also show TensorFlow's own log lines (start-up, per-trace); hidden unless TF_CPP_MIN_LOG_LEVEL is set",
+        PRINTED,
+    )
+
+    # Not an option: a --clients client writes its result here for the launcher, which sets it in the Config
+    # it hands the client (--client-config).
+    result_file: Optional[str] = None
 
     def __post_init__(self):
         check(self)
@@ -116,6 +331,12 @@ class Config:
         return cls(
             **{name: tuple(value) if name in tuples and value is not None else value for name, value in fields.items()}
         )
+
+
+# The fields with a fixed set of values: --help lists them as the metavar, check() refuses any other.
+CHOICES = {
+    field.name: field.metadata["choices"] for field in dataclasses.fields(Config) if field.metadata.get("choices")
+}
 
 
 def flag(field: str) -> str:
@@ -139,7 +360,7 @@ def check(config: Config) -> None:
     for field in ("epochs", "seed", "keep_checkpoints"):
         if getattr(config, field) < 0:
             fail(field, f"{getattr(config, field)} is negative")
-    for field in ("learning_rate", "tolerance", "link_gbps"):
+    for field in ("learning_rate", "tolerance", "link_gbps", "device_memory_mb"):
         value = getattr(config, field)
         if value is not None and not math.isfinite(value):
             fail(field, f"{value} is not a finite number")
@@ -160,6 +381,10 @@ def check(config: Config) -> None:
 
 
 def check_combinations(config: Config) -> None:
+    if config.device_memory_mb is not None and not config.sweep_devices:
+        raise UsageError("--device-memory-mb names the sweep's configurations that fit; add --sweep-devices")
+    if config.shard_weights and "dtensor" not in config.trainers:
+        raise UsageError("--shard-weights lays out DTensor's weights; add dtensor to --trainers, or drop it")
     if config.link_gbps and not config.profile:
         raise UsageError("--link-gbps turns the bytes that --profile counts into time; add --profile")
     if config.hidden is not None and config.model != "mlp":

@@ -35,6 +35,16 @@ def fit_width(text: str, indent: int = LOG_INDENT, width: int = LINE_WIDTH) -> s
     )
 
 
+# What the process is doing, for a trainer process's parent (shared/run/worker.py) to name if it dies; None: unsent.
+status_sink = None
+
+
+def status(text: str) -> None:
+    """Say what this process is doing now, e.g. "mesh batch=8 over 8 x CPU: tracing the first train step"."""
+    if status_sink is not None:
+        status_sink(text)
+
+
 def print_fitted(text: str) -> None:
     """The trainers' and the comparison's `log`: print, within LINE_WIDTH."""
     print(fit_width(text))

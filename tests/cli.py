@@ -12,13 +12,15 @@ import sys
 
 import jsonschema
 
-from shared.report_schema import SCHEMA_PATH
+from shared.report.schema import SCHEMA_PATH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# A compare.py run of a few seconds' training: 4 steps of 64 embedded examples on 2 devices.
+# A compare.py run of a few seconds' training: 4 steps of 64 embedded examples on 2 devices, every trainer in the
+# test's process (a trainer process of their own is the default's subject: test_compare.py's full run,
+# tests/test_worker.py).
 SMALL = ["--data", "embedded", "--train-examples", "256", "--test-examples", "128", "--epochs", "1"]
-SMALL += ["--devices", "2", "--batch-size", "64"]
-PNG_SIZE = (900, 600)  # shared/plots.py's FIGURE_SIZE (9, 6) at 100 dpi
+SMALL += ["--devices", "2", "--batch-size", "64", "--trainer-process", "shared"]
+PNG_SIZE = (900, 600)  # shared/report/plots.py's FIGURE_SIZE (9, 6) at 100 dpi
 with open(SCHEMA_PATH) as _file:
     REPORT_VALIDATOR = jsonschema.Draft202012Validator(json.load(_file))
 
@@ -94,3 +96,16 @@ def png_size(path):
     header = path.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
     return struct.unpack(">II", header[16:24])
+
+
+def data_slice(data, train_examples: int, test_examples: int):
+    """The first examples of each split of `data` (a shared.training.data.MnistData): a test's small data."""
+    import dataclasses
+
+    return dataclasses.replace(
+        data,
+        x_train=data.x_train[:train_examples],
+        y_train=data.y_train[:train_examples],
+        x_test=data.x_test[:test_examples],
+        y_test=data.y_test[:test_examples],
+    )

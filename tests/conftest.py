@@ -22,7 +22,7 @@ def devices():
 
 @pytest.fixture(scope="session")
 def embedded():
-    from shared.data import load_data
+    from shared.training.data import load_data
 
     return load_data("embedded")
 

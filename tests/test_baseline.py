@@ -8,18 +8,19 @@ runs (--with-float64) that explain a float32 difference or show a float64 one. ~
 
 import dataclasses
 import json
-import types
 
 import numpy as np
 import pytest
 
-from shared import baseline
-from shared.comparison import TrainerResult, why_no_float64
 from shared.config import Config
-from shared.digest import SAMPLE_COUNT, data_sha256, digest, digests
 from shared.errors import UsageError
-from shared.history import History
-from shared.report_schema import SCHEMA_VERSION
+from shared.judge import baseline
+from shared.judge.digest import SAMPLE_COUNT, data_sha256, digest, digests
+from shared.measure.history import History
+from shared.report import baseline as baseline_report
+from shared.report import saved
+from shared.report.schema import SCHEMA_VERSION
+from shared.run.sequence import TrainerResult, why_no_float64
 from tests import cli
 from tests.cli import read_report, run_here, unwrapped
 
@@ -34,7 +35,14 @@ def history(name="reference", dtype="float64", loss_shift=(0, 0.0), weight_shift
     step_losses = list(losses if losses is not None else np.linspace(2.0, 0.5, STEPS))
     step, by = loss_shift
     step_losses[step] += by
-    return History(trainer=name, placement="-", step_losses=step_losses, final_weights=values, dtype=dtype)
+    return History(
+        trainer=name,
+        placement="-",
+        step_losses=step_losses,
+        final_weights=values,
+        dtype=dtype,
+        weight_names=["layer 0 weight", "layer 0 bias"],
+    )
 
 
 def saved_report(histories, float64_histories=None, config=None, data=None):
@@ -64,45 +72,43 @@ def saved_report(histories, float64_histories=None, config=None, data=None):
     return report
 
 
-def this_run(histories, dtype="float64"):
-    return types.SimpleNamespace(
-        config=Config(dtype=dtype), results={h.trainer: TrainerResult(h.trainer, h) for h in histories}
-    )
-
-
-def never(names):
-    raise AssertionError(f"no float64 run was needed, yet one was asked for {names}")
+def judged(histories, saved, dtype="float64", float64_runs=None, why_no_float64=""):
+    """shared.judge.baseline as the run layer calls it: judge, train the float64 runs it names (`float64_runs`;
+    None: none may be asked for), explain."""
+    result = baseline.judge({h.trainer: h for h in histories}, saved, "a.json", dtype)
+    wanted = baseline.float64_needed(result)
+    if float64_runs is None and wanted and not why_no_float64:
+        raise AssertionError(f"no float64 run was needed, yet one was asked for {wanted}")
+    runs = float64_runs(wanted) if wanted and not why_no_float64 else {}
+    baseline.explain_pending(result, runs, why_no_float64)
+    return result
 
 
 def test_a_run_identical_to_its_baseline_is_the_same_bit_for_bit():
     runs = [history(name) for name in NAMES]
-    result = baseline.judge(this_run(runs), saved_report(runs), "a.json", never)
+    result = judged(runs, saved_report(runs))
     assert [v.line() for v in result.verdicts.values()] == ["same (bit for bit)"] * 3
-    assert result.ok and baseline.last_line(result) == "BASELINE SAME (bit for bit)"
+    assert result.ok and baseline_report.last_line(result) == "BASELINE SAME (bit for bit)"
 
 
 def test_within_the_float64_tolerance_is_the_same_but_not_bit_for_bit():
     """1e-9 on a loss of ~1 and 1e-9 on every weight: inside float64's 1e-7 + 1e-7 |x| (weights 1e-6)."""
-    result = baseline.judge(
-        this_run([history(loss_shift=(2, 1e-9), weight_shift=1e-9)]), saved_report([history()]), "a.json", never
-    )
+    result = judged([history(loss_shift=(2, 1e-9), weight_shift=1e-9)], saved_report([history()]))
     verdict = result.verdicts["reference"]
     assert verdict.line() == "same" and not verdict.difference.bitwise_identical
     assert verdict.difference.max_abs_loss_diff == pytest.approx(1e-9, rel=1e-3)
-    assert baseline.last_line(result) == "BASELINE SAME"
+    assert baseline_report.last_line(result) == "BASELINE SAME"
 
 
 def test_a_float64_loss_moved_beyond_the_tolerance_is_changed_at_that_step():
     moved = history("dtensor", loss_shift=(3, 1e-3))
-    result = baseline.judge(
-        this_run([history(), moved]), saved_report([history(), history("dtensor")]), "a.json", never
-    )
+    result = judged([history(), moved], saved_report([history(), history("dtensor")]))
     verdict = result.verdicts["dtensor"]
     assert verdict.verdict == baseline.CHANGED and verdict.first_changed_step == 3
     assert verdict.line() == (
         f"CHANGED at step 3: loss {moved.step_losses[3]:.8g}, baseline {moved.step_losses[3] - 1e-3:.8g} (diff 0.001)"
     )
-    assert not result.ok and baseline.last_line(result) == "BASELINE CHANGED (dtensor)"
+    assert not result.ok and baseline_report.last_line(result) == "BASELINE CHANGED (dtensor)"
 
 
 def test_a_change_in_one_weight_anywhere_is_changed_in_the_final_weights():
@@ -114,7 +120,7 @@ def test_a_change_in_one_weight_anywhere_is_changed_in_the_final_weights():
         if i not in digest("w", changed.final_weights[0])["sample_indices"]
     )
     changed.final_weights[0].reshape(-1)[index] += 1e-3
-    result = baseline.judge(this_run([changed]), saved_report([history()]), "a.json", never)
+    result = judged([changed], saved_report([history()]))
     verdict = result.verdicts["reference"]
     assert verdict.line().startswith("CHANGED in the final weights: layer 0 weight (samples up to 0 apart, sums rel ")
     assert verdict.first_changed_step == STEPS and verdict.difference.weights_beyond == ["layer 0 weight"]
@@ -132,7 +138,7 @@ def float32_case(float64_by=0.0, baseline_float64=True):
         asked.extend(names)
         return {name: TrainerResult(name, history(name, loss_shift=(4, float64_by))) for name in names}
 
-    result = baseline.judge(this_run(runs, "float32"), saved_report(saved, float64_saved), "a.json", float64_runs)
+    result = judged(runs, saved_report(saved, float64_saved), "float32", float64_runs)
     return result, asked
 
 
@@ -146,7 +152,7 @@ def test_float32_beyond_its_tolerance_is_float_noise_when_both_float64_runs_agre
         f"step 2); float64 agrees with the baseline's float64 run on all {STEPS} steps"
     )
     assert verdict.float64.bitwise_identical and verdict.float64.dtype == "float64"
-    assert baseline.last_line(result) == "BASELINE SAME (float noise: reference)"
+    assert baseline_report.last_line(result) == "BASELINE SAME (float noise: reference)"
 
 
 def test_float32_beyond_its_tolerance_is_changed_when_the_float64_runs_disagree():
@@ -176,9 +182,7 @@ def test_without_float64_runs_here_the_reason_is_given():
     runs = [history(name, "float32") for name in NAMES]
     saved = [history(name, "float32", loss_shift=(1, 1e-3)) for name in NAMES]
     why = why_no_float64(Config(restore="/ckpt/reference"))
-    result = baseline.judge(
-        this_run(runs, "float32"), saved_report(saved, [history(n) for n in NAMES]), "a.json", never, why_no_float64=why
-    )
+    result = judged(runs, saved_report(saved, [history(n) for n in NAMES]), "float32", why_no_float64=why)
     assert (
         result.verdicts["dtensor"]
         .line()
@@ -191,8 +195,7 @@ def test_without_float64_runs_here_the_reason_is_given():
 def test_trainers_missing_or_failed_on_either_side_are_not_compared_and_do_not_fail():
     saved = saved_report([history(), history("dtensor")])
     saved["trainers"]["dtensor"] = {"failed": True, "error": "RuntimeError: x"}
-    run = this_run([history(), history("dtensor"), history("mirrored")])
-    result = baseline.judge(run, saved, "a.json", never)
+    result = judged([history(), history("dtensor"), history("mirrored")], saved)
     assert {name: v.line() for name, v in result.verdicts.items()} == {
         "reference": "same (bit for bit)",
         "dtensor": "not compared: failed in the baseline",
@@ -299,7 +302,7 @@ def test_a_file_that_is_not_a_report_of_this_major_version_is_refused(tmp_path, 
     if contents is not None:
         path.write_text(contents)
     with pytest.raises(UsageError) as refused:
-        baseline.load(str(path))
+        saved.load(str(path))
     assert str(refused.value) == message.format(path=path)
 
 

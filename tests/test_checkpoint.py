@@ -8,7 +8,6 @@ then trains the 3rd epoch from the other's checkpoint and is compared with one
 uninterrupted 3-epoch reference run.
 """
 
-import dataclasses
 import json
 import os
 import signal
@@ -21,12 +20,12 @@ import pytest
 
 from dtensor_impl import trainer as dtensor_trainer
 from mirrored_impl import trainer as mirrored_trainer
-from shared import checkpoint, export, reference
 from shared.config import Config
 from shared.errors import UsageError
-from shared.mlp import mlp
-from shared.parity import TOLERANCES
-from tests.cli import run_here, unwrapped
+from shared.judge.parity import TOLERANCES
+from shared.model.mlp import mlp
+from shared.training import checkpoint, export, reference
+from tests.cli import data_slice, run_here, unwrapped
 
 TRAIN_EXAMPLES, TEST_EXAMPLES = 236, 100
 STEPS_PER_EPOCH = 4  # 3 x 64 + 44 (5 steps traced one more call shape: ~2 s a run)
@@ -45,13 +44,7 @@ PAIRS = [
 
 @pytest.fixture(scope="module")
 def small(embedded):
-    return dataclasses.replace(
-        embedded,
-        x_train=embedded.x_train[:TRAIN_EXAMPLES],
-        y_train=embedded.y_train[:TRAIN_EXAMPLES],
-        x_test=embedded.x_test[:TEST_EXAMPLES],
-        y_test=embedded.y_test[:TEST_EXAMPLES],
-    )
+    return data_slice(embedded, TRAIN_EXAMPLES, TEST_EXAMPLES)
 
 
 def train(trainer, config, data, devices):
@@ -226,11 +219,11 @@ WRITER = """
 import sys
 import numpy as np
 import tensorflow as tf
-from shared.checkpoint import TrainingState
+from shared.training.checkpoint import TrainingState
 from shared.config import Config
-from shared.mlp import mlp
-from shared.model import Model
-from shared.optim import make_optimizer
+from shared.model.mlp import mlp
+from shared.model.definition import Model
+from shared.training.optim import make_optimizer
 config = Config(hidden=(2048, 2048))
 model = Model(mlp(config.hidden), [np.zeros(v.shape, np.float32) for v in mlp(config.hidden).initial_values(0)])
 optimizer = make_optimizer("adam", "fixed", model.weights, 1e-3, lambda v: tf.Variable(tf.zeros_like(v)),
@@ -272,9 +265,9 @@ def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     assert prefix == str(directory / "epoch-0001" / "ckpt")
     import tensorflow as tf
 
-    from shared.mlp import mlp
-    from shared.model import Model
-    from shared.optim import make_optimizer
+    from shared.model.definition import Model
+    from shared.model.mlp import mlp
+    from shared.training.optim import make_optimizer
 
     config = Config(hidden=(2048, 2048), epochs=3, restore=str(directory), quiet=True)
     definition = mlp(config.hidden)

@@ -15,9 +15,11 @@ from tests.cli import PNG_SIZE, SMALL, check_report, png_size, read_report, run_
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
+    """The default's trainer processes: DTensor and MirroredStrategy in a process of their own."""
     out = tmp_path_factory.mktemp("compare")
+    own = [arg for arg in SMALL if arg not in ("--trainer-process", "shared")]
     result = run_compare(
-        *SMALL, "--json", str(out / "report.json"), "--plots", str(out / "plots"), "--logdir", str(out / "logs")
+        *own, "--json", str(out / "report.json"), "--plots", str(out / "plots"), "--logdir", str(out / "logs")
     )
     return result, out
 
@@ -26,6 +28,10 @@ def test_full_run_exits_0_with_parity(full_run):
     result, _ = full_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.rstrip().endswith("PARITY OK")
+    assert (
+        "processes: the reference here (TensorFlow's default threads); dtensor and mirrored in a trainer process"
+        in result.stdout
+    )
 
 
 TENSORFLOW_LOG_LINE = re.compile(
@@ -41,6 +47,7 @@ def test_a_run_prints_only_the_projects_own_lines(full_run):
     assert not [line for line in result.stdout.splitlines() if TENSORFLOW_LOG_LINE.search(line)]
 
 
+@pytest.mark.extended  # one extra compare.py run for one flag
 def test_verbose_shows_tensorflows_own_lines():
     result = run_compare(*SMALL, "--trainers", "reference", "--verbose")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -178,8 +185,10 @@ def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devic
     import io
 
     from mirrored_impl import trainer as mirrored_trainer
-    from shared import comparison, report
     from shared.config import Config
+    from shared.report import document
+    from shared.report import tables as report
+    from shared.run import sequence
 
     def broken_fit(*args, **kwargs):
         raise RuntimeError("replica 3 lost its device\nsecond line that must not show")
@@ -193,8 +202,9 @@ def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devic
         "embedded",
         "test slice",
     )
+    # In this process, where the monkeypatch is (a trainer process would import the real fit).
     config = Config(trainers=("dtensor", "mirrored"), devices=2, epochs=1, batch_size=64, quiet=True)
-    run = comparison.train_all(config, small, devices[:2])
+    run = sequence.train_all(config.replace(trainer_process="shared"), small, devices[:2])
     assert not run.ok and run.parity["dtensor"].ok and "mirrored" not in run.parity
     assert run.results["mirrored"].error.startswith("RuntimeError: replica 3 lost its device (test_compare.py:")
     out = io.StringIO()
@@ -204,7 +214,7 @@ def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devic
         r"^mirrored   RuntimeError: replica 3 lost its device \(test_compare.py:\d+\)$", out.getvalue(), re.M
     )  # and the reason under the table
     assert "second line" not in out.getvalue() and out.getvalue().rstrip().endswith("PARITY FAILED")
-    written = check_report(report._finite(report.report_dict(run, [])))  # a failed trainer's report, too
+    written = check_report(document.finite(document.report_dict(run, [])))  # a failed trainer's report, too
     assert written["trainers"]["mirrored"]["error"] == run.results["mirrored"].error
     assert "RuntimeError: replica 3 lost its device" in written["trainers"]["mirrored"]["traceback"]
 
@@ -223,15 +233,15 @@ def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devic
     ],
 )
 def test_the_header_names_only_what_the_chosen_trainers_use(devices, embedded, trainers, shown, hidden):
-    from shared import report
     from shared.config import Config
+    from shared.report.header import header
 
     # A mesh for 3 devices: were the mesh parsed without DTensor, this would raise.
-    from shared.trainers import describe_runs
+    from shared.training.registry import describe_runs
 
     mesh = None if "dtensor" in trainers else "batch=3"
     config = Config(trainers=trainers, mesh=mesh)
-    text = report.header(config, devices, embedded, describe_runs(config))
+    text = header(config, devices, embedded, describe_runs(config))
     assert shown in text.splitlines() and hidden not in text
     assert ("DTensor mesh batch=8" in text.splitlines()[0]) == ("dtensor" in trainers)
     assert max(len(line) for line in text.splitlines()) <= LINE_WIDTH
@@ -240,9 +250,11 @@ def test_the_header_names_only_what_the_chosen_trainers_use(devices, embedded, t
 def test_a_float64_run_measures_its_matmul_peak_in_float64_and_says_so(devices, embedded):
     import io
 
-    from shared import comparison, report
-    from shared.benchmark import matmul_peak_gflops
     from shared.config import Config
+    from shared.measure.peak import matmul_peak_gflops
+    from shared.report import document
+    from shared.report import tables as report
+    from shared.run import sequence
 
     small = embedded.__class__(
         embedded.x_train[:256],
@@ -253,13 +265,13 @@ def test_a_float64_run_measures_its_matmul_peak_in_float64_and_says_so(devices, 
         "test slice",
     )
     config = Config(trainers=("reference",), devices=1, epochs=1, batch_size=64, quiet=True, dtype="float64")
-    run = comparison.train_all(config, small, devices[:1])
+    run = sequence.train_all(config, small, devices[:1])
     run.matmul_peak_gflops = matmul_peak_gflops(devices[0], size=512, repeats=2, dtype=config.dtype)
     out = io.StringIO()
     report.print_tables(run, [], out=out)
     assert "GFLOP/s: reference - of this run's float64 matmul peak" in out.getvalue()
     assert "float64 matmul on one device" in out.getvalue()
-    assert report.compute_facts(run)["matmul_peak_dtype"] == "float64" and run.matmul_peak_gflops > 0
+    assert document.compute_facts(run)["matmul_peak_dtype"] == "float64" and run.matmul_peak_gflops > 0
 
 
 def test_when_auto_falls_back_the_json_says_so(devices, monkeypatch):
@@ -268,9 +280,10 @@ def test_when_auto_falls_back_the_json_says_so(devices, monkeypatch):
     import sys
     import types
 
-    from shared import comparison, report
     from shared.config import Config
-    from shared.data import load_data
+    from shared.report import document
+    from shared.run import sequence
+    from shared.training.data import load_data
 
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", types.ModuleType("tensorflow_datasets"))
     config = Config(
@@ -283,9 +296,9 @@ def test_when_auto_falls_back_the_json_says_so(devices, monkeypatch):
         train_examples=128,
         test_examples=64,
     )
-    fallen_back = comparison.train_all(config, load_data("auto", 128, 64), devices[:1])
-    environment = report.report_dict(fallen_back, [])["environment"]
+    fallen_back = sequence.train_all(config, load_data("auto", 128, 64), devices[:1])
+    environment = document.report_dict(fallen_back, [])["environment"]
     assert environment["data_source"] == "embedded"
     assert environment["data_fallback"].startswith("tensorflow_datasets does not work here (AttributeError")
-    asked_for = comparison.train_all(config.replace(data="embedded"), load_data("embedded", 128, 64), devices[:1])
-    assert report.report_dict(asked_for, [])["environment"]["data_fallback"] is None
+    asked_for = sequence.train_all(config.replace(data="embedded"), load_data("embedded", 128, 64), devices[:1])
+    assert document.report_dict(asked_for, [])["environment"]["data_fallback"] is None

@@ -2,6 +2,7 @@
 line compare.py prints, so the command line and the Python API refuse alike; and a client of
 --clients gets it whole, as JSON."""
 
+import argparse
 import dataclasses
 
 import pytest
@@ -54,12 +55,38 @@ def test_a_bad_value_is_refused_alike_by_the_config_and_the_command_line(changes
     assert line.startswith(f"compare.py: error: {message}") and "\n" not in line
 
 
-def test_every_field_is_a_flag_and_every_choice_is_listed_in_help():
-    parser = compare.build_parser()
-    destinations = {action.dest for action in parser._actions}
+HELP_GROUPS = [  # --help's sections in order; README and docs name them alike
+    "what trains where",
+    "the model",
+    "the training run (the same for every trainer)",
+    "data",
+    "how each approach distributes",
+    "parity",
+    "reproducibility and baselines",
+    "outputs",
+    "speed",
+    "checkpoints and export",
+    "what is printed",
+]
+
+
+def test_every_option_is_declared_once_on_its_config_field():
+    """The parser is made from the fields: a new field without a help text and a group fails here."""
     # result_file is the launcher's, in the Config it hands a client (--client-config), not a flag
-    assert {field.name for field in dataclasses.fields(Config)} - {"result_file"} <= destinations
-    text = parser.format_help()
+    options = [field for field in dataclasses.fields(Config) if field.name != "result_file"]
+    undeclared = [field.name for field in options if not (field.metadata.get("help") and field.metadata.get("group"))]
+    assert undeclared == []
+    parser = compare.build_parser()
+    shown = [action for action in parser._actions if action.help not in (None, argparse.SUPPRESS)]
+    assert [action.dest for action in shown if action.dest != "help"] == [field.name for field in options]
+    assert [group.title for group in parser._action_groups if group.title in HELP_GROUPS] == HELP_GROUPS
+    assert [field.metadata["group"] for field in options] == sorted(
+        (field.metadata["group"] for field in options), key=HELP_GROUPS.index
+    )  # each group's fields together, so --help's order is the fields' order
+
+
+def test_every_choice_is_listed_in_help():
+    text = compare.build_parser().format_help()
     for field, choices in CHOICES.items():
         assert "{" + ",".join(choices) + "}" in text, field
 
@@ -67,6 +94,7 @@ def test_every_field_is_a_flag_and_every_choice_is_listed_in_help():
 def test_the_flags_fill_the_config_and_a_client_gets_it_whole_as_json():
     args = compare.build_parser().parse_args(
         ["--model", "vit", "--json", "r.json", "--sweep-devices", "2,8", "--trainers", "reference,dtensor", "--verbose"]
+        + ["--device-type", "gpu", "--no-explain", "--no-dtensor-nccl"]
     )
     config = compare.config_from_args(args)
     assert (config.model, config.json, config.sweep_devices, config.trainers, config.verbose) == (
@@ -76,4 +104,6 @@ def test_the_flags_fill_the_config_and_a_client_gets_it_whole_as_json():
         ("reference", "dtensor"),
         True,
     )
+    assert (config.device_type, config.explain, config.dtensor_nccl) == ("GPU", False, False)
+    assert compare.config_from_args(compare.build_parser().parse_args([])) == Config()
     assert Config.from_json(config.to_json()) == config

@@ -7,17 +7,16 @@ import sys
 import numpy as np
 import pytest
 
-from shared.data import (
+from shared.errors import UsageError
+from shared.training.batches import batch_slices, epoch_batches
+from shared.training.data import (
     IDX_FILES,
     IDX_IMAGES_MAGIC,
     IDX_LABELS_MAGIC,
     _host_answers,
-    batch_slices,
     embedded_split,
-    epoch_batches,
     load_data,
 )
-from shared.errors import UsageError
 
 
 def write_idx(path, array, magic, compress=False):

@@ -19,10 +19,11 @@ import pytest
 
 from dtensor_impl import trainer as dtensor_trainer
 from dtensor_impl.mesh import parse_mesh
-from shared import reference
 from shared.config import Config
 from shared.errors import UsageError
-from shared.parity import TOLERANCES, check_parity
+from shared.judge.parity import TOLERANCES, check_parity
+from shared.training import reference
+from tests.cli import data_slice
 
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
 
@@ -33,8 +34,9 @@ STEPS = 2 * 4  # 3 batches of 64 and one of 45 per epoch
 FLOAT32_RUNS = [("batch=8", "adam"), ("batch=2,model=4", "adam"), ("batch=2,model=4", "sgd")]
 # Every mesh of 8 devices whose model axis divides the sharded width 64, and the smaller batch meshes: Adam on
 # each, SGD on one without and one with a model axis (its update has no state to shard).
-FLOAT64_MESHES = ["batch=1", "batch=2", "batch=8", "batch=4,model=2", "batch=2,model=4", "batch=1,model=8"]
-FLOAT64_RUNS = [(mesh, "adam") for mesh in FLOAT64_MESHES] + [("batch=8", "sgd"), ("batch=2,model=4", "sgd")]
+# (batch=1 and batch=2 on 1 and 2 devices: the sweep's configurations at 2 devices, tests/test_verdicts.py.)
+FLOAT64_MESHES = ["batch=8", "batch=4,model=2", "batch=2,model=4", "batch=1,model=8"]
+FLOAT64_RUNS = [(mesh, "adam") for mesh in FLOAT64_MESHES] + [("batch=2,model=4", "sgd")]
 SMALL_HIDDEN = (64, 32)
 FLOAT32 = TOLERANCES["float32"]
 # float64 noise measured on these meshes: relative loss differences <= 3e-15 (docs/parity.md).
@@ -62,13 +64,7 @@ def skip_without_float64_collectives(mesh: str) -> None:
 
 @pytest.fixture(scope="module")
 def small(embedded):
-    return dataclasses.replace(
-        embedded,
-        x_train=embedded.x_train[:TRAIN_EXAMPLES],
-        y_train=embedded.y_train[:TRAIN_EXAMPLES],
-        x_test=embedded.x_test[:TEST_EXAMPLES],
-        y_test=embedded.y_test[:TEST_EXAMPLES],
-    )
+    return data_slice(embedded, TRAIN_EXAMPLES, TEST_EXAMPLES)
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +133,7 @@ def test_float64_is_refused_exactly_where_this_releases_dtensor_collectives_reje
             run("dtensor", mesh=mesh, **float64)
 
 
+@pytest.mark.extended  # float64 on every mesh: above, in fewer steps
 def test_a_long_tensor_parallel_run_matches_in_float64_on_every_step(devices, embedded):
     """104 steps on batch=2,model=4 (208 examples in batches of 16, 8 epochs): in float32 this is where
     compounded noise can leave the tolerance; float64 stays within it on every step, with no window."""
@@ -201,7 +198,7 @@ def test_padded_model_hands_out_the_unpadded_one(run):
 def test_padded_units_stay_exactly_zero(devices, small, optimizer):
     """Zero in, zero bias, zero out: ReLU gives 0 with gradient 0, so no update ever moves them."""
     from dtensor_impl.mesh import create_mesh
-    from shared.mlp import mlp
+    from shared.model.mlp import mlp
 
     spec, definition = parse_mesh(PADDED_MESH, 8), mlp((60, 32))
     mesh = create_mesh(spec, devices)
@@ -221,7 +218,7 @@ def test_padded_units_stay_exactly_zero(devices, small, optimizer):
             assert dtensor_trainer.to_numpy(slot).any() and not dtensor_trainer.to_numpy(slot)[:, 60:].any()
 
 
-@pytest.mark.parametrize("mesh", ["batch=8", "batch=2,model=4"])  # data parallel, and with a model axis
+@pytest.mark.parametrize("mesh", ["batch=2,model=4"])  # with a model axis (data parallel: tests/test_verdicts.py)
 def test_tutorial_adam_diverges_far_beyond_the_tolerance(run, mesh):
     """The tutorial's Python-float step count advances once per trace, and this run traces
     differently from the reference's (the padded final batch), so bias correction differs
@@ -254,9 +251,9 @@ from tensorflow.experimental import dtensor
 mesh = dtensor.create_mesh([("batch", 8)], devices=devices)
 dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 1), shape=(2,))  # DTensor starts here
 from dtensor_impl import combining, trainer
-from shared import reference
+from shared.training import reference
 from shared.config import Config
-from shared.data import load_data
+from shared.training.data import load_data
 data = load_data("embedded", 512, 64)
 config = Config(epochs=1, quiet=True)
 expected = reference.fit(config, data, devices[:1]).step_losses
@@ -291,7 +288,7 @@ def test_dtensor_started_before_the_trainer_leaves_the_combining_on_and_the_trai
     assert facts["max_abs_loss_diff"] <= FLOAT32["loss"].atol, facts
 
 
-@pytest.mark.parametrize("mesh", ["batch=8", "batch=4,model=2"])
+@pytest.mark.parametrize("mesh", ["batch=4,model=2"])  # DTensorDataset with a model axis: the harder case
 def test_dataset_input_gives_the_same_run_as_pack(run, mesh):
     packed = run("dtensor", mesh=mesh, dtensor_input="pack")
     from_dataset = run("dtensor", mesh=mesh, dtensor_input="dataset")
@@ -301,7 +298,7 @@ def test_dataset_input_gives_the_same_run_as_pack(run, mesh):
         np.testing.assert_array_equal(weight, packed_weight)
 
 
-@pytest.mark.parametrize("dtensor_input", ["pack", "dataset"])
+@pytest.mark.parametrize("dtensor_input", ["dataset"])  # DTensorDataset's own batching; pack: batch order alone
 def test_shuffled_batches_follow_the_shared_epoch_order(run, dtensor_input):
     history = run("dtensor", mesh="batch=8", shuffle=True, dtensor_input=dtensor_input)
     shuffled_reference = run("reference", shuffle=True)
@@ -309,6 +306,7 @@ def test_shuffled_batches_follow_the_shared_epoch_order(run, dtensor_input):
     assert not check_parity(history, run("reference")).ok  # the order matters
 
 
+@pytest.mark.extended  # a model axis with the default hidden sizes: above
 def test_deeper_mlp_with_model_axis_matches_the_reference(run):
     """Three hidden layers: column, row, column sharded; the output layer gathers the last one."""
     history = run("dtensor", mesh="batch=4,model=2", hidden=(64, 32, 16))

@@ -12,7 +12,7 @@ from dtensor_impl import trainer
 from dtensor_impl.mesh import MeshSpec, create_mesh, every_mesh, mesh_spec, parse_mesh
 from shared.config import Config
 from shared.errors import UsageError
-from shared.mlp import mlp
+from shared.model.mlp import mlp
 
 U = dtensor.UNSHARDED
 MLP = mlp()

@@ -1,27 +1,43 @@
-"""The project's modules import each other one way: no module reaches, directly or through
-others, back to itself, and no package does (shared/ sits below the trainer packages: it reaches
-them only through shared/trainers.py's registry). Every import counts, module-level and inside
-functions alike."""
+"""Imports run one way, down shared/'s layers (shared/__init__.py says each folder's rule): no module imports
+a module of a higher layer, directly or inside a function, and none reaches back to itself. The trainer
+packages sit at the training layer; the run layer reaches them only through shared/training/registry.py."""
 
 import ast
 import os
 
+from shared.training.protocol import Trainer, TrainerModule
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("shared", "dtensor_impl", "mirrored_impl", "release_matrix")
+# Lowest first. A module may import its own layer and those below it.
+LAYERS = [
+    ("process", ["shared.config", "shared.errors", "shared.console", "shared.files", "shared.devices"]),
+    ("model", ["shared.model"]),
+    ("measure", ["shared.measure"]),
+    ("judge", ["shared.judge"]),  # below training: judging never trains
+    ("training", ["shared.training", "dtensor_impl", "mirrored_impl"]),
+    ("report", ["shared.report"]),
+    ("run", ["shared.run"]),
+    ("entry points", ["shared.api", "shared.export", "compare", "release_matrix"]),
+]
 
 
 def project_modules() -> dict:
-    """{module name: path} for compare.py and every module of the three packages."""
+    """{module name: path} for compare.py and every module of the packages, subpackages included."""
     modules = {"compare": os.path.join(ROOT, "compare.py")}
     for package in PACKAGES:
-        for name in sorted(os.listdir(os.path.join(ROOT, package))):
-            if name.endswith(".py") and name != "__init__.py":
-                modules[f"{package}.{name[:-3]}"] = os.path.join(ROOT, package, name)
+        for directory, _, files in os.walk(os.path.join(ROOT, package)):
+            dotted = os.path.relpath(directory, ROOT).replace(os.sep, ".")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    modules[dotted if name == "__init__.py" else f"{dotted}.{name[:-3]}"] = os.path.join(
+                        directory, name
+                    )
     return modules
 
 
 def imported_project_modules(path: str, modules: dict) -> set:
-    """Project modules that `path` imports anywhere in its code (`from shared import report` counts)."""
+    """Project modules that `path` imports anywhere in its code (`from shared.report import tables` counts)."""
     found = set()
     for node in ast.walk(ast.parse(open(path).read(), path)):
         if isinstance(node, ast.Import):
@@ -37,6 +53,30 @@ def import_graph() -> dict:
     return {name: imported_project_modules(path, modules) for name, path in modules.items()}
 
 
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest prefix that names `module`'s layer; a package's __init__ is its own."""
+    if module == "shared":  # the package's own __init__: its docstring only
+        return 0
+    best, length = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = index, len(prefix)
+    if best is None:
+        raise AssertionError(f"{module} is in no layer of tests/test_imports.py's LAYERS")
+    return best
+
+
+def wrong_way(graph: dict) -> list:
+    """Every (importer, imported) pair whose imported module sits in a higher layer."""
+    return sorted(
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if target != "shared" and layer_of(target) > layer_of(module)
+    )
+
+
 def find_cycle(graph: dict):
     """One cycle as a list of modules [a, b, ..., a], or None (depth-first search)."""
     state, stack = {}, []
@@ -44,7 +84,7 @@ def find_cycle(graph: dict):
     def visit(node):
         state[node] = "open"
         stack.append(node)
-        for target in sorted(graph[node]):
+        for target in sorted(graph.get(node, ())):
             if state.get(target) == "open":
                 return stack[stack.index(target) :] + [target]
             if target not in state:
@@ -63,46 +103,80 @@ def find_cycle(graph: dict):
     return None
 
 
-def package_graph(graph: dict) -> dict:
-    """{package: the other packages its modules import}; compare.py is a package of its own."""
-    packages = {}
-    for module, imported in graph.items():
-        package = module.split(".")[0]
-        packages.setdefault(package, set()).update(name.split(".")[0] for name in imported)
-    return {package: targets - {package} for package, targets in packages.items()}
-
-
 def test_the_import_graph_sees_the_known_edges():
     graph = import_graph()
-    assert "shared.comparison" in graph["compare"] and "shared.multiclient" in graph["compare"]
-    assert "shared.comparison" in graph["shared.multiclient"]  # the launcher uses the comparison
-    assert "shared.plots" in graph["shared.report"]  # report writes the plots
+    assert "shared.run.comparison" in graph["compare"] and "shared.run.clients" in graph["compare"]
+    assert "shared.run.sequence" in graph["shared.run.clients"]  # the launcher trains through the one sequence
+    assert "shared.report.plots" in graph["shared.report.outputs"]  # outputs writes the plots
     assert "dtensor_impl.mesh" in graph["dtensor_impl.trainer"]
-    assert package_graph(graph)["dtensor_impl"] == {"shared"}
+    assert "shared.model.definition" in graph["shared.model"]  # a package's __init__ counts as a module
+
+
+def test_every_module_sits_in_a_layer_and_imports_only_its_own_and_lower_ones():
+    graph = import_graph()
+    assert [layer_of(module) for module in graph]  # raises for a module in no layer
+    assert wrong_way(graph) == []
+
+
+def test_the_judge_imports_neither_training_nor_run():
+    graph = import_graph()
+    judged = {target for module, targets in graph.items() if module.startswith("shared.judge") for target in targets}
+    assert not {target for target in judged if target.startswith(("shared.training", "shared.run"))}
+
+
+def test_a_wrong_way_import_is_found():
+    """A judge module importing the training loop, and a model importing data: both are named."""
+    graph = import_graph()
+    graph["shared.judge.verdict"] = graph["shared.judge.verdict"] | {"shared.training.loop"}
+    graph["shared.model.mlp"] = graph["shared.model.mlp"] | {"shared.training.data"}
+    assert wrong_way(graph) == [
+        ("shared.judge.verdict", "shared.training.loop"),
+        ("shared.model.mlp", "shared.training.data"),
+    ]
+    assert wrong_way({"shared.run.sweep": {"shared.judge.ranking"}, "shared.judge.ranking": set()}) == []
 
 
 def test_the_project_has_no_import_cycle():
     assert find_cycle(import_graph()) is None, " -> ".join(find_cycle(import_graph()))
 
 
-def test_no_package_imports_back_into_another_that_imports_it():
-    packages = package_graph(import_graph())
-    assert find_cycle(packages) is None, " -> ".join(find_cycle(packages))
-
-
-def test_a_package_cycle_is_found_even_when_the_modules_do_not_cycle():
-    """shared.report -> dtensor_impl.mesh -> shared.errors: no module cycle, a package one."""
-    graph = {"shared.report": {"dtensor_impl.mesh"}, "dtensor_impl.mesh": {"shared.errors"}, "shared.errors": set()}
-    assert find_cycle(graph) is None
-    assert find_cycle(package_graph(graph)) == ["dtensor_impl", "shared", "dtensor_impl"]
-
-
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
 
 
+def test_shared_holds_at_most_8_modules_at_its_top_and_only_layer_folders():
+    top = sorted(name for name in os.listdir(os.path.join(ROOT, "shared")) if name.endswith(".py"))
+    folders = sorted(
+        name
+        for name in os.listdir(os.path.join(ROOT, "shared"))
+        if os.path.isfile(os.path.join(ROOT, "shared", name, "__init__.py"))
+    )
+    assert len(top) <= 8, top
+    assert folders == sorted(prefix.split(".")[1] for _, prefixes in LAYERS[1:7] for prefix in prefixes[:1])
+
+
+def test_nothing_under_shared_asks_a_trainer_for_an_optional_part():
+    """The contract is code (shared/training/protocol.py): no `getattr(trainer...` or `getattr(trainer_module(`."""
+    offenders = [
+        name
+        for name, path in project_modules().items()
+        if name.startswith("shared")
+        and any(probe in open(path).read() for probe in ("getattr(trainer", "getattr(self.trainer"))
+    ]
+    assert offenders == []
+
+
+def test_every_trainer_module_offers_the_whole_contract():
+    from shared.training.registry import TRAINER_MODULES, trainer_module
+
+    for name in TRAINER_MODULES:
+        module = trainer_module(name)
+        assert isinstance(module, TrainerModule), name
+    assert {"begin", "before_save", "finish", "gradients", "train_epoch"} <= set(vars(Trainer))
+
+
 def test_module_docstrings_say_what_and_where_in_at_most_15_lines():
-    """A module's docstring says what it holds and points to docs/ for the rest (STYLE.md)."""
+    """A module's docstring says what it holds and points to docs/ for the rest, where the measurements live."""
     long = {}
     for name, path in project_modules().items():
         docstring = ast.get_docstring(ast.parse(open(path).read(), path), clean=False) or ""

@@ -10,10 +10,11 @@ import tensorflow as tf
 from dtensor_impl import trainer as dtensor_trainer
 from dtensor_impl.mesh import create_mesh, parse_mesh
 from mirrored_impl import trainer as mirrored_trainer
-from shared import memory, reference
 from shared.config import Config
-from shared.mlp import layer_sizes, mlp, parameter_count
-from shared.models import build_model_and_optimizer
+from shared.measure import memory
+from shared.model.mlp import layer_sizes, mlp, parameter_count
+from shared.training import reference
+from shared.training.build import build_model_and_optimizer
 
 CONFIG = Config(hidden=(64, 32))
 FLOAT = 4

@@ -13,14 +13,16 @@ import pytest
 import tensorflow as tf
 
 from mirrored_impl import trainer
-from shared import reference
 from shared.config import Config
-from shared.data import epoch_batches, load_data
 from shared.errors import UsageError
-from shared.history import format_epoch_line
-from shared.losses import loss_sum
-from shared.parity import TOLERANCES, check_parity
-from shared.verdict import mismatch
+from shared.judge.parity import TOLERANCES, check_parity
+from shared.judge.verdict import mismatch
+from shared.measure.history import format_epoch_line
+from shared.model.mlp import summarise_state
+from shared.training import reference
+from shared.training.batches import epoch_batches
+from shared.training.data import load_data
+from shared.training.losses import loss_sum
 
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
 
@@ -67,7 +69,8 @@ def histories(uneven_slice, devices):
 
 
 @pytest.mark.parametrize("optimizer", ["adam"])  # SGD: in float64 below, on every replica count and update
-@pytest.mark.parametrize("num_replicas, update", [(1, "primary"), (8, "primary"), (8, "replicas")])
+# float32 in the default update; `replicas` at 8: in float64 below, whose bound is far tighter.
+@pytest.mark.parametrize("num_replicas, update", [(1, "primary"), (8, "primary")])
 def test_matches_reference(histories, num_replicas, update, optimizer):
     mirrored = histories("mirrored", num_replicas, optimizer, update)
     assert mirrored.details["update"] == update
@@ -179,7 +182,7 @@ def test_per_replica_loss_scaling_is_a_float64_mismatch_at_step_0(
     faulty = trainer.fit(
         small_config(optimizer=optimizer, dtype="float64", hidden=SMALL_HIDDEN), uneven_slice, devices[:8]
     )
-    verdict = mismatch(check_parity(faulty, histories("reference", 1, optimizer, "auto", "float64")))
+    verdict = mismatch(check_parity(faulty, histories("reference", 1, optimizer, "auto", "float64")), summarise_state)
     assert verdict.first_disagreeing_step == 0
     state = "every weight, bias and Adam slot" if optimizer == "adam" else "every weight, bias"
     assert verdict.line() == f"MISMATCH at step 0: loss, first-step gradients; after its update {state}"

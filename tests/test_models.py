@@ -12,11 +12,12 @@ import tensorflow as tf
 
 import compare
 from dtensor_impl import trainer as dtensor_trainer
-from shared import models, vit
 from shared.config import Config
 from shared.errors import UsageError
-from shared.mlp import mlp
-from shared.model import Model
+from shared.model import registry as models
+from shared.model import vit
+from shared.model.definition import Model
+from shared.model.mlp import mlp
 
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
 
@@ -139,7 +140,7 @@ def write_model(tmp_path, body: str) -> str:
     path.write_text(
         textwrap.dedent("""
         import tensorflow as tf
-        from shared.model import ModelDefinition, Variable, zeros
+        from shared.model.definition import ModelDefinition, Variable, zeros
 
         def forward(v, images):
             return tf.matmul(images, v["dense/w"]) + v["dense/b"]

@@ -19,7 +19,7 @@ import pytest
 
 from shared.config import Config
 from shared.errors import UsageError
-from shared.multiclient import STARTUP_TIMEOUT_S, client_environment, free_ports, role_from_environment
+from shared.run.clients import STARTUP_TIMEOUT_S, client_environment, free_ports, role_from_environment
 from tests.cli import ROOT, read_report, run_compare
 
 TWO_CLIENTS = [
@@ -75,6 +75,7 @@ def _alive(pid: int) -> bool:
         return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.extended  # the clients' parity: the test above
 def test_a_client_killed_mid_run_stops_the_run_within_the_bound_and_leaves_no_process():
     command = [
         sys.executable,

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from dtensor_impl.nccl import VARIABLE, decide
-from shared.traffic import Implementation
+from shared.measure.traffic import Implementation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

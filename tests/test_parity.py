@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from shared.config import Config
-from shared.history import History
-from shared.parity import TOLERANCES, check_parity, first_non_finite_step, summarise_state
-from shared.verdict import DIVERGED, FLOAT_NOISE, MISMATCH, OK, judge
+from shared.judge.parity import TOLERANCES, check_parity, first_non_finite_step
+from shared.judge.verdict import DIVERGED, FLOAT_NOISE, MISMATCH, OK, explain, judge, rerun_line
+from shared.measure.history import History
+from shared.model.mlp import summarise_state
 
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
 
@@ -169,13 +170,19 @@ def results(**histories):
 
 
 def judged(config, runs, rerun=None, no_rerun_reason=""):
+    """shared.judge.verdict as the run layer calls it: judge, rerun in float64 what it names, explain; the
+    lines the run logs."""
     parity = {
         name: check_parity(result.history, runs["reference"].history)
         for name, result in runs.items()
         if name != "reference"
     }
-    lines = []
-    return judge(config, runs, parity, rerun, no_rerun_reason, log=lines.append), lines
+    histories = {name: result.history for name, result in runs.items()}
+    judgement = judge(config, histories, parity, summarise_state, no_rerun_reason or ("" if rerun else "no rerun"))
+    lines = [rerun_line(name, parity[name]) for name in judgement.needs_float64]
+    if judgement.needs_float64:
+        explain(judgement, parity, rerun(["reference"] + judgement.needs_float64), summarise_state, 0.0)
+    return judgement, lines
 
 
 def float64_rerun(candidate_losses):

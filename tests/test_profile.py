@@ -1,4 +1,4 @@
-"""The step profile (--profile, shared/profile.py): how a trace's ops become a step's parts, and compare.py's
+"""The step profile (--profile, shared/measure/profile.py): how a trace's ops become a step's parts, and compare.py's
 tables, JSON and plot of it beside the bytes each configuration sends. No timing is asserted: the parts
 add up to the step, the trace sees the collectives the lowered function holds, the bytes are exact."""
 
@@ -8,7 +8,7 @@ import re
 import pytest
 
 from shared.console import LINE_WIDTH
-from shared.profile import PARTS, attribute, exclusive, part_of
+from shared.measure.profile import PARTS, attribute, exclusive, part_of
 from tests.cli import PNG_SIZE, png_size, run_here
 
 MS = 1_000_000  # ns

@@ -1,5 +1,5 @@
-"""Every row of the README's "Bad input" table: exit code 2 and exactly one line on stderr, which
-says what the table says, and nothing trained. Rows run through compare.main in this process (the
+"""Every row of the "Bad input" table in docs/options.md: exit code 2 and exactly one line on stderr,
+which says what the table says, and nothing trained. Rows run through compare.main in this process (the
 same code as the command line, without a new process's TensorFlow import); one row also runs as a
 command, as a user types it."""
 
@@ -12,20 +12,20 @@ import pytest
 from tests.cli import ROOT, run_compare, run_here
 
 
-def readme_error_rows():
-    """(arguments, expected text) per row of the table under "## Bad input"."""
-    text = open(os.path.join(ROOT, "README.md")).read()
+def bad_input_rows():
+    """(arguments, expected text) per row of the table under docs/options.md's "## Bad input"."""
+    text = open(os.path.join(ROOT, "docs", "options.md")).read()
     section = text.split("## Bad input", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `compare\.py ([^`]*)` \| `([^`]*)` \|$", section, re.M)
     return [(shlex.split(arguments), expected) for arguments, expected in rows]
 
 
-def test_the_readme_has_an_error_table():
-    assert len(readme_error_rows()) >= 10
+def test_the_options_doc_has_an_error_table():
+    assert len(bad_input_rows()) >= 10
 
 
-@pytest.mark.parametrize("arguments, expected", readme_error_rows(), ids=lambda value: str(value)[:40])
-def test_each_bad_input_in_the_readme_exits_2_with_one_line(arguments, expected):
+@pytest.mark.parametrize("arguments, expected", bad_input_rows(), ids=lambda value: str(value)[:40])
+def test_each_bad_input_in_the_options_doc_exits_2_with_one_line(arguments, expected):
     result = run_here(*arguments)
     code, out, err = result.returncode, result.stdout, result.stderr
     assert code == 2, out[-2000:] + err[-2000:]
@@ -36,7 +36,7 @@ def test_each_bad_input_in_the_readme_exits_2_with_one_line(arguments, expected)
 
 
 def test_a_bad_input_found_after_tensorflow_starts_is_one_line_from_the_command_too():
-    arguments, expected = next(row for row in readme_error_rows() if row[0][:1] == ["--mesh"])
+    arguments, expected = next(row for row in bad_input_rows() if row[0][:1] == ["--mesh"])
     result = run_compare(*arguments)
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert result.stderr.splitlines() == [result.stderr.splitlines()[0]] and expected in result.stderr

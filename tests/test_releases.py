@@ -152,13 +152,13 @@ def measurement(tutorial_exit=1, dataset_losses=(2.3, 2.1)):
 
 
 def test_table_judges_restores_with_the_parity_tolerance():
-    from shared.parity import DEFAULT_TOLERANCE
+    from shared.judge.parity import DEFAULT_TOLERANCE
 
     assert table.LOSS_TOLERANCE == DEFAULT_TOLERANCE["float32"]
 
 
 def test_table_knows_the_reason_data_gives_for_a_broken_tensorflow_datasets():
-    from shared.data import TFDS_BROKEN
+    from shared.training.data import TFDS_BROKEN
 
     assert table.TFDS_BROKEN == TFDS_BROKEN
 

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from shared.config import Config
-from shared.report_schema import SCHEMA_PATH, SCHEMA_VERSION, major
+from shared.report.schema import SCHEMA_PATH, SCHEMA_VERSION, major
 from tests.cli import ROOT, check_report
 
 try:
@@ -82,8 +82,9 @@ def test_the_schema_is_a_json_schema_of_this_version():
 
 def test_the_schema_ships_with_the_package():
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as file:
-        package_data = tomllib.load(file)["tool"]["setuptools"]["package-data"]["shared"]
-    assert os.path.basename(SCHEMA_PATH) in package_data and os.path.dirname(SCHEMA_PATH).endswith("shared")
+        package_data = tomllib.load(file)["tool"]["setuptools"]["package-data"]["shared.report"]
+    assert os.path.basename(SCHEMA_PATH) in package_data
+    assert os.path.dirname(SCHEMA_PATH).endswith(os.path.join("shared", "report"))  # tests/test_packaging.py: the wheel
 
 
 def test_the_schema_knows_every_config_field():
@@ -91,12 +92,13 @@ def test_the_schema_knows_every_config_field():
     assert set(dataclasses.asdict(Config())) <= set(schema()["$defs"]["config"]["properties"])
 
 
-def test_the_changelog_has_this_version_and_the_readme_names_all_three():
+def test_the_changelog_has_this_version_names_the_schema_and_the_readme_links_it():
     changelog = open(os.path.join(ROOT, "docs", "report-changelog.md")).read()
     assert re.search(rf"^## {re.escape(SCHEMA_VERSION)}\b", changelog, re.M)
+    schema_file = os.path.relpath(SCHEMA_PATH, ROOT).replace(os.sep, "/")
+    assert "`schema_version`" in changelog and f"`{schema_file}`" in changelog, schema_file
     readme = open(os.path.join(ROOT, "README.md")).read()
-    for name in ("schema_version", "shared/report.schema.json", "docs/report-changelog.md"):
-        assert name in readme
+    assert "](docs/report-changelog.md)" in readme
 
 
 def test_a_minimal_report_validates():

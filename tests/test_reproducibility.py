@@ -8,9 +8,9 @@ process of its own (op determinism cannot be turned off again). ~1 minute on 2 c
 import numpy as np
 import pytest
 
-from shared.comparison import TrainerResult
-from shared.history import History
-from shared.reproducibility import compare_runs
+from shared.judge.repeats import compare_runs
+from shared.measure.history import History
+from shared.run.sequence import TrainerResult
 from tests import cli
 from tests.cli import read_report, run_compare, run_here, unwrapped
 
@@ -21,6 +21,7 @@ def history(losses=(2.0, 1.5, 1.2, 1.0), weight=0.0):
         placement="-",
         step_losses=list(losses),
         final_weights=[np.full((3, 2), 0.5, np.float32) + np.float32(weight), np.zeros(2, np.float32)],
+        weight_names=["layer 0 weight", "layer 0 bias"],
     )
 
 
@@ -56,7 +57,7 @@ def test_a_repeat_that_raised_is_reported_as_failed():
 SMALL = [*cli.SMALL, "--quiet"]
 
 
-@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("deterministic", [pytest.param(False, marks=pytest.mark.extended), True])
 def test_repeat_2_reports_every_trainer_in_the_table_and_the_json(tmp_path, deterministic):
     """Whether the repeats are identical is a finding (docs/reproducibility.md), so without op determinism
     the test asserts only that the report says one or the other consistently. With it, TensorFlow promises

@@ -5,39 +5,46 @@ import pytest
 
 from shared.config import Config
 from shared.errors import UsageError
-from shared.sweep import (
-    SweepEntry,
+from shared.judge.ranking import SweepEntry, mark_fastest
+from shared.measure.traffic import DeviceTraffic, Traffic
+from shared.report.sweep import (
     best_against_one_device,
+    conclusion_lines,
     describe_plan,
-    mark_fastest,
-    plan_sweep,
     rerun_summary,
     sweep_notes,
+    sweep_rows,
 )
+from shared.run.sweep import plan_sweep
 
 
 def labels(points):
-    return [(p.devices, p.trainer, p.mesh or p.update, p.skipped) for p in points]
+    return [(p.devices, p.trainer, p.label.replace("update ", ""), p.skipped) for p in points]
 
 
 def test_every_mesh_and_update_mode_at_each_count(devices):
     points = plan_sweep(Config(sweep_devices=(2, 8)), devices)
     assert labels(points) == [
         (2, "dtensor", "batch=2", ""),
+        (2, "dtensor", "batch=2 sharded", ""),  # every mesh with a batch axis > 1, again with --shard-weights
         (2, "dtensor", "batch=1,model=2", ""),
         (2, "mirrored", "primary", ""),
         (2, "mirrored", "replicas", ""),
         (8, "dtensor", "batch=8", ""),
+        (8, "dtensor", "batch=8 sharded", ""),
         (8, "dtensor", "batch=4,model=2", ""),
+        (8, "dtensor", "batch=4,model=2 sharded", ""),
         (8, "dtensor", "batch=2,model=4", ""),
+        (8, "dtensor", "batch=2,model=4 sharded", ""),
         (8, "dtensor", "batch=1,model=8", ""),  # 700 is padded to 704
         (8, "mirrored", "primary", ""),
         (8, "mirrored", "replicas", ""),
     ]
-    dtensor_config = points[5].config
-    assert (dtensor_config.devices, dtensor_config.mesh) == (8, "batch=4,model=2")
+    dtensor_config, sharded = points[7].config, points[8].config
+    assert (dtensor_config.devices, dtensor_config.mesh, dtensor_config.shard_weights) == (8, "batch=4,model=2", False)
+    assert (sharded.mesh, sharded.shard_weights, points[8].shard_weights) == ("batch=4,model=2", True, True)
     assert dtensor_config.trainers == ("dtensor",)  # the reference trains beside it anyway
-    assert points[9].config.mirrored_update == "replicas" and points[9].config.trainers == ("mirrored",)
+    assert points[13].config.mirrored_update == "replicas" and points[13].config.trainers == ("mirrored",)
     assert all(p.config.quiet and p.config.checkpoint_dir is None and p.config.export is None for p in points)
 
 
@@ -68,8 +75,16 @@ def test_a_configuration_that_cannot_run_is_skipped_with_the_trainers_reason(dev
             "batch=8",
             "global batch 100 does not divide over the batch axis of 8 (--mesh batch=8); use --batch-size 96 or 104",
         ),
+        (
+            8,
+            "dtensor",
+            "batch=8 sharded",
+            "global batch 100 does not divide over the batch axis of 8 (--mesh batch=8); use --batch-size 96 or 104",
+        ),
         (8, "dtensor", "batch=4,model=2", ""),
+        (8, "dtensor", "batch=4,model=2 sharded", ""),
         (8, "dtensor", "batch=2,model=4", ""),
+        (8, "dtensor", "batch=2,model=4 sharded", ""),
         (8, "dtensor", "batch=1,model=8", ""),
     ]
     dataset = plan_sweep(
@@ -82,10 +97,17 @@ def test_a_configuration_that_cannot_run_is_skipped_with_the_trainers_reason(dev
         Config(sweep_devices=(2,), sweep_meshes="model")
 
 
-def entry(devices, trainer, label, ratio, parity_ok=True):
+def entry(devices, trainer, label, ratio, parity_ok=True, steps=64, memory_mb=10.0, link_mb=None):
+    """A made-up configuration's figures: `steps` measured, `memory_mb` per device, `link_mb` per step (None:
+    not counted)."""
     mesh, update = (label, "") if trainer == "dtensor" else ("", label)
     throughput = None if ratio is None else 1000.0 * ratio
-    return SweepEntry(devices, trainer, mesh, update, throughput, 1000.0, ratio, parity_ok)
+    found = SweepEntry(devices, trainer, mesh.replace(" sharded", ""), update, throughput, 1000.0, ratio, parity_ok)
+    found.shard_weights, found.measured_steps = mesh.endswith(" sharded"), steps if ratio is not None else 0
+    found.memory_per_device_bytes = int(memory_mb * 2**20)
+    if link_mb is not None:
+        found.traffic = Traffic("made up", [], [DeviceTraffic("CPU:0", int(link_mb * 2**20), 0)])
+    return found
 
 
 def test_the_fastest_mesh_and_the_faster_approach_are_marked_by_ratio_at_each_count():
@@ -176,6 +198,44 @@ def test_reasons_go_under_the_table_and_reruns_are_summed_per_count():
 def test_the_header_says_the_sweep_comes_after_the_run(devices):
     points = plan_sweep(Config(batch_size=100, trainers=("dtensor",), sweep_devices=(2, 8)), devices)
     assert describe_plan(Config(), points) == (
-        "sweep: after this run at 8 devices, 6 configurations at 2, 8 devices "
-        "(1 skipped), each beside its own reference run"
+        "sweep: after this run at 8 devices, 10 configurations at 2, 8 devices "
+        "(2 skipped), each beside its own reference run"
     )
+
+
+def test_a_ratio_from_too_few_measured_steps_is_shown_and_not_ranked():
+    """One measured epoch of 4 steps once gave a 1.25x "faster approach": such a ratio gets a ? and no mark."""
+    entries = mark_fastest(
+        [
+            entry(8, "dtensor", "batch=8", 0.30),
+            entry(8, "dtensor", "batch=1,model=8", 1.25, steps=4),
+            entry(8, "mirrored", "primary", 0.45),
+        ]
+    )
+    assert [(e.label, e.too_short, e.fastest_mesh, e.faster_approach) for e in entries] == [
+        ("batch=8", False, True, False),
+        ("batch=1,model=8", True, False, False),
+        ("update primary", False, False, True),
+    ]
+    assert [row[3] for row in sweep_rows(entries)] == ["0.30x", "1.25x?", "0.45x"]
+    assert conclusion_lines(entries, "MLP")[-1] == (
+        "8 devices: 1 ratio marked ? came from 4 measured steps, too few to rank; ask for 30 or more (more "
+        "--epochs or --train-examples)"
+    )
+
+
+def test_the_conclusion_names_the_fastest_the_smallest_the_quietest_and_what_fits_for_the_runs_model():
+    entries = mark_fastest(
+        [
+            entry(8, "dtensor", "batch=8", 0.20, memory_mb=10.36, link_mb=6.04),
+            entry(8, "dtensor", "batch=8 sharded", 0.28, memory_mb=1.31, link_mb=6.59),
+            entry(8, "dtensor", "batch=1,model=8", 0.70, memory_mb=1.36, link_mb=0.43),
+            entry(8, "dtensor", "batch=2,model=4", 0.90, parity_ok=False, memory_mb=0.5, link_mb=0.1),
+            entry(8, "mirrored", "primary", 0.45, memory_mb=13.81, link_mb=24.17),
+        ]
+    )
+    assert conclusion_lines(entries, "ViT", device_memory_mb=2) == [
+        "ViT at 8 devices: fastest dtensor batch=1,model=8 (0.70x); least memory dtensor batch=8 sharded (1.31 "
+        "MB/device); fewest bytes dtensor batch=1,model=8 (0.43 MB/step); within 2 MB/device: dtensor batch=8 "
+        "sharded, dtensor batch=1,model=8"
+    ]  # batch=2,model=4 failed parity: never named

@@ -1,4 +1,4 @@
-"""Bytes per step per device (shared/traffic.py), counted in the functions that ran, against the formula
+"""Bytes per step per device (shared/measure/traffic.py), counted in the functions that ran, against the formula
 from the layouts: DTensor's gradient all-reduces on the batch axis (each device's shard of every
 variable), its activation all-reduces on the model axis, and MirroredStrategy's reduce to one device
 and what comes back from it (a broadcast, or the `primary` update's weights)."""
@@ -9,9 +9,11 @@ import re
 import numpy as np
 import pytest
 
+from dtensor_impl.layouts import plan_layouts
+from dtensor_impl.traffic import group_axes
 from shared.config import Config
-from shared.models import definition_for
-from shared.traffic import Collective, DeviceTraffic, Traffic, copies_traffic, group_axes, ring_bytes
+from shared.measure.traffic import Collective, DeviceTraffic, Traffic, copies_traffic, ring_bytes
+from shared.model.registry import definition_for
 
 GLOBAL_BATCH = 128
 FLOAT32 = 4
@@ -91,7 +93,7 @@ def dtensor_traffic(config: Config, small, devices) -> Traffic:
         ("mlp", 8, 1),
         ("mlp", 2, 4),
         ("mlp", 1, 8),
-        ("vit", 2, 4),  # both axes; batch=8 and batch=1,model=8 trace ~20 s each (docs/throughput.md has them)
+        pytest.param("vit", 2, 4, marks=pytest.mark.extended),  # both axes: ~10 s
     ],
 )
 def test_dtensor_bytes_per_device_match_the_layouts(devices, small, model, batch, model_axis):
@@ -108,6 +110,33 @@ def test_dtensor_bytes_per_device_match_the_layouts(devices, small, model, batch
     if (model, batch) == ("mlp", 8):  # the tutorial's mesh: every gradient, 905,010 floats, all-reduced
         assert counted == {("all-reduce", "batch", 8): (9, (905_010 + SCALARS) * FLOAT32)}
         assert traffic.link_bytes == round(2 * 7 / 8 * (905_010 + SCALARS) * FLOAT32)
+
+
+def test_sharded_weights_are_all_gathered_forward_and_their_gradients_reduced_backward(devices, small):
+    """--shard-weights with the forward's all-gather (FSDP's; the ViT's, whose einsums DTensor cannot expand
+    otherwise): each weight split on the batch axis is gathered whole once a step, which DTensor lowers on CPU
+    to an all-reduce of the padded weight, and its gradient is all-reduced whole, then sliced; a weight that
+    stays whole all-reduces its gradient as on a replicated mesh. Left to DTensor's own expansion, the MLP
+    moves activations instead (all-to-all; docs/throughput.md)."""
+    from dtensor_impl.trainer import DTensorTrainer
+
+    config = Config(trainers=("dtensor",), mesh="batch=8", shard_weights=True, epochs=1, quiet=True)
+    trainer = DTensorTrainer(config, small, devices, gather=True)
+    call = trainer.step_call()
+    call.run(call.prepare())
+    traffic, missing = call.traffic()
+    assert traffic is not None, missing
+    definition = definition_for(config)
+    plan = plan_layouts(definition, 8, None, shard_weights=True)
+    sizes = {v.name: int(np.prod(definition.shape(v, plan.sizes))) for v in definition.variables}
+    split = [v.name for v, spec in zip(definition.variables, plan.specs) if "batch" in spec]
+    whole = [name for name in sizes if name not in split]
+    assert whole == ["layers/2/b"]
+    expected_bytes = (2 * sum(sizes[name] for name in split) + sum(sizes[name] for name in whole) + SCALARS) * FLOAT32
+    assert {(c.kind, c.group, c.group_size): (c.count, c.payload_bytes) for c in traffic.collectives} == {
+        ("all-reduce", "batch", 8): (2 * len(split) + len(whole) + SCALARS, expected_bytes)
+    }
+    assert expected_bytes == (2 * 913_000 + 10 + SCALARS) * FLOAT32  # the split weights with 704 and 504 units, padded
 
 
 @pytest.mark.parametrize("update", ["primary", "replicas"])

@@ -8,6 +8,8 @@ this one (tests/cli.py: run_here).
 import json
 import re
 
+import pytest
+
 from shared.console import LINE_WIDTH
 from tests.cli import PNG_SIZE, SMALL, png_size, read_report, run_compare, run_here, unwrapped
 
@@ -149,6 +151,7 @@ def test_a_run_that_diverges_reports_where_for_every_trainer_and_still_writes_it
         assert png_size(tmp_path / "plots" / name) == PNG_SIZE
 
 
+@pytest.mark.extended  # every DTensor layout's sweep row and memory: the sweep table test below
 def test_sweep_tries_every_mesh_and_update_mode_with_parity_and_memory(tmp_path):
     report_path = tmp_path / "report.json"
     # The run before the sweep on one device: the sweep is the subject (and it costs less).
@@ -157,19 +160,21 @@ def test_sweep_tries_every_mesh_and_update_mode_with_parity_and_memory(tmp_path)
     assert "Throughput against device count" in result.stdout
     assert "epoch 1/" not in result.stdout and "sweep " not in result.stdout  # --quiet: tables only
     sweep = read_report(report_path)["sweep"]
-    assert [(e["devices"], e["trainer"], e["mesh"], e["update"]) for e in sweep] == [
-        (2, "dtensor", "batch=2", ""),
-        (2, "dtensor", "batch=1,model=2", ""),
-        (2, "mirrored", "", "primary"),
-        (2, "mirrored", "", "replicas"),
+    assert [(e["devices"], e["trainer"], e["mesh"], e["shard_weights"], e["update"]) for e in sweep] == [
+        (2, "dtensor", "batch=2", False, ""),
+        (2, "dtensor", "batch=2", True, ""),  # --shard-weights: the weights and Adam slots split on the batch axis
+        (2, "dtensor", "batch=1,model=2", False, ""),
+        (2, "mirrored", "", False, "primary"),
+        (2, "mirrored", "", False, "replicas"),
     ]
     for entry in sweep:
         assert entry["parity_ok"] is True and not entry["skipped"]
         assert (entry["verdict"], entry["reason"], entry["float64_rerun_seconds"]) == ("ok", "", 0.0)
         assert entry["throughput_examples_per_s"] is None  # one epoch: below the timing floor, not a wrong figure
         assert entry["memory_per_device_bytes"] > 0
-    memory = {e["mesh"] or e["update"]: e["memory_per_device_bytes"] for e in sweep}
+    memory = {(e["mesh"] + " sharded" * e["shard_weights"]) or e["update"]: e["memory_per_device_bytes"] for e in sweep}
     assert memory["batch=1,model=2"] < 0.6 * memory["batch=2"]  # each device holds half of the hidden layers
+    assert memory["batch=2 sharded"] < 0.51 * memory["batch=2"]  # half of every weight and slot but the last bias
     assert memory["primary"] > memory["replicas"]  # the first device also holds the plain copy that updates
 
 
@@ -184,7 +189,7 @@ def test_the_sweep_table_shows_each_verdict_and_the_reasons_under_it(tmp_path):
         "--devices",
         "1",
         "--train-examples",
-        "512",
+        "256",
         "--test-examples",
         "64",
         "--learning-rate",
@@ -199,28 +204,37 @@ def test_the_sweep_table_shows_each_verdict_and_the_reasons_under_it(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert (
-        "sweep: after this run at 1 device, 2 configurations at 2 devices, each beside its own reference run" in lines
+        "sweep: after this run at 1 device, 3 configurations at 2 devices, each beside its own reference run" in lines
     )
     sweep = json.loads(report_path.read_text())["sweep"]
-    assert [entry["mesh"] for entry in sweep] == ["batch=2", "batch=1,model=2"]
+    assert [(entry["mesh"], entry["shard_weights"]) for entry in sweep] == [
+        ("batch=2", False),
+        ("batch=2", True),
+        ("batch=1,model=2", False),
+    ]
     table = result.stdout.split("Throughput against device count", 1)[1]
     for entry in sweep:
-        row = next(line for line in table.splitlines() if f"| dtensor {entry['mesh']} " in line)
+        label = entry["mesh"] + (" sharded" if entry["shard_weights"] else "")
+        row = next(line for line in table.splitlines() if f"| dtensor {label} " in line)
         assert row.split("|")[7].strip() == entry["verdict"]  # the parity column: the keyword alone
         if entry["float64_rerun_seconds"] > 0:  # float32 left its tolerance: the rerun decided
             assert entry["verdict"] == "float noise" and entry["parity_ok"] is True
             assert re.fullmatch(
                 r"float32 left its tolerance (at step \d|in the final weights).*; float64 agrees on "
-                r"all 8 steps \(max loss diff \S+, final weights \S+\)",
+                r"all 4 steps \(max loss diff \S+, final weights \S+\)",
                 entry["reason"],
             )
-            assert f"2 devices dtensor {entry['mesh']} (float noise): {entry['summary']}" in lines
+            notes = re.sub(r"\n  (?=\S)", " ", result.stdout).splitlines()  # a note broken at 120 columns, joined
+            assert f"2 devices dtensor {label} (float noise): {entry['summary']}" in notes
         else:
             assert (entry["verdict"], entry["reason"]) == ("ok", "")
+    memory = {entry["mesh"] + " sharded" * entry["shard_weights"]: entry["memory_per_device_bytes"] for entry in sweep}
+    assert memory["batch=1,model=2"] < 0.6 * memory["batch=2"]  # each device holds half of the hidden layers
+    assert memory["batch=2 sharded"] < 0.51 * memory["batch=2"]  # half of every weight and slot but the last bias
     noise = [entry for entry in sweep if entry["verdict"] == "float noise"]
     assert [entry["mesh"] for entry in noise][-1:] == ["batch=1,model=2"]  # at least the mesh of the test above
     assert re.search(
-        rf"^sweep      2 devices: float32 left its tolerance in {len(noise)} of 2 configurations; "
+        rf"^sweep      2 devices: float32 left its tolerance in {len(noise)} of 3 configurations; "
         rf"float64 reruns \d+\.\d s: {len(noise)} float noise$",
         result.stdout,
         re.M,
@@ -230,6 +244,7 @@ def test_the_sweep_table_shows_each_verdict_and_the_reasons_under_it(tmp_path):
     assert max(len(line) for line in lines) <= LINE_WIDTH
 
 
+@pytest.mark.extended  # widths: every other CLI test's run; the MISMATCH: tests/test_dtensor.py
 def test_no_line_of_a_run_is_wider_than_a_terminal(tmp_path):
     """DTensor (and the reference) on 2 devices with the tutorial's Adam and its all-reduce combining on
     (TensorFlow's default; DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION=1): float32 parity fails, the

@@ -1,0 +1,31 @@
+"""What is trained: a model definition (named variables, initial values, one forward, a layout each), the
+built-in MLP and ViT, and `--model FILE.py:FUNCTION` (registry.py). Imports nothing from training.
+
+    from shared.model import ModelDefinition, Variable, MODEL_AXIS, UNSHARDED, zeros, truncated_normal
+"""
+
+from shared.model.definition import (
+    BATCH_AXIS,
+    MODEL_AXIS,
+    UNSHARDED,
+    Model,
+    ModelDefinition,
+    Variable,
+    check_definition,
+    ones,
+    truncated_normal,
+    zeros,
+)
+
+__all__ = [
+    "BATCH_AXIS",
+    "MODEL_AXIS",
+    "UNSHARDED",
+    "Model",
+    "ModelDefinition",
+    "Variable",
+    "check_definition",
+    "ones",
+    "truncated_normal",
+    "zeros",
+]

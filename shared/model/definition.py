@@ -1,0 +1,278 @@
+"""What a model is to every trainer: named variables with initial values, one forward, a layout each.
+
+A `ModelDefinition` is values plus one function (flax's `apply_model`): each `Variable` has a
+name (its checkpoint key under `model/`), a shape, an initializer run once on the host from the
+run's seed, and the dimension a DTensor mesh's `model` axis splits. `forward(variables, images)`
+is pure and the same on one device, under MirroredStrategy and on a mesh. `Model` holds one set
+of the variables, made by whatever the trainer makes variables with. Built-in definitions:
+shared/model/mlp.py, shared/model/vit.py; `--model FILE.py:FUNCTION` loads yours (shared/model/registry.py).
+"""
+
+import dataclasses
+import math
+import re
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import tensorflow as tf
+
+from shared.errors import UsageError
+
+MODEL_AXIS = "model"
+BATCH_AXIS = "batch"  # a mesh's data axis: a weight named on it is split over the data-parallel devices (FSDP)
+UNSHARDED = "unsharded"  # dtensor.UNSHARDED
+MESH_AXES = (BATCH_AXIS, MODEL_AXIS)
+Shape = Tuple[Union[int, str], ...]  # ints, or names of ModelDefinition.sizes (a named size may be padded)
+Initializer = Callable[[Tuple[int, ...], int], np.ndarray]  # (shape, the run's seed) -> float32 values
+# Attributes of tf.Module that a variable's first name component would shadow.
+RESERVED_NAMES = frozenset(
+    {
+        "name",
+        "name_scope",
+        "variables",
+        "trainable_variables",
+        "non_trainable_variables",
+        "submodules",
+        "weights",
+        "definition",
+        "with_name_scope",
+    }
+)
+NAME_PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*|\d+)$")
+
+
+def zeros(shape, seed):
+    return np.zeros(shape, np.float32)
+
+
+def ones(shape, seed):
+    return np.ones(shape, np.float32)
+
+
+def truncated_normal(stddev: float, stream: int) -> Initializer:
+    """Stateless truncated normal * stddev from seed (seed, stream): each variable its own stream."""
+
+    def draw(shape, seed):
+        with tf.device("/CPU:0"):
+            return (tf.random.stateless_truncated_normal(shape, seed=(seed, stream)) * stddev).numpy()
+
+    return draw
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    name: str  # "layers/0/w": its checkpoint key under model/ ("/"-separated identifiers or indices)
+    shape: Shape
+    init: Initializer = zeros
+    # On a DTensor mesh: per dimension "model", "batch" or "unsharded", each axis on at most one dimension;
+    # () replicated. "model" applies on a mesh with a model axis; "batch" splits the weight over the
+    # data-parallel devices (--shard-weights adds it to every weight it can).
+    layout: Tuple[str, ...] = ()
+    label: str = ""  # how parity messages name it ("layer 0 weight"); the name when empty
+
+    @property
+    def split_dim(self) -> Optional[int]:
+        return self.layout.index(MODEL_AXIS) if MODEL_AXIS in self.layout else None
+
+
+NAMES_SHOWN = 4  # names listed in a message before "... and N more"
+
+
+def summarise_named_state(names: Sequence[str], all_names: Sequence[str]) -> str:
+    """Any model's state names, grouped where a whole group differs: "every variable and Adam slot",
+    "every variable, blocks/0/mlp/w1 Adam m, ... and 3 more"."""
+    groups = []
+    for label, slot in (
+        ("every variable", lambda n: " Adam " not in n),
+        ("every Adam m", lambda n: n.endswith(" Adam m")),
+        ("every Adam v", lambda n: n.endswith(" Adam v")),
+    ):
+        members, everything = [n for n in names if slot(n)], [n for n in all_names if slot(n)]
+        if members and set(members) == set(everything):
+            groups.append(label)
+        else:
+            groups += members
+    if groups[:3] == ["every variable", "every Adam m", "every Adam v"]:
+        groups[:3] = ["every variable and Adam slot"]
+    if len(groups) > NAMES_SHOWN:
+        groups = groups[:NAMES_SHOWN] + [f"... and {len(groups) - NAMES_SHOWN} more"]
+    return ", ".join(groups)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, as tf.function arguments are
+class ModelDefinition:
+    name: str  # what a checkpoint records and restore checks, e.g. "mlp 784-700-500-10"
+    variables: Tuple[Variable, ...]
+    # (variables by name, images [N, 784] in the variables' dtype) -> logits [N, 10]
+    forward: Callable[[Dict[str, tf.Tensor], tf.Tensor], tf.Tensor]
+    flops_per_example: int  # forward + backward, for the GFLOP/s figure
+    sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # the named dimensions of `shape`s
+    paddable: FrozenSet[str] = frozenset()  # named sizes that zero units may extend: they compute 0 and stay 0
+    description: str = ""  # one line for the header
+    # How messages group state names ("every variable and Adam slot"): (names, all names) -> text.
+    summarise_state: Callable[[Sequence[str], Sequence[str]], str] = summarise_named_state
+
+    def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
+        sizes = self.sizes if sizes is None else sizes
+        return tuple(sizes[dim] if isinstance(dim, str) else dim for dim in variable.shape)
+
+    @property
+    def names(self) -> List[str]:
+        return [variable.name for variable in self.variables]
+
+    @property
+    def labels(self) -> List[str]:
+        return [variable.label or variable.name for variable in self.variables]
+
+    def parameter_count(self) -> int:
+        return sum(int(np.prod(self.shape(variable))) for variable in self.variables)
+
+    def initial_values(self, seed: int, dtype: str = "float32") -> List[np.ndarray]:
+        """Every variable's initial value, drawn once in float32 from `seed`; "float64" widens those
+        numbers exactly, so both precisions train the same model from the same start."""
+        values = []
+        for variable in self.variables:
+            value = np.asarray(variable.init(self.shape(variable), seed), np.float32)
+            if value.shape != self.shape(variable):
+                raise UsageError(
+                    f"model {self.name}: variable {variable.name}'s initializer gave shape "
+                    f"{value.shape}, not {self.shape(variable)}; fix its init"
+                )
+            values.append(value.astype(dtype))
+        return values
+
+    def split_sizes(self, model_axis: Optional[int]) -> Dict[str, int]:
+        """The named sizes, each that `model_axis` splits and does not divide padded up to a multiple of it;
+        UsageError for a size that may not be padded."""
+        return self.padded_sizes([variable.layout for variable in self.variables], {MODEL_AXIS: model_axis or 1})
+
+    def padded_sizes(self, layouts: Sequence[Sequence[str]], axis_sizes: Mapping[str, int]) -> Dict[str, int]:
+        """The named sizes when each variable is laid out as `layouts` says (an axis per dimension) on a mesh of
+        `axis_sizes` (axes it does not name split nothing): a size that an axis splits and does not divide is
+        padded to a multiple of every axis that splits it; UsageError for one the model may not pad."""
+        needed: Dict[str, int] = {}
+        for variable, layout in zip(self.variables, layouts, strict=True):
+            for dim, axis in enumerate(layout):
+                count = axis_sizes.get(axis, 1)
+                if count == 1:
+                    continue
+                size = variable.shape[dim]
+                length = self.sizes[size] if isinstance(size, str) else size
+                if length % count and size not in self.paddable:
+                    divisors = ", ".join(str(d) for d in range(1, length + 1) if length % d == 0)
+                    raise UsageError(
+                        f"model {self.name}: variable {variable.name} dimension {dim} ({length}) does not "
+                        f"divide over the {axis} axis of {count}, and the model allows no padding "
+                        f"for it; use a {axis} axis of {divisors}"
+                    )
+                if isinstance(size, str):  # a multiple of every axis that splits it: divides, or zero units pad it
+                    needed[size] = math.lcm(needed.get(size, 1), count)
+        return {name: -(-length // needed.get(name, 1)) * needed.get(name, 1) for name, length in self.sizes.items()}
+
+    def pad(self, values: Sequence[np.ndarray], sizes: Mapping[str, int]) -> List[np.ndarray]:
+        """`values` zero-padded at the end of every dimension whose named size `sizes` makes larger."""
+        return [
+            np.pad(value, [(0, want - have) for want, have in zip(self.shape(variable, sizes), value.shape)])
+            for variable, value in zip(self.variables, values, strict=True)
+        ]
+
+    def unpad(self, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
+        """Padded values or gradients cut back to the variables' own shapes."""
+        return [
+            np.asarray(array)[tuple(slice(0, size) for size in self.shape(variable))]
+            for variable, array in zip(self.variables, arrays, strict=True)
+        ]
+
+
+class Model(tf.Module):
+    """One set of a definition's variables and its forward pass: `model(images)`, `model.weights`.
+
+    `make_variable(value, variable)` makes each one: tf.Variable (the default; under a strategy
+    scope a MirroredVariable) or a DVariable in its layout. They are attributes along their names,
+    so a checkpoint's keys are model/<name> whichever trainer wrote it.
+    """
+
+    def __init__(self, definition: ModelDefinition, values: Sequence[np.ndarray], make_variable=None, gather=None):
+        super().__init__()
+        self.definition = definition
+        # gather(weight, variable) -> the value the forward computes with (DTensor: a weight split on the batch
+        # axis, all-gathered there, as FSDP does); None: the weight itself.
+        self._gather = gather
+        make_variable = make_variable or (lambda value, variable: tf.Variable(value))
+        tree: dict = {}
+        for variable, value in zip(definition.variables, values, strict=True):
+            *path, leaf = variable.name.split("/")
+            node = tree
+            for part in path:
+                node = node.setdefault(part, {})
+            node[leaf] = make_variable(value, variable)
+        for key, node in tree.items():
+            setattr(self, key, _trackable(node))
+
+    @property
+    def weights(self) -> list:
+        """The variables in the definition's order (tf.Module's `variables` sorts by name instead)."""
+        found = []
+        for name in self.definition.names:
+            node = self
+            for part in name.split("/"):
+                node = node[int(part)] if part.isdigit() else getattr(node, part)
+            found.append(node)
+        return found
+
+    def __call__(self, images):
+        weights = self.weights
+        if self._gather is not None:
+            weights = [self._gather(weight, variable) for weight, variable in zip(weights, self.definition.variables)]
+        # float32 images into a float64 model: widened exactly, per batch
+        return self.definition.forward(dict(zip(self.definition.names, weights)), tf.cast(images, weights[0].dtype))
+
+
+def _trackable(node):
+    """A name tree as tf.Module attributes: digit keys 0..n-1 become a list, others a sub-module."""
+    if not isinstance(node, dict):
+        return node
+    if all(key.isdigit() for key in node) and sorted(map(int, node)) == list(range(len(node))):
+        return [_trackable(node[str(index)]) for index in range(len(node))]
+    module = tf.Module()
+    for key, child in node.items():
+        setattr(module, key, _trackable(child))
+    return module
+
+
+def check_definition(definition, source: str) -> ModelDefinition:
+    """UsageError in one line, naming the variable, for a definition no trainer could build."""
+    if not isinstance(definition, ModelDefinition):
+        raise UsageError(f"--model {source} returned {type(definition).__name__}, not a shared.model.ModelDefinition")
+    if not definition.variables:
+        raise UsageError(f"--model {source}: the model has no variables")
+    seen = set()
+    for variable in definition.variables:
+        parts = variable.name.split("/")
+        if not all(NAME_PART.match(part) for part in parts) or parts[0] in RESERVED_NAMES or parts[0].isdigit():
+            raise UsageError(
+                f"--model {source}: variable name {variable.name!r} must be '/'-separated identifiers "
+                f"or indices, not starting with an index or one of {', '.join(sorted(RESERVED_NAMES))}"
+            )
+        if variable.name in seen:
+            raise UsageError(f"--model {source}: variable {variable.name} is defined twice")
+        seen.add(variable.name)
+        unknown = [dim for dim in variable.shape if isinstance(dim, str) and dim not in definition.sizes]
+        if unknown:
+            raise UsageError(
+                f"--model {source}: variable {variable.name} has dimension {unknown[0]!r}, which the "
+                f"model's sizes do not name"
+            )
+        if variable.layout and len(variable.layout) != len(variable.shape):
+            raise UsageError(
+                f"--model {source}: variable {variable.name} has a layout of rank {len(variable.layout)} "
+                f"{list(variable.layout)} for its shape of rank {len(variable.shape)} "
+                f"{list(definition.shape(variable))}; give one entry per dimension"
+            )
+        wrong = [axis for axis in variable.layout if axis not in (*MESH_AXES, UNSHARDED)]
+        if wrong or any(variable.layout.count(axis) > 1 for axis in MESH_AXES):
+            raise UsageError(
+                f"--model {source}: variable {variable.name} has layout {list(variable.layout)}; use "
+                f"'{MODEL_AXIS}' and '{BATCH_AXIS}' each on at most one dimension and '{UNSHARDED}' on the others"
+            )
+    return definition

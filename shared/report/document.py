@@ -1,0 +1,140 @@
+"""The JSON report (--json): every figure of the run, each verdict with its whole reason, and the schema version
+that shared/report/report.schema.json describes (docs/report-changelog.md)."""
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from shared.devices import op_determinism_enabled
+from shared.judge.digest import data_sha256, digests
+from shared.judge.verdict import exit_ok
+from shared.measure.history import step_time_percentiles_ms, throughput
+from shared.model.registry import definition_for
+from shared.report import profile as profile_report
+from shared.report.baseline import baseline_dict
+from shared.report.parity import float64_rerun_dict, parity_dict
+from shared.report.schema import SCHEMA_VERSION
+
+
+def model_facts(definition) -> dict:
+    """What the report says of the model: its name, variables and their DTensor layouts on a model axis."""
+    return {
+        "name": definition.name,
+        "description": definition.description,
+        "parameters": definition.parameter_count(),
+        "flops_per_example": definition.flops_per_example,
+        "variables": [
+            {"name": variable.name, "shape": list(definition.shape(variable)), "layout": list(variable.layout)}
+            for variable in definition.variables
+        ],
+    }
+
+
+def compute_facts(run) -> dict:
+    """FLOPs per example, the measured matmul peak, and each trainer's achieved GFLOP/s (shared/measure/peak.py)."""
+    flops = definition_for(run.config).flops_per_example
+    train_examples = len(run.data.y_train)
+    achieved = {}
+    for name, result in run.results.items():
+        figures = throughput(result.history, train_examples) if result.history is not None else None
+        if result.history is not None:
+            achieved[name] = None if figures is None else figures[0] * flops / 1e9  # None: below the floor
+    return {
+        "flops_per_example": flops,
+        "matmul_peak_gflops": run.matmul_peak_gflops,
+        "matmul_peak_dtype": run.config.dtype,
+        "achieved_gflops": achieved,
+    }
+
+
+def report_dict(run, sweep) -> dict:
+    link_gbps = run.config.link_gbps
+    train_examples = len(run.data.y_train)
+    trainers = {}
+    for name, result in run.results.items():
+        history = result.history
+        if history is None:
+            trainers[name] = {"failed": True, "error": result.error, "traceback": result.traceback}
+            continue
+        median, low, high = throughput(history, train_examples) or (None, None, None)  # None: below the floor
+        p50, p95 = step_time_percentiles_ms(history) or (None, None)
+        trainers[name] = {
+            "failed": False,
+            "placement": history.placement,
+            "step_losses": [float(v) for v in history.step_losses],
+            "epochs": [dataclasses.asdict(record) for record in history.epochs],
+            "throughput_examples_per_s": median,
+            "throughput_spread_examples_per_s": None if low is None else [low, high],
+            "step_time_ms_p50": p50,
+            "step_time_ms_p95": p95,
+            "trace_seconds": history.trace_seconds,
+            "peak_memory_mb": result.peak_memory_mb,
+            "memory_per_device": [dataclasses.asdict(record) for record in history.memory_per_device],
+            "details": history.details,
+            "final_weights": digests(history),  # shared/judge/digest.py: what --baseline compares
+            "collectives": profile_report.implementation_dict(history.collectives),
+            "step_profile": profile_report.profile_dict(history.step_profile),  # --profile
+            "traffic": profile_report.traffic_dict(history.traffic, link_gbps),
+            "traffic_missing": history.traffic_missing,
+        }
+    config = dataclasses.asdict(run.config)
+    return {
+        "schema_version": SCHEMA_VERSION,  # shared/report.schema.json; docs/report-changelog.md
+        "ok": exit_ok(run, sweep),  # compare.py's exit code was 0
+        "config": config,
+        "environment": {
+            "tensorflow": tf.__version__,
+            "data_source": run.data.source,
+            "data_reason": run.data.reason,
+            "data_fallback": run.data.fallback or None,
+            "devices": run.devices,
+            "train_examples": train_examples,
+            "test_examples": len(run.data.y_test),
+            "data_sha256": data_sha256(run.data),
+            "op_determinism": op_determinism_enabled(),
+        },
+        "trainers": trainers,
+        "parity": parity_dict(run),
+        "float64_rerun": float64_rerun_dict(run),
+        "reproducibility": reproducibility_dict(run, op_determinism_enabled()),
+        "baseline": baseline_dict(run.baseline),
+        "model": model_facts(definition_for(run.config)),
+        "compute": compute_facts(run),
+        **(
+            {
+                "sweep": [
+                    {**dataclasses.asdict(entry), "traffic": profile_report.traffic_dict(entry.traffic, link_gbps)}
+                    for entry in sweep
+                ]
+            }
+            if sweep
+            else {}
+        ),
+    }
+
+
+def reproducibility_dict(run, op_determinism: bool) -> Optional[dict]:
+    """JSON `reproducibility`: per trainer, how its repeats compare with its first run; null without --repeat.
+    `op_determinism`: whether it was on in the process (--deterministic or TF_DETERMINISTIC_OPS=1)."""
+    if not run.reproducibility:
+        return None
+    return {
+        "runs": run.config.repeat,
+        "deterministic": op_determinism,
+        "trainers": {
+            name: {**dataclasses.asdict(found), "line": found.line()} for name, found in run.reproducibility.items()
+        },
+    }
+
+
+def finite(value):
+    """NaN and infinity are not JSON: they become null (a diverged loss, say)."""
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value

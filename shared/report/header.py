@@ -1,0 +1,41 @@
+"""The run's facts, printed once before anything trains: devices, batches, optimizer, data and model."""
+
+from typing import Dict, Sequence
+
+import tensorflow as tf
+
+from shared.console import fit_width
+from shared.model.registry import definition_for
+from shared.training.protocol import RunFacts
+
+
+def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], processes: str = "") -> str:
+    """The run's facts, once: devices, what each trainer that runs adds (its mesh, its per-replica batch;
+    `facts`: shared.training.registry.describe_runs), and where they train (`processes`, when not all here)."""
+    devices_notes = "".join(f"; {fact.devices}" for fact in facts.values() if fact.devices)
+    per_replica = [fact.per_replica_batch for fact in facts.values() if fact.per_replica_batch]
+    return "\n".join(
+        fit_width(line, indent=2)
+        for line in [
+            f"TensorFlow {tf.__version__}; {len(devices)} logical {config.device_type} devices "
+            f"({devices[0]} .. {devices[-1]})"
+            + (f" per client x {config.clients} clients" if config.clients > 1 else "")
+            + devices_notes,
+            f"global batch {config.batch_size}"
+            + (f", per replica {' / '.join(per_replica)}" if per_replica else "")
+            + f"; {config.epochs} epoch{'s' * (config.epochs != 1)}",
+            f"{config.optimizer} lr {config.learning_rate:g}"
+            + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
+            + f"; {config.dtype}; seed {config.seed}",
+            data.describe(),
+            describe_model(definition_for(config)),
+        ]
+        + ([processes] if processes else [])
+    )
+
+
+def describe_model(definition) -> str:
+    return (
+        f"model: {definition.description or definition.name}; {definition.parameter_count():,} parameters, "
+        f"{definition.flops_per_example / 1e6:.2f} MFLOP per example (forward + backward)"
+    )

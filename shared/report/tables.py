@@ -1,0 +1,241 @@
+"""What compare.py prints after training: the parity table and the reasons under it, the results, speed and
+memory, GFLOP/s, the step profile, the sweep's table, --repeat's and --baseline's tables and the last lines.
+Every line within shared.console.LINE_WIDTH."""
+
+from typing import List
+
+from tabulate import tabulate
+
+from shared.console import fit_width
+from shared.devices import op_determinism_enabled
+from shared.judge.verdict import passed
+from shared.measure.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
+from shared.measure.memory import MB, largest_total_bytes
+from shared.measure.peak import PEAK_MATMUL_SIZE
+from shared.model.registry import definition_for
+from shared.report import baseline as baseline_report
+from shared.report import profile as profile_report
+from shared.report.document import compute_facts
+from shared.report.parity import PARITY_HEADERS, last_line, parity_notes, parity_rows, parity_title
+from shared.report.sweep import (
+    SWEEP_HEADERS,
+    best_against_one_device,
+    conclusion_lines,
+    sweep_collectives_line,
+    sweep_notes,
+    sweep_rows,
+)
+from shared.training.export import LOGIT_TOLERANCE
+
+RESULT_HEADERS = [
+    "trainer",
+    "devices / mesh",
+    "collectives",
+    "train loss",
+    "train acc",
+    "test loss",
+    "test acc",
+    "examples/s (spread)",
+    "step p50 ms",
+    "step p95 ms",
+    "trace s",
+    "memory/device MB",
+    "peak MB",
+]
+# One table of all twelve is ~180 columns: printed as two, "Results" and "Speed and memory", each
+# within shared.console.LINE_WIDTH; the trainer's name leads both.
+RESULT_COLUMNS = 7  # trainer, devices / mesh, collectives, losses and accuracies; the rest are speed and memory
+BELOW_FLOOR = (
+    f"-: no epoch after the first ran {MIN_MEASURED_SECONDS:g} s or more without tracing (the timing "
+    f"floor, shared/measure/history.py);\n   use more --epochs or --train-examples"
+)
+
+
+def result_rows(run) -> List[list]:
+    rows = []
+    train_examples = len(run.data.y_train)
+    for name, result in run.results.items():
+        history = result.history
+        if history is None:
+            rows.append([name, "-", "-", "-", "-", "-", "-", "FAILED", "-", "-", "-", "-", "-"])  # why: under parity
+            continue
+        last = history.epochs[-1] if history.epochs else None
+        figures = throughput(history, train_examples)
+        percentiles = step_time_percentiles_ms(history)
+        rows.append(
+            [
+                name,
+                history.placement,
+                history.collectives.name if history.collectives else "-",
+                *(
+                    f"{v:.4f}"
+                    for v in (
+                        (last.train_loss, last.train_accuracy, last.test_loss, last.test_accuracy)
+                        if last
+                        else (float("nan"),) * 4
+                    )
+                ),
+                "-" if figures is None else f"{figures[0]:,.0f} ({figures[1]:,.0f}-{figures[2]:,.0f})",
+                *(("-", "-") if percentiles is None else (f"{percentiles[0]:.2f}", f"{percentiles[1]:.2f}")),
+                f"{history.trace_seconds:.2f}",
+                f"{largest_total_bytes(history.memory_per_device) / MB:,.2f}",
+                f"{result.peak_memory_mb:,.0f}",
+            ]
+        )
+    return rows
+
+
+def collectives_line(run) -> str:
+    """Under the results: which collective implementation each trainer ran, and why that one."""
+    return "collectives: " + "; ".join(
+        f"{name} {result.history.collectives.describe()}"
+        for name, result in run.results.items()
+        if result.history is not None and result.history.collectives is not None
+    )
+
+
+def print_profile(run, link_gbps, out=None) -> None:
+    """--profile: each trainer's step parts, and under them its bytes per step."""
+    histories = [(name, result.history) for name, result in run.results.items()]
+    rows = profile_report.trainer_rows(histories)
+    if rows:
+        print(f"\n{profile_report.TITLE}", file=out)
+        print(tabulate(rows, ["trainer", *profile_report.PART_HEADERS], tablefmt="github"), file=out)
+        for line in profile_report.traffic_lines(
+            [(name, history.traffic, history.traffic_missing) for name, history in histories if history is not None],
+            link_gbps,
+        ):
+            print(fit_width(line, indent=2), file=out)
+
+
+def print_sweep_profile(sweep, link_gbps, out=None) -> None:
+    """--profile with --sweep-devices: the same for every configuration of the sweep."""
+    rows = profile_report.sweep_rows(sweep)
+    if rows:
+        print(
+            "\nStep profile of every sweep configuration, ms per step (each reference's: the step profile above)",
+            file=out,
+        )
+        print(tabulate(rows, ["devices", "configuration", *profile_report.PART_HEADERS], tablefmt="github"), file=out)
+        for line in profile_report.traffic_lines(
+            [(f"{e.devices} devices {e.trainer} {e.label}", e.traffic, e.traffic_missing) for e in sweep], link_gbps
+        ):
+            print(fit_width(line, indent=2), file=out)
+
+
+def print_tables(run, sweep, out=None) -> None:
+    if run.parity or any(r.failed for r in run.results.values()):
+        print(f"\n{parity_title(run)}", file=out)
+        print(tabulate(parity_rows(run), PARITY_HEADERS, tablefmt="github"), file=out)
+        for note in parity_notes(run):
+            print(fit_width(note), file=out)
+    rows = result_rows(run)
+    print("\nResults after the last epoch", file=out)
+    print(
+        tabulate([row[:RESULT_COLUMNS] for row in rows], RESULT_HEADERS[:RESULT_COLUMNS], tablefmt="github"), file=out
+    )
+    print(fit_width(collectives_line(run), indent=2), file=out)
+    print(
+        "\nSpeed and memory (throughput and step times from the epochs after the first, which traces;\n"
+        "memory/device: weights + optimizer state on the busiest device; peak MB on CPU: the process's peak RSS "
+        "so far)",
+        file=out,
+    )
+    print(
+        tabulate(
+            [row[:1] + row[RESULT_COLUMNS:] for row in rows],
+            RESULT_HEADERS[:1] + RESULT_HEADERS[RESULT_COLUMNS:],
+            tablefmt="github",
+        ),
+        file=out,
+    )
+    compute = compute_facts(run)
+    below_floor = any(row[RESULT_COLUMNS] == "-" for row in rows) or None in compute["achieved_gflops"].values()
+    if compute["matmul_peak_gflops"]:
+        achieved = ", ".join(
+            f"{name} -" if gflops is None else f"{name} {gflops:.0f} ({gflops / compute['matmul_peak_gflops']:.0%})"
+            for name, gflops in compute["achieved_gflops"].items()
+        )
+        print(
+            fit_width(
+                f"\nGFLOP/s: {achieved} of this run's {compute['matmul_peak_dtype']} matmul peak, "
+                f"{compute['matmul_peak_gflops']:.0f} GFLOP/s\n({compute['flops_per_example'] / 1e6:.2f} "
+                f"MFLOP per example, forward + backward; the peak: a {PEAK_MATMUL_SIZE}x{PEAK_MATMUL_SIZE} "
+                f"{compute['matmul_peak_dtype']} matmul on one device)",
+                indent=2,
+            ),
+            file=out,
+        )
+    if below_floor:
+        print(BELOW_FLOOR, file=out)
+    for line in export_lines(run):
+        print(fit_width(line), file=out)
+    print_profile(run, run.config.link_gbps, out)
+    if sweep:
+        print("\nThroughput against device count: every configuration, each beside its own reference", file=out)
+        print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
+        print(
+            "(dev: devices; ex/s: training examples per second, each one's fastest epoch after the first; (ref.): "
+            "the same of the\nreference trained just before it; ratio: the two's (?: too few measured steps to rank); "
+            "MB/dev: weights + optimizer\nstate on the busiest device; MB/step: what the busiest device sends or "
+            "receives per step; mark, the fastest at that\ncount by ratio: M the DTensor mesh, A the approach)",
+            file=out,
+        )
+        model = describe_model_short(run.config)
+        conclusion = conclusion_lines(sweep, model, run.config.device_memory_mb)
+        for line in (
+            [sweep_collectives_line(sweep)] + sweep_notes(sweep) + [best_against_one_device(sweep)] + conclusion
+        ):
+            if line:
+                print(fit_width(line, indent=2), file=out)
+        if not below_floor and any(e.throughput_examples_per_s is None and not e.skipped for e in sweep):
+            print(BELOW_FLOOR, file=out)
+        print_sweep_profile(sweep, run.config.link_gbps, out)
+    print_repeats_and_baseline(run, out)
+    print(f"\n{last_line(run, passed(run, sweep))}", file=out)
+    if run.baseline is not None:
+        print(baseline_report.last_line(run.baseline), file=out)
+
+
+def describe_model_short(config) -> str:
+    definition = definition_for(config)
+    return definition.description or definition.name
+
+
+def print_repeats_and_baseline(run, out=None) -> None:
+    """--repeat's table (shared/judge/repeats.py) and --baseline's (shared/judge/baseline.py)."""
+    if run.reproducibility:
+        print(
+            fit_width(
+                f"\nReproducibility: each trainer trained {run.config.repeat} times from the same start in "
+                f"this process, compared bit for bit (op determinism "
+                f"{'on' if op_determinism_enabled() else 'off'}: --deterministic)"
+            ),
+            file=out,
+        )
+        print(
+            tabulate(
+                [[name, found.runs, found.line()] for name, found in run.reproducibility.items()],
+                ["trainer", "runs", "result"],
+                tablefmt="github",
+            ),
+            file=out,
+        )
+    if run.baseline is not None:
+        print(fit_width(f"\n{baseline_report.title(run.baseline)}"), file=out)
+        print(
+            tabulate(baseline_report.rows(run.baseline), baseline_report.BASELINE_HEADERS, tablefmt="github"), file=out
+        )
+
+
+def export_lines(run) -> List[str]:
+    """--export: where each trainer's SavedModel went, and how close it serves the trainer's own logits."""
+    lines = []
+    for name, result in run.results.items():
+        details = result.history.details if result.history is not None else {}
+        if "export" in details:
+            lines.append(
+                f"{name:<10} exported {details['export']}: max |logit diff| "
+                f"{details['export_max_abs_logit_diff']} from the trainer's own (tolerance {LOGIT_TOLERANCE:g})"
+            )
+    return ([""] + lines) if lines else []

@@ -1,0 +1,386 @@
+"""Several processes, one training run: multi-client DTensor and MultiWorkerMirroredStrategy.
+
+    python compare.py --clients 2 --devices 2 --data embedded
+
+Launcher (no cluster variables set): checks, runs the reference itself, then for each distributed
+trainer starts C client processes on free loopback ports, each handed the run's Config as JSON,
+relays client 0's lines, reads every client's result and reports. Client (DTENSOR_* or TF_CONFIG
+set, by the launcher or a real cluster): trains one trainer as one client. A client that dies or
+does not start ends its group, and the trainer is FAILED in one line. docs/multi-machine.md.
+"""
+
+import atexit
+import ctypes
+import dataclasses
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence
+
+from shared.config import Config
+from shared.console import print_fitted
+from shared.devices import configure_determinism, configure_devices
+from shared.errors import UsageError
+from shared.files import write_atomically
+from shared.judge.parity import max_abs_diff
+from shared.report import outputs
+from shared.report.header import header
+from shared.run.comparison import prepare
+from shared.run.sequence import Entry, TrainerResult, in_process, lineup, train_and_judge, train_one
+from shared.training.data import load_data
+from shared.training.registry import TRAINER_MODULES, describe_runs, trainer_module
+
+COMPARE_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "compare.py")
+HOST = "127.0.0.1"
+STARTUP_TIMEOUT_S = 60  # spawn to "started" (TensorFlow imported); a client slower than this counts as dead
+FINISH_GRACE_S = 30  # once one client has finished, the others must finish within this
+POLL_S = 0.1  # the watchdog's period: how soon a dead client is noticed
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientRole:
+    trainer: str  # the distributed trainer whose variables are set
+    client_id: int
+    num_clients: int
+    source: str  # the variable that said so, for messages
+    address: str  # this client's host:port
+    addresses_in: str  # the variable that lists every client's address
+
+
+# --- the environment a client reads (each trainer module knows its own variables) ----------------
+
+
+def _shown(variables) -> str:
+    """How messages name a trainer's variables: "TF_CONFIG", or "DTENSOR_*" for several with one prefix."""
+    return variables[0] if len(variables) == 1 else os.path.commonprefix(list(variables)) + "*"
+
+
+def role_from_environment(config: Config, environ=os.environ) -> Optional[ClientRole]:
+    """This process's place in a cluster, from the variables of the trainer whose are set; None when none is."""
+    clustered = {name: trainer_module(name).cluster_variables() for name in TRAINER_MODULES}
+    clustered = {name: variables for name, variables in clustered.items() if variables}
+    present = [name for name, variables in clustered.items() if any(v in environ for v in variables)]
+    if len(present) > 1:
+        named = [(_shown(clustered[name]), name) for name in present]
+        raise UsageError(
+            f"both {' and '.join(shown for shown, _ in named)} are set; a client process runs one distributed "
+            f"trainer: set {' or '.join(f'{shown} for {name}' for shown, name in named)}"
+        )
+    if not present:
+        return None
+    trainer = present[0]
+    found = trainer_module(trainer).cluster_role(config, environ)
+    role = ClientRole(trainer, found.client_id, found.num_clients, found.source, found.address, found.addresses_in)
+    if role.num_clients != config.clients:
+        raise UsageError(
+            f"--clients {config.clients} but {role.source} describes {role.num_clients} "
+            f"clients; use --clients {role.num_clients}"
+        )
+    if not 0 <= role.client_id < role.num_clients:
+        raise UsageError(f"{role.source}: client {role.client_id} is not in 0..{role.num_clients - 1}")
+    return role
+
+
+def client_environment(trainer: str, client_id: int, ports: Sequence[int]) -> Dict[str, str]:
+    """The variables that make a process client `client_id` of len(ports) on this host."""
+    return trainer_module(trainer).client_environment(client_id, [f"{HOST}:{port}" for port in ports])
+
+
+def free_ports(count: int) -> List[int]:
+    """`count` distinct TCP ports that nothing listens on now (the OS picks them; all held until chosen)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("", 0))  # every interface: TensorFlow's gRPC server binds them all
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def run(config: Config) -> int:
+    """compare.py --clients C: a client when the environment names one, else the launcher."""
+    role = role_from_environment(config)
+    if role is None:
+        if config.result_file:
+            raise UsageError("--client-config is for the clients that --clients starts; drop it")
+        return run_launcher(config)
+    return run_client(config, role)
+
+
+# --- a client -------------------------------------------------------------------------------
+
+
+def run_client(config: Config, role: ClientRole) -> int:
+    """Train `role.trainer` as one client; under the launcher, write the result file."""
+    others = [name for name in config.trainers if name not in ("reference", role.trainer)]
+    if others:
+        raise UsageError(
+            f"this process is {role.trainer} client {role.client_id} ({role.source} is set) "
+            f"and runs one distributed trainer; use --trainers {role.trainer} here and run "
+            f"{','.join(others)} as its own job"
+        )
+    if not config.result_file:
+        outputs.check_outputs(config)
+    configure_determinism(config.deterministic)  # before any op runs
+    devices = configure_devices(config.devices, config.device_type)
+    if config.result_file:
+        write_atomically(config.result_file + ".started", b"")
+    try:
+        trainer_module(role.trainer).join_cluster(config)  # blocks until every client has joined
+    except Exception as error:  # re-raised unless it is the port: TensorFlow says only "Could not start gRPC server"
+        if "could not start grpc server" not in str(error).lower():
+            raise
+        raise UsageError(
+            f"{role.trainer} client {role.client_id}: could not listen on {role.address} (port in use?); "
+            f"free it or give this client another port in {role.addresses_in}"
+        ) from None
+    data = load_data(config.data, config.train_examples, config.test_examples)
+    if not config.result_file and role.client_id == 0:
+        print(header(config, devices, data, describe_runs(config)))
+    result = train_one(role.trainer, config, data, devices, log=print_fitted)
+    if config.result_file:
+        write_atomically(config.result_file, pickle.dumps(result))
+        return 1 if result.failed else 0
+    if role.client_id != 0:
+        print(
+            f"{role.trainer} client {role.client_id} of {role.num_clients}: "
+            f"{'FAILED: ' + result.error if result.failed else 'finished'}; client 0 prints the comparison"
+        )
+        return 1 if result.failed else 0
+    trained_here = in_process(data, devices)
+
+    def train(entry: Entry, run_config: Config) -> TrainerResult:  # this client's result is the one trained
+        return result if entry.trainer == role.trainer else trained_here(entry, run_config)
+
+    run = train_and_judge(
+        config,
+        data,
+        devices,
+        lineup(config.replace(trainers=("reference", role.trainer))),
+        train,
+        no_float64_reason="this client cannot restart the others; run every client again with --dtype float64",
+    )
+    return outputs.publish(config, run)
+
+
+# --- the launcher ---------------------------------------------------------------------------
+
+
+def run_launcher(config: Config) -> int:
+    """Check, run the reference here, each distributed trainer in C processes, then report."""
+    outputs.check_outputs(config)
+    devices, data = prepare(config)
+    devices = devices[: config.devices]
+    print(header(config, devices, data, describe_runs(config)))
+    print(
+        f"clients: {config.clients} processes x {config.devices} logical {config.device_type}s on {HOST}; "
+        f"each feeds its share of every global batch; the reference runs in this process"
+    )
+    atexit.register(_stop_live_groups)
+    signal.signal(signal.SIGTERM, _on_sigterm)  # compare.py runs this in its main thread
+    workdir = tempfile.mkdtemp(prefix="compare-clients-")
+    trained_here, launched = in_process(data, devices), []
+
+    def train(entry: Entry, run_config: Config) -> TrainerResult:  # the reference here, the others as clients
+        if entry.trainer == "reference":
+            return trained_here(entry, run_config)
+        launched.append(entry.key)  # each launch's files apart: a float64 rerun's from the float32 run's
+        directory = os.path.join(workdir, f"launch-{len(launched)}")
+        os.makedirs(directory)
+        return launch(entry.trainer, run_config, data.source, directory)
+
+    try:
+        run = train_and_judge(config, data, devices, lineup(config), train)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (see _on_sigterm)
+        print(
+            f"compare.py: {interrupt.args[0] if interrupt.args else 'interrupted'}; every client process was stopped",
+            file=sys.stderr,
+        )
+        return 130
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return outputs.publish(config, run)
+
+
+def launch(trainer: str, config: Config, data_source: str, workdir: str):
+    """Run `trainer` in config.clients processes; client 0's result, or a failed one with one line."""
+    for attempt in (1, 2):
+        group = ClientGroup(trainer, config.clients, workdir, attempt)
+        try:
+            group.start(config, data_source)
+            error = group.watch()
+        finally:
+            group.stop()
+        if not error:
+            return group.result()
+        if attempt == 1 and "port in use" in error:
+            print(f"{trainer}: a port was taken before its client bound it; once more on new ports")
+            continue
+        return TrainerResult(trainer, error=error)
+
+
+class ClientGroup:
+    """C client processes of one trainer, each in its own process group, and their files."""
+
+    def __init__(self, trainer: str, count: int, workdir: str, attempt: int):
+        self.trainer, self.count = trainer, count
+        stem = os.path.join(workdir, f"{trainer}-{attempt}")
+        self.result_files = [f"{stem}-client{client}.pkl" for client in range(count)]
+        self.stdout_files = [f"{stem}-client{client}.out" for client in range(count)]
+        self.stderr_files = [f"{stem}-client{client}.err" for client in range(count)]
+        self.processes: List[subprocess.Popen] = []
+        self.relayed = 0  # bytes of client 0's stdout printed so far
+
+    def start(self, config: Config, data_source: str) -> None:
+        ports = free_ports(self.count)
+        _live_groups.add(self)
+        for client in range(self.count):
+            cluster = {v for name in TRAINER_MODULES for v in trainer_module(name).cluster_variables()}
+            env = {name: value for name, value in os.environ.items() if name not in cluster}
+            env.update(client_environment(self.trainer, client, ports), PYTHONUNBUFFERED="1")
+            # The run's configuration whole: this trainer only, the data source already resolved.
+            client_config = config.replace(
+                trainers=(self.trainer,), data=data_source, result_file=self.result_files[client]
+            )
+            config_file = self.result_files[client] + ".config.json"
+            write_atomically(config_file, client_config.to_json().encode())
+            command = [sys.executable, COMPARE_PY, "--client-config", config_file]
+            with open(self.stdout_files[client], "wb") as out, open(self.stderr_files[client], "wb") as err:
+                self.processes.append(
+                    subprocess.Popen(
+                        command,
+                        env=env,
+                        stdout=out,
+                        stderr=err,
+                        stdin=subprocess.DEVNULL,
+                        cwd=os.getcwd(),
+                        start_new_session=True,
+                        preexec_fn=_die_with_parent,
+                    )
+                )  # paths as given
+        print(
+            f"{self.trainer}: {self.count} clients on {HOST}:{','.join(map(str, ports))}, "
+            f"pids {','.join(str(p.pid) for p in self.processes)}",
+            flush=True,
+        )
+
+    def watch(self) -> str:
+        """Wait until every client has finished (""), or one line saying which one did not."""
+        started = time.monotonic()
+        first_finished = None
+        while True:
+            self.relay()
+            codes = [process.poll() for process in self.processes]
+            failed = [client for client, code in enumerate(codes) if code not in (None, 0)]
+            if failed:  # a client killed by a signal is the cause; the others' errors follow from it
+                client = min(failed, key=lambda c: (codes[c] >= 0, c))
+                return (
+                    f"{self.trainer} client {client} (pid {self.processes[client].pid}) "
+                    f"{self.describe_exit(client)}; stopped the other clients"
+                )
+            if all(code == 0 for code in codes):
+                self.relay()
+                missing = [str(c) for c, path in enumerate(self.result_files) if not os.path.exists(path)]
+                return f"{self.trainer} client {','.join(missing)} exited without a result" if missing else ""
+            now = time.monotonic()
+            not_started = [
+                str(c)
+                for c, code in enumerate(codes)
+                if code is None and not os.path.exists(self.result_files[c] + ".started")
+            ]
+            if not_started and now - started > STARTUP_TIMEOUT_S:
+                return (
+                    f"{self.trainer} client {','.join(not_started)} did not start within "
+                    f"{STARTUP_TIMEOUT_S} s; stopped every client"
+                )
+            if first_finished is None and 0 in codes:
+                first_finished = now
+            if first_finished is not None and now - first_finished > FINISH_GRACE_S:
+                running = [str(c) for c, code in enumerate(codes) if code is None]
+                return (
+                    f"{self.trainer} client {','.join(running)} still running {FINISH_GRACE_S} s after "
+                    f"another finished; stopped it"
+                )
+            time.sleep(POLL_S)
+
+    def describe_exit(self, client: int) -> str:
+        code = self.processes[client].returncode
+        if code < 0:
+            return f"was killed by {signal.Signals(-code).name}"
+        if os.path.exists(self.result_files[client]):  # the trainer raised: its own one-line reason
+            with open(self.result_files[client], "rb") as f:
+                return f"failed: {pickle.load(f).error}"
+        with open(self.stderr_files[client], "rb") as err:
+            lines = [line.strip() for line in err.read().decode(errors="replace").splitlines() if line.strip()]
+        last = lines[-1] if lines else "no error output"
+        return f"exited with code {code}: {last[:300]}"
+
+    def relay(self) -> None:
+        """Print client 0's new complete lines (its epoch lines), as they come."""
+        with open(self.stdout_files[0], "rb") as out:
+            out.seek(self.relayed)
+            text = out.read()
+        complete = text[: text.rfind(b"\n") + 1]
+        if complete:
+            sys.stdout.write(complete.decode(errors="replace"))
+            sys.stdout.flush()
+            self.relayed += len(complete)
+
+    def stop(self) -> None:
+        """SIGKILL every client still running (its whole process group) and reap it."""
+        for process in self.processes:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for process in self.processes:
+            process.wait()
+        _live_groups.discard(self)
+
+    def result(self):
+        """Client 0's TrainerResult, with how far the other clients' final weights are from it."""
+        results = []
+        for path in self.result_files:
+            with open(path, "rb") as f:
+                results.append(pickle.load(f))  # written by our own client processes
+        first = results[0]
+        spread = max(
+            (max_abs_diff(other.history.final_weights, first.history.final_weights) for other in results[1:]),
+            default=0.0,
+        )
+        first.history.details["client_weight_spread"] = f"{spread:.3g}"
+        first.history.details["clients"] = str(self.count)
+        return first
+
+
+# --- ending every client, whatever ends the launcher -----------------------------------------
+
+_live_groups = set()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the launcher dies, even by SIGKILL (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the process groups, atexit and the SIGTERM handler still apply
+
+
+def _stop_live_groups() -> None:
+    for group in list(_live_groups):
+        group.stop()
+
+
+def _on_sigterm(signum, frame):
+    raise KeyboardInterrupt("terminated (SIGTERM)")  # unwinds through ClientGroup.stop like Ctrl-C

@@ -1,0 +1,76 @@
+"""compare.py in one process: set up devices and data, check everything, train and judge, sweep, report.
+
+    python compare.py --data embedded
+
+Kept out of compare.py so that tests and other programs can import it; compare.py only parses
+arguments. The training and judging themselves: shared/run/sequence.py.
+"""
+
+from typing import List, Optional, Sequence, Tuple
+
+from shared.config import Config
+from shared.devices import configure_determinism, configure_devices
+from shared.judge.baseline import check_options
+from shared.judge.digest import data_sha256
+from shared.measure.history import throughput
+from shared.measure.peak import matmul_peak_gflops
+from shared.model.registry import definition_for
+from shared.report import outputs, saved
+from shared.report.header import header
+from shared.report.sweep import describe_plan
+from shared.run import sweep
+from shared.run.sequence import RunResult, describe_processes, train_all
+from shared.training import checkpoint
+from shared.training.data import MnistData, load_data
+from shared.training.registry import describe_runs, trainer_module
+
+
+def check_config(config: Config, devices: Sequence[str]) -> None:
+    """Each chosen trainer's own checks (a mesh, a batch over replicas) before anything trains."""
+    definition_for(config)  # --model: a user's definition is loaded and checked here, once
+    for name in config.trainers:
+        trainer_module(name).check_config(config, devices)
+    checkpoint.check_config(config)  # --restore, --checkpoint-dir, --export
+
+
+def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str], MnistData]:
+    """Configure the largest device count once, validate, load data; all before any training.
+
+    The sweep's configurations are checked when it is planned (a sweep configuration that
+    cannot run is skipped, with the reason, rather than stopping the run)."""
+    configure_determinism(config.deterministic)  # before any op runs
+    device_count = max([config.devices, *sweep_devices])
+    for name in config.trainers:  # e.g. DTensor's NCCL: before anything starts TensorFlow's runtime
+        trainer_module(name).before_runtime(config, device_count)
+    all_devices = configure_devices(device_count, config.device_type)
+    check_config(config, all_devices[: config.devices])
+    data = load_data(config.data, config.train_examples, config.test_examples)
+    return all_devices, data
+
+
+def run(config: Config) -> int:
+    """compare.py's whole job in one process; returns the exit code (0 parity holds, 1 it does not)."""
+    outputs.check_outputs(config)
+    saved_baseline = saved.load(config.baseline) if config.baseline else None
+    all_devices, data = prepare(config, config.sweep_devices or ())
+    if saved_baseline is not None:
+        check_options(saved_baseline, config, data, data_sha256(data), config.baseline)
+    plan = sweep.plan_sweep(config, all_devices)
+    devices = all_devices[: config.devices]
+    print(header(config, devices, data, describe_runs(config), describe_processes(config)))
+    if plan:
+        print(describe_plan(config, plan))
+    main_run = train_all(config, data, devices, saved_baseline=saved_baseline)
+    main_run.matmul_peak_gflops = matmul_peak_for(main_run)
+    entries = sweep.run_sweep(config, data, all_devices, plan) if plan else []
+    return outputs.publish(config, main_run, entries)
+
+
+def matmul_peak_for(run: RunResult) -> Optional[float]:
+    """The matmul peak in the run's dtype (shared/measure/peak.py), the yardstick of the achieved GFLOP/s;
+    None when no trainer has a timed epoch to set beside it (one epoch, or epochs under the timing
+    floor), rather than 1-3 s spent for nothing."""
+    train_examples = len(run.data.y_train)
+    if not any(throughput(result.history, train_examples) for result in run.results.values() if not result.failed):
+        return None
+    return matmul_peak_gflops(run.devices[0], dtype=run.config.dtype)

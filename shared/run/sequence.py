@@ -1,0 +1,293 @@
+"""The one function that sequences a run: the reference, each trainer, the float64 reruns that explain a
+float32 failure, --repeat, --with-float64 and the baseline's float64 runs, then the verdicts.
+
+compare.py (shared/run/comparison.py), each configuration of the sweep, --clients (shared/run/clients.py)
+and shared.api.check_model all call `train_and_judge`; they differ only in how one trainer is trained
+(`Train`: in this process, or in client processes). The judge (shared/judge/) gets numbers and says which
+trainers need a float64 run; only this module trains them.
+"""
+
+import dataclasses
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+import tensorflow as tf
+
+from shared.config import Config
+from shared.console import print_fitted
+from shared.errors import UsageError
+from shared.judge import baseline, verdict
+from shared.judge.baseline import BaselineResult
+from shared.judge.parity import Parity, check_parity
+from shared.judge.repeats import Repeatability, compare_runs
+from shared.measure.history import History
+from shared.model.registry import definition_for
+from shared.run import worker
+from shared.run.results import TrainerResult, train_one
+from shared.training import checkpoint
+from shared.training.batches import batch_slices
+from shared.training.data import MnistData
+from shared.training.registry import trainer_module
+
+
+@dataclasses.dataclass
+class RunResult:
+    config: Config
+    devices: List[str]
+    data: MnistData
+    results: Dict[str, TrainerResult]
+    parity: Dict[str, Parity]
+    # Measured after training, in the same process (shared/measure/peak.py); None when no epoch was timed.
+    matmul_peak_gflops: Optional[float] = None
+    # shared/judge/verdict.py: per distributed trainer (and "reference" if it diverged), the float64 rerun's
+    # histories when a float32 failure was explained, and that rerun's wall time.
+    verdicts: Dict[str, verdict.Verdict] = dataclasses.field(default_factory=dict)
+    float64_histories: Dict[str, History] = dataclasses.field(default_factory=dict)
+    explain_seconds: float = 0.0
+    # float64 runs trained besides the explaining rerun (--with-float64, --baseline), and their wall time.
+    more_float64_histories: Dict[str, History] = dataclasses.field(default_factory=dict)
+    more_float64_seconds: float = 0.0
+    reproducibility: Dict[str, Repeatability] = dataclasses.field(default_factory=dict)  # --repeat
+    baseline: Optional[BaselineResult] = None  # --baseline (shared/judge/baseline.py)
+
+    @property
+    def ok(self) -> bool:
+        return not any(r.failed for r in self.results.values()) and all(v.ok for v in self.verdicts.values())
+
+    @property
+    def all_float64_histories(self) -> Dict[str, History]:
+        return {**self.more_float64_histories, **self.float64_histories}
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One trainer to train in a run: how the results name it, which trainer, with which configuration."""
+
+    key: str  # "dtensor"; the Python API's "dtensor batch=2,model=4"
+    trainer: str
+    config: Config
+
+
+# How one entry is trained with a given configuration (its own, or its float64 rerun's).
+Train = Callable[[Entry, Config], TrainerResult]
+
+
+def lineup(config: Config) -> List[Entry]:
+    """The reference first (it is the ground truth), then each chosen trainer, each with the run's config."""
+    names = ["reference"] + [name for name in config.trainers if name != "reference"]
+    return [Entry(name, name, config) for name in names]
+
+
+def in_process(data: MnistData, devices: Sequence[str], log=print_fitted) -> Train:
+    """Train each entry in this process, on the first `devices` its configuration asks for."""
+
+    def train(entry: Entry, config: Config) -> TrainerResult:
+        result = train_one(entry.trainer, config, data, devices[: config.devices], log)
+        result.name = entry.key
+        return result
+
+    return train
+
+
+def own_process(config: Config) -> bool:
+    """Whether distributed trainers train in a trainer process of their own (--trainer-process)."""
+    if config.trainer_process == "auto":
+        return config.device_type == "CPU"  # GPUs: two processes would each reserve every GPU's memory
+    return config.trainer_process == "own"
+
+
+def describe_processes(config: Config) -> str:
+    """The header's line on where each trainer trains and with which threads; "" when all train here."""
+    names = [name for name in config.trainers if name != "reference"]
+    if not names or not own_process(config):
+        return ""
+    settings = {}
+    for name in names:
+        environment = trainer_module(name).process_environment(config)
+        settings.setdefault(" ".join(f"{k}={v}" for k, v in sorted(environment.items())), []).append(name)
+    own = "; ".join(
+        f"{' and '.join(group)} in a trainer process" + (f" ({setting})" if setting else "")
+        for setting, group in settings.items()
+    )
+    return f"processes: the reference here (TensorFlow's default threads); {own}"
+
+
+def trained_by(data: MnistData, devices: Sequence[str], log=print_fitted) -> Train:
+    """How compare.py trains: the reference here; the others here too, or each approach in its trainer process
+    (own_process), with its environment (its module's `process_environment`)."""
+    here = in_process(data, devices, log)
+
+    def train(entry: Entry, config: Config) -> TrainerResult:
+        if entry.trainer == "reference" or not own_process(config):
+            return here(entry, config)
+        module = trainer_module(entry.trainer)
+        # As many logical devices as this process has: one trainer process serves every count of a sweep.
+        count = max(len(devices), len(tf.config.list_logical_devices(config.device_type)))
+        process = worker.trainer_process(module.process_environment(config), config, count)
+        result = process.train(entry.trainer, config, data, log)
+        result.name = entry.key
+        return result
+
+    return train
+
+
+def float64_config(config: Config) -> Config:
+    """The run again in float64, quietly: no epoch lines, checkpoints, export or profile; float64's own tolerances."""
+    return config.replace(
+        dtype="float64", quiet=True, checkpoint_dir=None, export=None, tolerance=None, profile=False, link_gbps=None
+    )
+
+
+def repeat_config(config: Config) -> Config:
+    """--repeat: the same run again, quietly and writing nothing."""
+    return config.replace(quiet=True, checkpoint_dir=None, export=None, profile=False, link_gbps=None)
+
+
+def why_no_float64(config: Config) -> str:
+    """Why this run cannot train float64 runs of itself; "" when it can."""
+    if config.restore:
+        return "--restore starts from float32 state, which a float64 run cannot restore"
+    return "" if config.explain else "--no-explain"
+
+
+def train_float64(train: Train, entry: Entry) -> TrainerResult:
+    """An entry's float64 run: a trainer that cannot run in float64 here (TensorFlow 2.12's DTensor)
+    fails its rerun with the reason, after the float32 run has trained; no exit 2."""
+    try:
+        return train(entry, float64_config(entry.config))
+    except UsageError as error:
+        return TrainerResult(entry.key, error=str(error))
+
+
+def train_and_judge(
+    config: Config,
+    data: MnistData,
+    devices: Sequence[str],
+    entries: Sequence[Entry],
+    train: Train,
+    log: Callable = print_fitted,
+    no_float64_reason: str = "",
+    saved_baseline: Optional[dict] = None,
+) -> RunResult:
+    """Train `entries` (the reference first) with `train`, judge each against the reference, train the float64
+    runs the judge asks for (`no_float64_reason`: why this caller cannot), --repeat, --with-float64 and
+    --baseline's; return the whole run."""
+    reference, others = entries[0], list(entries[1:])
+    results = {reference.key: train_reference(train, reference, len(data.y_train))}
+    results.update({entry.key: train(entry, entry.config) for entry in others})
+    histories = {key: result.history for key, result in results.items()}
+    parity = {
+        key: check_parity(history, histories["reference"], config.tolerance)
+        for key, history in histories.items()
+        if key != "reference" and history is not None and histories["reference"] is not None
+    }
+    summarise = definition_for(config).summarise_state
+    judgement = verdict.judge(config, histories, parity, summarise, no_float64_reason)
+    if judgement.needs_float64:
+        for key in judgement.needs_float64:
+            log(verdict.rerun_line(key, parity[key]))
+        started = time.perf_counter()
+        reruns = {
+            entry.key: train_float64(train, entry)
+            for entry in [reference] + others
+            if entry.key in ["reference", *judgement.needs_float64]
+        }
+        seconds = time.perf_counter() - started
+        log(f"float64 rerun of reference, {', '.join(judgement.needs_float64)}: {seconds:.1f} s")
+        verdict.explain(judgement, parity, reruns, summarise, seconds)
+    run = RunResult(
+        config,
+        list(devices),
+        data,
+        results,
+        parity,
+        verdicts=judgement.verdicts,
+        float64_histories=judgement.float64_histories,
+        explain_seconds=judgement.explain_seconds,
+    )
+    if config.repeat > 1:
+        run.reproducibility = {
+            entry.key: compare_runs(
+                results[entry.key].history,
+                [train(entry, repeat_config(entry.config)) for _ in range(config.repeat - 1)],
+            )
+            for entry in entries
+            if results[entry.key].history is not None
+        }
+    if config.with_float64 and config.dtype == "float32":
+        float64_runs(run, [entry for entry in entries if not results[entry.key].failed], train)
+    if saved_baseline is not None:
+        judge_baseline(run, entries, train, saved_baseline)
+    return run
+
+
+def train_all(
+    config: Config, data: MnistData, devices: Sequence[str], log: Callable = print_fitted, saved_baseline=None
+) -> RunResult:
+    """The run that `config` describes, every trainer in this process on `devices`: compare.py's main run."""
+    return train_and_judge(
+        config, data, devices, lineup(config), trained_by(data, devices, log), log, saved_baseline=saved_baseline
+    )
+
+
+def train_reference(train: Train, entry: Entry, train_examples: int) -> TrainerResult:
+    """The reference; with --reference-from-scratch trained from the initial values for every epoch and cut
+    to the steps after the restore point."""
+    config = entry.config
+    if not config.reference_from_scratch:
+        return train(entry, config)
+    result = train(entry, config.replace(restore=None, reference_from_scratch=False))
+    if result.history is not None:
+        result.history = after_restore_point(result.history, config, train_examples)
+    return result
+
+
+def float64_runs(run: RunResult, entries: Sequence[Entry], train: Train) -> Dict[str, TrainerResult]:
+    """This float32 run's float64 run of each entry, from the same start: the explaining rerun's where there
+    is one, else trained now, quietly, and kept in the run (the report's `float64_rerun`)."""
+    found = {
+        entry.key: TrainerResult(entry.key, run.all_float64_histories[entry.key])
+        for entry in entries
+        if entry.key in run.all_float64_histories
+    }
+    missing = [entry for entry in entries if entry.key not in found]
+    if missing:
+        started = time.perf_counter()
+        found.update({entry.key: train_float64(train, entry) for entry in missing})
+        run.more_float64_seconds += time.perf_counter() - started
+        run.more_float64_histories.update(
+            {entry.key: found[entry.key].history for entry in missing if found[entry.key].history is not None}
+        )
+    return found
+
+
+def judge_baseline(run: RunResult, entries: Sequence[Entry], train: Train, saved: dict) -> None:
+    """run.baseline: each trainer against the saved report, with float64 runs where float32 left its tolerance."""
+    histories = {key: result.history for key, result in run.results.items()}
+    run.baseline = baseline.judge(histories, saved, run.config.baseline, run.config.dtype, run.config.tolerance)
+    wanted = baseline.float64_needed(run.baseline)
+    why_not = why_no_float64(run.config)
+    float64 = float64_runs(run, [e for e in entries if e.key in wanted], train) if wanted and not why_not else {}
+    baseline.explain_pending(run.baseline, float64, why_not)
+
+
+def after_restore_point(history: History, config: Config, train_examples: int) -> History:
+    """--reference-from-scratch: the part of an uninterrupted `history` that runs resumed from --restore train,
+    step for step: the epochs after the checkpoint's, without first-step gradients (these are at the
+    initial values; the resumed trainers' at the restore point), so parity does not judge them."""
+    restored_epoch = int(checkpoint.check_restore(config)[1]["epoch"])
+    steps = restored_epoch * len(batch_slices(train_examples, config.batch_size))
+    details = dict(
+        history.details,
+        from_scratch=f"trained epochs 1..{config.epochs} from the initial values; "
+        f"compared and reported from epoch {restored_epoch + 1}",
+    )
+    return dataclasses.replace(
+        history,
+        step_losses=history.step_losses[steps:],
+        step_times_ms=history.step_times_ms[steps:],
+        epochs=[record for record in history.epochs if record.epoch > restored_epoch],
+        step_state_checksums=history.step_state_checksums[steps:],
+        first_step_gradients=[],
+        details=details,
+    )

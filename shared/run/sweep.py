@@ -1,0 +1,147 @@
+"""The device sweep: which approach, and which DTensor layout, trains fastest at each device count.
+
+    python compare.py --sweep-devices 2,8 --data embedded                      # every layout
+    python compare.py --sweep-devices 2,8 --data embedded --sweep-meshes batch  # batch=N only
+
+At each count every trainer offers its configurations (DTensor each mesh, MirroredStrategy each
+update mode: its module's `variants`); one that cannot run is skipped with the trainer's reason. Each
+trains beside a reference trained just before it, and its ratio is to that reference (the
+machine's speed drifts within minutes); parity is judged for each. The fastest DTensor mesh and
+the faster approach are marked by ratio. Measurements and costs: docs/throughput.md.
+"""
+
+import dataclasses
+from typing import List, Optional, Sequence
+
+from shared.config import Config
+from shared.console import print_fitted
+from shared.errors import UsageError
+from shared.judge.ranking import FAILED, SKIPPED, SweepEntry, label, mark_fastest
+from shared.measure.history import measured_steps, throughput
+from shared.measure.memory import largest_total_bytes
+from shared.report.sweep import format_entry_line, rerun_summary
+from shared.run.sequence import lineup, train_and_judge, trained_by
+from shared.training.data import MnistData
+from shared.training.registry import distributed, trainer_module
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPoint:
+    """One configuration to train: a trainer, at a device count, on a mesh or in an update mode."""
+
+    devices: int
+    trainer: str  # a distributed trainer's name
+    config: Config  # the run's, with this count, mesh or update; the reference trains beside it
+    mesh: str = ""  # DTensor's, e.g. "batch=4,model=2"
+    update: str = ""  # MirroredStrategy's: "primary" or "replicas"
+    skipped: str = ""  # why it cannot run (the trainer's check, one line); "" when it can
+    shard_weights: bool = False  # DTensor's weights split on the batch axis too (--shard-weights)
+
+    @property
+    def label(self) -> str:
+        return label(self.mesh, self.update, self.shard_weights)
+
+
+def _skip_reason(module, config: Config, devices: Sequence[str]) -> str:
+    try:
+        module.check_config(config, devices)
+    except UsageError as error:
+        return str(error)
+    return ""
+
+
+def plan_sweep(config: Config, all_devices: Sequence[str]) -> List[SweepPoint]:
+    """Every configuration to train, count by count: DTensor's meshes, then MirroredStrategy's updates."""
+    # The main run's outputs, checkpoints and repeats are not the configurations'.
+    base = config.replace(
+        quiet=True,
+        checkpoint_dir=None,
+        export=None,
+        repeat=1,
+        sweep_devices=None,
+        device_memory_mb=None,
+        json=None,
+        plots=None,
+        logdir=None,
+        baseline=None,
+        with_float64=False,
+    )
+    points = []
+    for count in config.sweep_devices or ():
+        for name in distributed(config.trainers):
+            module = trainer_module(name)
+            for variant in module.variants(base.replace(trainers=(name,)), count, config.sweep_meshes == "all"):
+                skipped = _skip_reason(module, variant.config, all_devices[:count])
+                points.append(
+                    SweepPoint(
+                        count, name, variant.config, variant.mesh, variant.update, skipped, variant.shard_weights
+                    )
+                )
+    return points
+
+
+def sweep_entry(point: SweepPoint, run, train_examples: int) -> SweepEntry:
+    """The entry for `point` from its RunResult (the reference and the point's trainer); run None: skipped."""
+    entry = SweepEntry(
+        point.devices,
+        point.trainer,
+        point.mesh,
+        point.update,
+        None,
+        None,
+        None,
+        False,
+        skipped=point.skipped,
+        shard_weights=point.shard_weights,
+    )
+    if run is None:
+        entry.verdict, entry.reason = SKIPPED, point.skipped
+        return entry
+    reference, result = run.results["reference"], run.results[point.trainer]
+    entry.error = result.error or (f"reference: {reference.error}" if reference.failed else "")
+    if not reference.failed:
+        entry.reference_examples_per_s = _fastest(throughput(reference.history, train_examples))
+    if not result.failed:
+        entry.throughput_examples_per_s = _fastest(throughput(result.history, train_examples))
+        entry.memory_per_device_bytes = largest_total_bytes(result.history.memory_per_device)
+        entry.collectives, entry.step_profile = result.history.collectives, result.history.step_profile
+        entry.traffic, entry.traffic_missing = result.history.traffic, result.history.traffic_missing
+    if entry.throughput_examples_per_s is not None and entry.reference_examples_per_s:
+        entry.ratio_to_reference = entry.throughput_examples_per_s / entry.reference_examples_per_s
+        entry.measured_steps = min(measured_steps(reference.history), measured_steps(result.history))
+    verdict = run.verdicts.get(point.trainer)
+    entry.parity_ok = bool(verdict is not None and verdict.ok) and not run.results["reference"].failed
+    if entry.error:
+        entry.verdict, entry.reason = FAILED, entry.error
+    elif verdict is not None:
+        entry.verdict, entry.reason, entry.summary = verdict.verdict, verdict.reason, verdict.short_reason()
+    entry.float64_rerun_seconds = run.explain_seconds
+    return entry
+
+
+def _fastest(figures) -> Optional[float]:
+    return None if figures is None else figures[2]
+
+
+def run_sweep(
+    config: Config, data: MnistData, all_devices: Sequence[str], plan: Sequence[SweepPoint], log=print_fitted
+) -> List[SweepEntry]:
+    """Train each planned configuration beside a reference trained just before it."""
+    entries = []
+    for index, point in enumerate(plan):
+        # The configurations train quietly; what their float32 failures' float64 reruns would log (two
+        # lines each) is summed up per device count below instead.
+        run_at_point = None
+        if not point.skipped:
+            devices = all_devices[: point.devices]
+            silent = lambda line: None  # noqa: E731 - the configurations train quietly
+            train = trained_by(data, devices, log=silent)
+            run_at_point = train_and_judge(point.config, data, devices, lineup(point.config), train, log=silent)
+        entries.append(sweep_entry(point, run_at_point, len(data.y_train)))
+        if not config.quiet:
+            log(format_entry_line(entries[-1]))
+            last_at_count = index + 1 == len(plan) or plan[index + 1].devices != point.devices
+            summary = rerun_summary(entries, point.devices) if last_at_count else ""
+            if summary:
+                log(summary)
+    return mark_fastest(entries)

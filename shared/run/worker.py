@@ -1,0 +1,188 @@
+"""A trainer process: trains trainers for the run one at a time, in a process of its own.
+
+    python -m shared.run.worker      # started by TrainerProcess, never by hand
+
+Two reasons to train outside the run's process: a setting that TensorFlow fixes once per process (its
+intra-op thread count: each approach gets the one that serves it, docs/throughput.md), and a crash inside
+TensorFlow (a segmentation fault in DTensor's SPMD expansion) that would otherwise take the whole
+comparison with it. The process stays up between trainers, so TensorFlow starts once (~8 s); one that
+dies is the FAILED trainer's, with its signal and what it was doing, and the next trainer gets a new one.
+Messages both ways are length-prefixed pickles over the process's stdin and a duplicate of its stdout.
+"""
+
+import atexit
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+from typing import Callable, Dict, Optional, Sequence
+
+HEADER = struct.Struct("<Q")  # each message's length
+VERBOSE = "COMPARE_WORKER_VERBOSE"  # "1": the process shows TensorFlow's own lines, as --verbose does
+
+
+def send(stream, message) -> None:
+    payload = pickle.dumps(message)
+    stream.write(HEADER.pack(len(payload)) + payload)
+    stream.flush()
+
+
+def receive(stream):
+    """The next message, or None at the end of the stream (the other side has gone)."""
+    header = stream.read(HEADER.size)
+    if len(header) < HEADER.size:
+        return None
+    (length,) = HEADER.unpack(header)
+    payload = stream.read(length)
+    return None if len(payload) < length else pickle.loads(payload)
+
+
+class TrainerProcess:
+    """The parent's side: one trainer process with its own environment (e.g. TF_NUM_INTRAOP_THREADS)."""
+
+    def __init__(self, environment: Dict[str, str], device_count: int):
+        self.environment, self.device_count = dict(environment), device_count
+        self.process: Optional[subprocess.Popen] = None
+
+    def start(self) -> None:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, **self.environment)
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "shared.run.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=_stderr(),
+            env=env,
+            start_new_session=True,  # a Ctrl-C in the terminal reaches the run, which stops this process
+        )
+
+    def train(self, name: str, config, data, log: Callable[[str], None]):
+        """Train `name` there; a TrainerResult, FAILED with the signal and the last status if the process died."""
+        from shared.errors import UsageError
+        from shared.run.results import TrainerResult
+
+        if self.process is None or self.process.poll() is not None:
+            self.start()
+        status = "starting TensorFlow"
+        send(self.process.stdin, ("train", name, config, data, self.device_count))
+        while True:
+            message = receive(self.process.stdout)
+            if message is None:
+                return TrainerResult(name, error=self.death(status))
+            kind, value = message
+            if kind == "line":
+                log(value)
+            elif kind == "status":
+                status = value
+            elif kind == "usage":
+                raise UsageError(value)
+            else:
+                return value
+
+    def death(self, status: str) -> str:
+        """One line: how the process ended, and what the trainer was doing."""
+        code = self.process.wait()
+        self.process = None
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        return f"its process {how} while {status}"
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+def _stderr():
+    """Where the process's own error lines go: this process's sys.stderr, which compare.py keeps pointed at the
+    terminal while TensorFlow's descriptor 2 goes to /dev/null (shared/console.py); inherited when it has none."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a StringIO (a caller's redirect_stderr): inherit descriptor 2
+        return None
+
+
+_processes: Dict[tuple, TrainerProcess] = {}  # one per environment, kept for the next run in this process
+
+
+def trainer_process(environment: Dict[str, str], config, device_count: int) -> TrainerProcess:
+    """The trainer process for `environment` (and op determinism, process-wide like it), started on its first
+    train call and kept: a second run, a sweep's next configuration or a float64 rerun finds TensorFlow started.
+    A request for more devices than it has replaces it."""
+    key = (tuple(sorted(environment.items())), config.deterministic, config.device_type, config.verbose)
+    found = _processes.get(key)
+    if found is None or found.device_count < device_count:
+        if found is not None:
+            found.close()
+        extra = {VERBOSE: "1"} if config.verbose else {}
+        found = _processes[key] = TrainerProcess({**environment, **extra}, device_count)
+    return found
+
+
+@atexit.register
+def close_all() -> None:
+    for process in _processes.values():
+        process.close()
+    _processes.clear()
+
+
+def serve(jobs, replies) -> None:
+    """The child's side: train each job as it comes, until the parent closes stdin."""
+    from shared import console
+    from shared.errors import UsageError
+
+    console.status_sink = lambda text: send(replies, ("status", text))
+    started = False
+    while True:
+        job = receive(jobs)
+        if job is None:
+            return
+        _, name, config, data, device_count = job
+        if not started:
+            start_tensorflow(config, device_count)
+            started = True
+        from shared.run.results import train_one
+
+        devices = [f"{config.device_type}:{index}" for index in range(config.devices)]
+        try:
+            result = train_one(name, config, data, devices, log=lambda line: send(replies, ("line", line)))
+        except UsageError as error:  # the parent raises it, as train_one would have there
+            send(replies, ("usage", str(error)))
+            continue
+        send(replies, ("result", result))
+
+
+def start_tensorflow(config, device_count: int) -> None:
+    """What the run's own process does before anything trains: determinism, the trainers' pre-runtime
+    settings, the logical devices."""
+    from shared.devices import configure_determinism, configure_devices
+    from shared.training.registry import trainer_module
+
+    configure_determinism(config.deterministic)
+    for name in config.trainers:
+        trainer_module(name).before_runtime(config, device_count)
+    configure_devices(device_count, config.device_type)
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    replies = os.fdopen(os.dup(1), "wb")  # the messages' own channel: stray prints go to stderr instead
+    os.dup2(2, 1)
+    from shared.console import hide_tensorflow_messages
+
+    # TensorFlow's lines are hidden here even where TF_CPP_MIN_LOG_LEVEL is set (the parent shows its own if so):
+    # its first ones ignore the level, and a run's output must not depend on a second process.
+    hide_tensorflow_messages(verbose=os.environ.get(VERBOSE) == "1", environ={})
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this process ends
+    serve(sys.stdin.buffer, replies)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,25 @@
+"""The run's model and optimizer as plain variables: what the reference builds, and MirroredStrategy under its
+scope (MirroredVariables) or on its first device."""
+
+import tensorflow as tf
+
+from shared.config import Config
+from shared.model.definition import Model
+from shared.model.registry import definition_for
+from shared.training.optim import make_optimizer
+
+
+def build_model_and_optimizer(config: Config):
+    """The run's model from the shared initial values and its optimizer, all as plain tf.Variables:
+    under `strategy.scope()` MirroredVariables, under `tf.device` placed there."""
+    definition = definition_for(config)
+    model = Model(definition, definition.initial_values(config.seed, config.dtype))
+    optimizer = make_optimizer(
+        config.optimizer,
+        config.adam,
+        model.weights,
+        config.learning_rate,
+        zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
+        make_step=lambda: tf.Variable(0, dtype=tf.int64),
+    )
+    return model, optimizer

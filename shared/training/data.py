@@ -1,0 +1,239 @@
+"""MNIST from three sources, preprocessed as in the tutorial.
+
+Sources (`--data`):
+  tfds      tensorflow-datasets' MNIST, the tutorial's splits train[:N] and test[:M]
+  embedded  5,000 real MNIST images shipped in this package (shared/training/embedded/mnist_5k.npz),
+            split deterministically and stratified into 4,000 train and 1,000 test
+  DIR       the four standard MNIST IDX files, plain or .gz
+  auto      tfds if it is prepared locally or its download host answers within a few
+            seconds, else embedded (offline, `tfds.load` would retry for ~205 s), saying why
+            in the header and the JSON report's environment.data_fallback
+
+The batches every trainer trains on: shared/training/batches.py.
+"""
+
+import dataclasses
+import gzip
+import importlib.resources
+import os
+import socket
+import threading
+from typing import Optional, Tuple
+
+import numpy as np
+
+from shared.errors import UsageError
+from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
+
+TFDS_DEFAULT_EXAMPLES = 5000  # the tutorial's train[:5000] and test[:5000]
+EMBEDDED_TEST_PER_CLASS = 100  # 500 images per digit: 400 train, 100 test
+TFDS_HOST = "storage.googleapis.com"  # where tensorflow-datasets downloads MNIST from
+PROBE_SECONDS = 3.0
+TFDS_BROKEN = "tensorflow_datasets does not work here"  # the reason's start; release_matrix.table matches it
+
+IDX_FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+IDX_IMAGES_MAGIC = 2051
+IDX_LABELS_MAGIC = 2049
+
+
+@dataclasses.dataclass(frozen=True)
+class MnistData:
+    x_train: np.ndarray  # float32 [N, 784] in [0, 1]
+    y_train: np.ndarray  # int64 [N]
+    x_test: np.ndarray
+    y_test: np.ndarray
+    source: str  # "tfds", "embedded" or the IDX directory
+    reason: str  # one line: why this source was used
+    fallback: str = ""  # --data auto trained on the embedded set instead of tfds: why; "" otherwise
+
+    def describe(self) -> str:
+        return f"data: {self.source} ({self.reason}); {len(self.y_train)} train, {len(self.y_test)} test examples"
+
+
+def preprocess(images: np.ndarray, labels: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The tutorial's preprocessing: flatten to 784, scale to [0, 1] float32, int64 labels."""
+    images = np.asarray(images).reshape(-1, IMAGE_PIXELS).astype(np.float32) / np.float32(255.0)
+    return images, np.asarray(labels).reshape(-1).astype(np.int64)
+
+
+def _example_count(name: str, requested: Optional[int], default: int, available: int, hint: str) -> int:
+    """How many `name` examples to use: `requested`, else min(default, available); checked."""
+    count = min(default, available) if requested is None else requested  # Config checked it is positive
+    if count > available:
+        raise UsageError(
+            f"--{name}-examples {count} is more than the {available} {name} "
+            f"examples in {hint}; use --{name}-examples {available} or fewer"
+        )
+    return count
+
+
+def _take(name: str, images, labels, requested: Optional[int], default: int, hint: str):
+    count = _example_count(name, requested, default, len(labels), hint)
+    return images[:count], labels[:count]
+
+
+# --- embedded -------------------------------------------------------------------------
+
+
+def embedded_split() -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The shipped 5,000 images, split stratified: per digit the 5th, 10th, ... image is test.
+
+    The file is sorted by label, so both splits are put in a fixed interleaved order
+    (a stride permutation, no RNG whose stream could change between NumPy versions)
+    that mixes the digits in every batch.
+    """
+    with importlib.resources.files("shared").joinpath("training/embedded/mnist_5k.npz").open("rb") as f:
+        arrays = np.load(f)
+        images, labels = arrays["x"], arrays["y"]
+    position_in_class = np.zeros(len(labels), dtype=np.int64)
+    for digit in range(NUM_CLASSES):
+        members = np.flatnonzero(labels == digit)
+        position_in_class[members] = np.arange(len(members))
+    test_every = len(labels) // NUM_CLASSES // EMBEDDED_TEST_PER_CLASS  # 5: every 5th image of a digit
+    is_test = position_in_class % test_every == test_every - 1
+    train_idx, test_idx = np.flatnonzero(~is_test), np.flatnonzero(is_test)
+    train_idx, test_idx = train_idx[_stride_order(len(train_idx))], test_idx[_stride_order(len(test_idx))]
+    return images[train_idx], labels[train_idx], images[test_idx], labels[test_idx]
+
+
+def _stride_order(n: int, stride: int = 1237) -> np.ndarray:
+    """A fixed permutation of range(n): k -> k * stride mod n (1237 is prime, so coprime to n here)."""
+    assert np.gcd(n, stride) == 1, (n, stride)
+    return (np.arange(n, dtype=np.int64) * stride) % n
+
+
+def load_embedded(train_examples, test_examples, reason) -> MnistData:
+    x_train, y_train, x_test, y_test = embedded_split()
+    x_train, y_train = _take("train", x_train, y_train, train_examples, len(y_train), "the embedded set")
+    x_test, y_test = _take("test", x_test, y_test, test_examples, len(y_test), "the embedded set")
+    return MnistData(*preprocess(x_train, y_train), *preprocess(x_test, y_test), "embedded", reason)
+
+
+# --- IDX directory ----------------------------------------------------------------------
+
+
+def _read_idx(directory: str, stem: str, magic: int) -> np.ndarray:
+    for name in (stem, stem + ".gz"):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            break
+    else:
+        raise UsageError(
+            f"{os.path.join(directory, stem)}[.gz] not found; --data DIR needs the four "
+            f"MNIST IDX files {', '.join(IDX_FILES.values())}"
+        )
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise UsageError(f"{path}: cannot read ({e}); replace it with an intact copy") from None
+    if len(raw) < 8 or int.from_bytes(raw[:4], "big") != magic:
+        found = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else None
+        raise UsageError(
+            f"{path}: IDX magic number {found} is not {magic}; "
+            f"is this the {'images' if magic == IDX_IMAGES_MAGIC else 'labels'} file?"
+        )
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    expected = header + int(np.prod(dims))
+    if len(raw) != expected:
+        raise UsageError(
+            f"{path}: {len(raw)} bytes but its header {dims} needs {expected}; "
+            f"the file is truncated or corrupt, replace it"
+        )
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def load_idx_dir(directory, train_examples, test_examples) -> MnistData:
+    if not os.path.isdir(directory):
+        raise UsageError(
+            f"--data {directory}: no such directory; give a directory with the MNIST IDX files, or use --data embedded"
+        )
+    if not os.access(directory, os.R_OK | os.X_OK):
+        raise UsageError(f"--data {directory}: directory is not readable; fix its permissions")
+    splits = []
+    for split in ("train", "test"):
+        images = _read_idx(directory, IDX_FILES[f"{split}_images"], IDX_IMAGES_MAGIC)
+        labels = _read_idx(directory, IDX_FILES[f"{split}_labels"], IDX_LABELS_MAGIC)
+        if images.ndim != 3 or images.shape[1:] != (28, 28):
+            raise UsageError(f"{directory}: {split} images have shape {images.shape}, not [N, 28, 28]")
+        if len(images) != len(labels):
+            raise UsageError(
+                f"{directory}: {len(images)} {split} images but {len(labels)} {split} "
+                f"labels; the two files must come from the same set"
+            )
+        if labels.size and labels.max() >= NUM_CLASSES:
+            raise UsageError(f"{directory}: {split} label {labels.max()} is not a digit 0-9")
+        requested = train_examples if split == "train" else test_examples
+        splits += preprocess(*_take(split, images, labels, requested, TFDS_DEFAULT_EXAMPLES, directory))
+    return MnistData(*splits, directory, "IDX files")
+
+
+# --- tensorflow-datasets ------------------------------------------------------------------
+
+
+def _host_answers(host: str, port: int = 443, seconds: float = PROBE_SECONDS) -> bool:
+    """True if a TCP connection to host opens within `seconds` (DNS included, hence the thread)."""
+    result = []
+
+    def probe():
+        try:
+            socket.create_connection((host, port), timeout=seconds).close()
+            result.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return bool(result)
+
+
+def tfds_availability() -> Tuple[bool, str]:
+    """Whether `tfds.load("mnist")` can succeed without the ~205 s offline retry, and why."""
+    try:
+        import tensorflow_datasets as tfds
+
+        builder = tfds.builder("mnist")
+    except Exception as error:  # noqa: BLE001 - a broken install: its import logs the cause and leaves no `builder`
+        return False, f"{TFDS_BROKEN} ({type(error).__name__}: {error})"
+    if builder.is_prepared():
+        return True, f"MNIST is prepared in {builder.data_dir}"
+    if _host_answers(TFDS_HOST):
+        return True, f"MNIST is not prepared locally but {TFDS_HOST} answers; downloading"
+    return False, (
+        f"MNIST is not prepared in {builder.data_dir} and {TFDS_HOST} did not answer within {PROBE_SECONDS:.0f} s"
+    )
+
+
+def load_tfds(train_examples, test_examples, reason) -> MnistData:
+    import tensorflow_datasets as tfds
+
+    n_train = _example_count("train", train_examples, TFDS_DEFAULT_EXAMPLES, 60000, "tfds MNIST")
+    n_test = _example_count("test", test_examples, TFDS_DEFAULT_EXAMPLES, 10000, "tfds MNIST")
+    (x_train, y_train), (x_test, y_test) = tfds.as_numpy(
+        tfds.load("mnist", split=[f"train[:{n_train}]", f"test[:{n_test}]"], batch_size=-1, as_supervised=True)
+    )
+    return MnistData(*preprocess(x_train, y_train), *preprocess(x_test, y_test), "tfds", reason)
+
+
+def load_data(source: str, train_examples: Optional[int] = None, test_examples: Optional[int] = None) -> MnistData:
+    """Load and preprocess MNIST from `source` (see the module docstring)."""
+    if source == "embedded":
+        return load_embedded(train_examples, test_examples, "--data embedded")
+    if source in ("tfds", "auto"):
+        available, why = tfds_availability()
+        if available:
+            return load_tfds(train_examples, test_examples, why)
+        if source == "tfds":
+            raise UsageError(f"--data tfds: {why}; use --data embedded, or a directory of MNIST IDX files")
+        # Other data than on a machine where tfds works: the header and the JSON say so.
+        return dataclasses.replace(load_embedded(train_examples, test_examples, f"auto: {why}"), fallback=why)
+    return load_idx_dir(source, train_examples, test_examples)

@@ -1,0 +1,113 @@
+"""SavedModel export: any trainer's weights as a plain model that serves without mesh or strategy.
+
+    python compare.py --data embedded --export exported
+    python -m shared.export exported/dtensor     # reload in a fresh process and check it
+
+Each trainer hands over its final weights as arrays (a sharded DVariable all-gathered first), saved
+as plain variables in the run's model: `serving_default` takes `images` [None, 784] and returns
+`logits` and `probabilities`. Each export carries its self-check in assets.extra/probe.npz: test
+images and the trainer's own logits for them, compared within LOGIT_TOLERANCE
+(docs/checkpoints-and-export.md). Written beside its final name and renamed into place.
+"""
+
+import os
+import sys
+from typing import Callable, Dict, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from shared.files import partial_path, publish_directory
+from shared.model.definition import Model
+from shared.model.mnist import IMAGE_PIXELS
+
+PROBE_EXAMPLES = 100
+PROBE_FILE = os.path.join("assets.extra", "probe.npz")
+# Logits of the same weights on a mesh or one device differ by summation order only:
+# measured up to ~1e-6 for logits of magnitude ~10; 1e-4 leaves room and still catches any wrong weight.
+LOGIT_TOLERANCE = 1e-4
+
+
+class ServingModel(tf.Module):
+    """The trained model with plain float32 variables and one serving function."""
+
+    def __init__(self, definition, weights: Sequence[np.ndarray]):
+        super().__init__()
+        self.model = Model(definition, [np.asarray(w, np.float32) for w in weights])
+
+    @tf.function(input_signature=[tf.TensorSpec([None, IMAGE_PIXELS], tf.float32, name="images")])
+    def serve(self, images) -> Dict[str, tf.Tensor]:
+        logits = self.model(images)
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
+
+
+def export_model(
+    directory: str, definition, weights: Sequence[np.ndarray], trainer_logits: Callable, probe_images: np.ndarray
+) -> float:
+    """Write a SavedModel of `weights` to `directory`; returns the largest |logit| difference
+    between it and `trainer_logits(probe_images)`, the trainer's own forward pass."""
+    probe_images = np.asarray(probe_images[:PROBE_EXAMPLES], np.float32)
+    expected = np.asarray(trainer_logits(probe_images), np.float32)
+    with tf.device("CPU:0"):  # not on a mesh or under a strategy; SavedModel does not record the device
+        serving = ServingModel(definition, weights)
+        served = serving.serve(tf.constant(probe_images))["logits"].numpy()
+    os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+    partial = partial_path(directory)
+    tf.saved_model.save(serving, partial, signatures={"serving_default": serving.serve})
+    os.makedirs(os.path.join(partial, "assets.extra"))
+    np.savez(os.path.join(partial, PROBE_FILE), images=probe_images, trainer_logits=expected)
+    publish_directory(partial, directory)
+    return float(np.max(np.abs(served - expected))) if len(expected) else 0.0
+
+
+def export_trainer(
+    config,
+    trainer: str,
+    definition,
+    weights: Sequence[np.ndarray],
+    trainer_logits: Callable,
+    probe_images: np.ndarray,
+    details: dict,
+) -> None:
+    """--export DIR: write DIR/<trainer> and record where and how close in `details`."""
+    if not config.export:
+        return
+    directory = os.path.join(config.export, trainer)
+    difference = export_model(directory, definition, weights, trainer_logits, probe_images)
+    details["export"] = directory
+    details["export_max_abs_logit_diff"] = f"{difference:.3g}"
+
+
+def check_export(directory: str) -> float:
+    """Load an export with tf.saved_model.load and return its largest |logit| difference from the
+    trainer's own on the probe images; also checks that probabilities are the logits' softmax."""
+    loaded = tf.saved_model.load(directory)
+    probe = np.load(os.path.join(directory, PROBE_FILE))
+    outputs = loaded.signatures["serving_default"](images=tf.constant(probe["images"]))
+    logits, probabilities = outputs["logits"].numpy(), outputs["probabilities"].numpy()
+    np.testing.assert_allclose(probabilities, tf.nn.softmax(logits).numpy(), atol=1e-6)
+    return float(np.max(np.abs(logits - probe["trainer_logits"])))
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m shared.export [--verbose] DIR...`: one line per export; exit 1 if any differs by more than
+    LOGIT_TOLERANCE, 2 (one line, nothing checked) if a DIR is not an export of this project."""
+    directories = [arg for arg in argv if arg != "--verbose"]  # --verbose: TensorFlow's lines, shown above
+    missing = [d for d in directories if not os.path.isfile(os.path.join(d, PROBE_FILE))]
+    if missing or not directories:
+        problem = (
+            f"{missing[0]} is not an export of compare.py --export (it has no {PROBE_FILE})"
+            if missing
+            else "give the directories that compare.py --export DIR wrote, DIR/<trainer>"
+        )
+        print(f"python -m shared.export: error: {problem}", file=sys.stderr)
+        return 2
+    worst = 0.0
+    for directory in directories:
+        difference = check_export(directory)
+        worst = max(worst, difference)
+        print(
+            f"{directory}: max |logit diff| {difference:.3g} against the trainer's own on its probe images, "
+            f"tolerance {LOGIT_TOLERANCE:g} ({'ok' if difference <= LOGIT_TOLERANCE else 'FAILED'})"
+        )
+    return 0 if worst <= LOGIT_TOLERANCE else 1

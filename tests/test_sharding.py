@@ -1,0 +1,138 @@
+"""Sharded data parallel on DTensor (--shard-weights, FSDP / ZeRO-3): every weight and its optimizer slots split
+over the batch axis too. The layouts and what cannot be split, without training; then against the reference
+in float64 on every step (the MLP on batch=4,model=2; the ViT's: tests/test_vit.py), float32 on batch=8 with
+its memory per device and bytes, and a sharded checkpoint resumed by MirroredStrategy.
+
+Data: 236 training and 100 test embedded examples, global batch 64 (4 steps an epoch, the last of 44).
+~60 s on 2 cores.
+"""
+
+import numpy as np
+import pytest
+
+from dtensor_impl import trainer as dtensor_trainer
+from dtensor_impl.layouts import plan_layouts
+from mirrored_impl import trainer as mirrored_trainer
+from shared.config import Config
+from shared.errors import UsageError
+from shared.judge.parity import TOLERANCES, check_parity
+from shared.measure.memory import largest_total_bytes
+from shared.model import BATCH_AXIS, ModelDefinition, Variable, check_definition
+from shared.model.mlp import mlp
+from shared.model.vit import vit
+from shared.training import reference
+from tests.cli import data_slice
+
+TRAIN_EXAMPLES, TEST_EXAMPLES = 236, 100
+STEPS_PER_EPOCH = 4
+BASE = Config(epochs=2, batch_size=64, quiet=True)
+FLOAT64_BOUND = 1e-8  # the issue's bound on the largest loss difference; measured: below 1e-15
+
+
+@pytest.fixture(scope="module")
+def small(embedded):
+    return data_slice(embedded, TRAIN_EXAMPLES, TEST_EXAMPLES)
+
+
+# --- the layouts, without training ---------------------------------------------------------------
+
+
+def test_every_mlp_weight_but_the_last_bias_splits_on_the_batch_axis_padding_the_widths_it_needs():
+    plan = plan_layouts(mlp(), batch=8, model=None, shard_weights=True)
+    assert plan.specs == (
+        ("batch", "unsharded"),  # 784 rows: 8 divides them
+        ("batch",),  # 700 units: padded to 704
+        ("batch", "unsharded"),
+        ("batch",),
+        ("batch", "unsharded"),
+        ("unsharded",),  # 10 logits: 8 divides no dimension, and they may not be padded
+    )
+    assert plan.sizes == {"hidden1": 704, "hidden2": 504} and plan.not_split == ("layers/2/b",)
+
+
+def test_with_a_model_axis_the_batch_axis_takes_another_dimension_of_each_weight():
+    plan = plan_layouts(mlp(), batch=4, model=2, shard_weights=True)
+    assert plan.specs[:3] == (("batch", "model"), ("model",), ("model", "batch"))
+    assert plan.not_split == ("layers/0/b", "layers/2/b")  # a vector already split on the model axis: no room
+    vit_plan = plan_layouts(vit(), batch=4, model=2, shard_weights=True)
+    assert vit_plan.not_split == ("blocks/0/mlp/b1", "blocks/1/mlp/b1", "head/b")
+    assert vit_plan.specs[vit().names.index("blocks/0/attention/query")] == ("batch", "model", "unsharded")
+
+
+def test_without_the_option_nothing_splits_on_the_batch_axis_unless_the_model_says_so():
+    assert all("batch" not in spec for spec in plan_layouts(mlp(), 8, None).specs)
+    user = ModelDefinition(
+        "user",
+        (Variable("w", (16, 4), layout=(BATCH_AXIS, "unsharded")), Variable("b", (4,))),
+        lambda v, x: x[:, :16] @ v["w"] + v["b"],
+        1,
+    )
+    assert check_definition(user, "user.py:user") is user
+    assert plan_layouts(user, 8, None).specs == (("batch", "unsharded"), ("unsharded",))
+    with pytest.raises(UsageError, match=r"variable w dimension 0 \(16\) does not divide over the batch axis of 3"):
+        plan_layouts(user, 3, None)
+
+
+def test_a_layout_naming_an_axis_twice_is_refused():
+    twice = ModelDefinition("twice", (Variable("w", (8, 8), layout=(BATCH_AXIS, BATCH_AXIS)),), lambda v, x: x, 1)
+    with pytest.raises(UsageError, match="'model' and 'batch' each on at most one dimension"):
+        check_definition(twice, "f.py:twice")
+
+
+def test_sharding_needs_a_batch_axis_of_two_or_more_and_dtensor(devices):
+    with pytest.raises(UsageError, match=r"mesh batch=1,model=8 has a batch axis of 1; use a mesh with batch > 1"):
+        dtensor_trainer.check_config(Config(mesh="batch=1,model=8", shard_weights=True), devices)
+    with pytest.raises(UsageError, match="--shard-weights lays out DTensor's weights; add dtensor to --trainers"):
+        Config(trainers=("reference", "mirrored"), shard_weights=True)
+
+
+# --- trained ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def references(small, devices):
+    runs = {}
+
+    def run(dtype="float32", model="mlp", epochs=2):
+        key = (dtype, model, epochs)
+        if key not in runs:
+            runs[key] = reference.fit(BASE.replace(dtype=dtype, model=model, epochs=epochs), small, devices[:1])
+        return runs[key]
+
+    return run
+
+
+def test_float64_matches_the_reference_on_every_step_with_a_model_axis_too(small, devices, references):
+    """The ViT's: tests/test_vit.py, on batch=2,model=4."""
+    config = BASE.replace(dtype="float64", mesh="batch=4,model=2", shard_weights=True)
+    history = dtensor_trainer.fit(config, small, devices)
+    parity = check_parity(history, references("float64"))
+    print(f"\nmlp batch=4,model=2 sharded, float64: max |loss diff| {parity.max_abs_loss_diff:.3g}")
+    assert parity.ok and parity.state_judged, parity.reason
+    assert parity.max_abs_loss_diff <= FLOAT64_BOUND
+    assert "sharded" in history.placement and history.details["shard_weights"].startswith("not split: ")
+
+
+def test_batch_8_sharded_matches_and_holds_an_eighth_of_the_weights_and_adam_slots(small, devices, references):
+    sharded = dtensor_trainer.fit(BASE.replace(mesh="batch=8", shard_weights=True), small, devices)
+    assert check_parity(sharded, references()).ok
+    replicated = 3 * 4 * mlp().parameter_count() + 8  # batch=8: every weight and both Adam slots, and the step
+    ratio = largest_total_bytes(sharded.memory_per_device) / replicated
+    print(f"\nbatch=8 sharded: {ratio:.3f} of the replicated memory per device")
+    assert ratio <= 1 / 6  # the issue's bound: padded 704/504 units and the replicated last bias cost a little
+    assert {record.device for record in sharded.memory_per_device} == {f"CPU:{i}" for i in range(8)}
+    assert sharded.traffic is not None and sharded.traffic.link_bytes > 0  # counted without --profile
+
+
+def test_a_sharded_checkpoint_resumes_in_mirrored_strategy(small, devices, references, tmp_path):
+    uninterrupted = references(epochs=3)
+    directory = tmp_path / "ckpt"
+    dtensor_trainer.fit(
+        BASE.replace(mesh="batch=4,model=2", shard_weights=True, checkpoint_dir=str(directory)), small, devices
+    )
+    restore = BASE.replace(epochs=3, restore=str(directory / "dtensor"))
+    history = mirrored_trainer.fit(restore, small, devices)  # on another DTensor mesh: tests/test_checkpoint.py
+    losses = np.asarray(history.step_losses) - uninterrupted.step_losses[-STEPS_PER_EPOCH:]
+    assert np.max(np.abs(losses)) <= TOLERANCES["float32"]["loss"].atol
+    weights = max(np.max(np.abs(a - b)) for a, b in zip(history.final_weights, uninterrupted.final_weights))
+    assert weights <= TOLERANCES["float32"]["weight"].atol
