@@ -43,9 +43,9 @@ from shared.model.registry import definition_for
 from shared.training import loop
 from shared.training.batches import epoch_batches, epoch_order, equal_shape_runs, without_autotune
 from shared.training.build import build_model_and_optimizer
-from shared.training.data import MnistData
-from shared.training.losses import correct_count, loss_sum, mean_loss
-from shared.training.optim import make_optimizer
+from shared.training.data import Dataset
+from shared.training.losses import correct_count, host_label_count, label_count, loss_sum, mean_loss
+from shared.training.optim import dense, make_optimizer
 from shared.training.protocol import ClusterRole, RunFacts, Trainer, Variant
 
 # Steps per train_steps call. Measured on a pre-packed batch, alternating in one process: a
@@ -193,7 +193,7 @@ def pad_batch(x: np.ndarray, y: np.ndarray, batch_shards: int):
     weights[:real] = 1.0
     if padded != real:
         x = np.concatenate([x, np.zeros((padded - real, *x.shape[1:]), x.dtype)])
-        y = np.concatenate([y, np.zeros(padded - real, y.dtype)])
+        y = np.concatenate([y, np.zeros((padded - real, *y.shape[1:]), y.dtype)])
     return x, y, weights
 
 
@@ -213,14 +213,14 @@ def pack_batch(x: np.ndarray, y: np.ndarray, mesh: dtensor.Mesh):
     return tuple(shard_to_mesh(array, batch_layout(mesh, array.ndim)) for array in arrays)
 
 
-def packed_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
+def packed_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
     for x_batch, y_batch in epoch_batches(
         data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed
     ):
-        yield pack_batch(x_batch, y_batch, mesh), len(y_batch)
+        yield pack_batch(x_batch, y_batch, mesh), host_label_count(y_batch)
 
 
-def dataset_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
+def dataset_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
     """The same batches as `packed_batches`: the full ones through DTensorDataset, the remainder packed.
 
     DTensorDataset batches per replica with drop_remainder=True and hands replica r
@@ -238,7 +238,11 @@ def dataset_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.M
         batches = dtensor.DTensorDataset(
             examples,
             mesh=mesh,
-            layouts=(batch_layout(mesh, 2), batch_layout(mesh, 1), batch_layout(mesh, 1)),
+            layouts=(
+                batch_layout(mesh, data.x_train.ndim),
+                batch_layout(mesh, data.y_train.ndim),
+                batch_layout(mesh, 1),
+            ),
             global_batch_size=config.batch_size,
             batch_dim=BATCH_AXIS,
             prefetch=DATASET_PREFETCH,
@@ -246,8 +250,8 @@ def dataset_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.M
         # Take exactly the full batches: running the iterator to its end raises OutOfRange on
         # the DTensor device, which poisons its executor and cancels every later op.
         iterator = iter(batches)
-        for _ in range(full_count // config.batch_size):
-            yield next(iterator), config.batch_size
+        for start in range(0, full_count, config.batch_size):
+            yield next(iterator), host_label_count(data.y_train[index[start : start + config.batch_size]])
         del iterator  # stops its per-device input pipelines before the remainder trains
     if full_count < len(order):
         index = order[full_count:]
@@ -260,8 +264,8 @@ def dataset_batches(data: MnistData, config: Config, epoch: int, mesh: dtensor.M
 @tf.function
 def compute_gradients(model, x, y, example_weights):
     with tf.GradientTape() as tape:
-        loss = mean_loss(model(x), y, tf.reduce_sum(example_weights), example_weights)
-    return tape.gradient(loss, model.weights)
+        loss = mean_loss(model(x), y, label_count(y, example_weights), example_weights, model.definition.loss)
+    return dense(tape.gradient(loss, model.weights))
 
 
 @tf.function
@@ -274,8 +278,8 @@ def train_step(model, optimizer, x, y, example_weights):
     with tf.GradientTape() as tape:
         with tf.name_scope(profile.FORWARD_SCOPE):  # the scopes name the step's parts for --profile
             logits = model(x)
-            loss = mean_loss(logits, y, tf.reduce_sum(example_weights), example_weights)
-    grads = tape.gradient(loss, model.weights)
+            loss = mean_loss(logits, y, label_count(y, example_weights), example_weights, model.definition.loss)
+    grads = dense(tape.gradient(loss, model.weights))
     with tf.name_scope(profile.UPDATE_SCOPE):
         optimizer.apply_gradients(grads, model.weights)
     return loss, correct_count(logits, y, example_weights)
@@ -300,9 +304,16 @@ def train_steps(model, optimizer, batches, record_state: bool = False):
 
 
 @tf.function
+def forward(model, x):
+    """The model on the mesh in a traced function: eagerly, an op between a DTensor and a constant the forward
+    makes (the GPT's causal mask) is refused."""
+    return model(x)
+
+
+@tf.function
 def test_step(model, x, y, example_weights):
     logits = model(x)
-    return loss_sum(logits, y, example_weights), correct_count(logits, y, example_weights)
+    return loss_sum(logits, y, example_weights, model.definition.loss), correct_count(logits, y, example_weights)
 
 
 # --- the loop -------------------------------------------------------------------------------
@@ -383,7 +394,7 @@ class DTensorTrainer(Trainer):
 
     name = "dtensor"
 
-    def __init__(self, config: Config, data: MnistData, devices: Sequence[str], log: Callable = print, gather=None):
+    def __init__(self, config: Config, data: Dataset, devices: Sequence[str], log: Callable = print, gather=None):
         """`gather`: the forward all-gathers the weights split on the batch axis (True), or leaves them to
         DTensor's expansion (False); None tries DTensor's first (build_model)."""
         spec = check_config(config, devices)
@@ -541,7 +552,7 @@ class DTensorTrainer(Trainer):
         ]
         total_loss = sum(float(batch_loss) for batch_loss, _ in results)  # host sync point
         total_correct = sum(float(batch_correct) for _, batch_correct in results)
-        return total_loss / len(y), total_correct / len(y)
+        return total_loss / host_label_count(y), total_correct / host_label_count(y)
 
     def state(self):
         return state_variables(self.model, self.optimizer)  # padded units are zero: they add nothing to a checksum
@@ -554,8 +565,8 @@ class DTensorTrainer(Trainer):
 
     def predict_logits(self, x: np.ndarray) -> np.ndarray:
         """Logits for host images, computed on the mesh: what --export checks its SavedModel against."""
-        images, _, _ = pack_batch(x, np.zeros(len(x), np.int64), self.mesh)
-        return to_numpy(self.model(images))[: len(x)]
+        inputs, _, _ = pack_batch(x, np.zeros(len(x), np.int64), self.mesh)
+        return to_numpy(forward(self.model, inputs))[: len(x)]
 
     def begin(self, start_epoch: int):
         if start_epoch and self.checkpointed[0] is not self.model:  # restored into the host copy
@@ -643,6 +654,6 @@ def join_cluster(config: Config) -> None:
     dtensor.initialize_accelerator_system(config.device_type)
 
 
-def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
+def fit(config: Config, data: Dataset, devices: Sequence[str], log: Callable = print) -> History:
     """Train on a mesh over exactly `devices` and return the shared history record."""
     return loop.fit(DTensorTrainer(config, data, devices, log), config, data, log)

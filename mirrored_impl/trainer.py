@@ -26,11 +26,11 @@ from shared.measure.memory import DeviceMemory, located_bytes, tally
 from shared.measure.traffic import Implementation
 from shared.model.definition import Model
 from shared.training import loop
-from shared.training.batches import batch_slices, epoch_batches, without_autotune
+from shared.training.batches import batch_label_counts, batch_slices, epoch_batches, without_autotune
 from shared.training.build import build_model_and_optimizer
-from shared.training.data import MnistData
-from shared.training.losses import correct_count, loss_sum, mean_loss
-from shared.training.optim import apply_gradients_fused
+from shared.training.data import Dataset
+from shared.training.losses import correct_count, host_label_count, loss_sum, mean_loss
+from shared.training.optim import apply_gradients_fused, dense
 from shared.training.protocol import ClusterRole, RunFacts, Trainer, Variant
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -210,15 +210,16 @@ def describe_pieces(global_count: int, num_replicas: int) -> str:
 
 
 def replica_chunks(
-    num_examples: int, batch_size: int, num_replicas: int, epochs: Sequence[int], shuffle: bool, seed: int
+    label_counts: np.ndarray, batch_size: int, num_replicas: int, epochs: Sequence[int], shuffle: bool, seed: int
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Which examples each replica takes at each step, epoch by epoch: (indices, sizes, global_counts).
 
     The global batches of `epoch_batches` for `epochs`, cut into `piece_sizes` contiguous pieces,
     replica 0 first. indices [epochs, N, steps, P] holds replica r's piece of step s in its first
     sizes[e, r, s] entries (P = the largest piece; the rest repeat example 0 and are cut off);
-    global_counts [epochs, N, steps] is the real example count of each global batch.
+    global_counts [epochs, N, steps] is each global batch's count of counted labels (label_counts: per example).
     """
+    num_examples = len(label_counts)
     steps = len(batch_slices(num_examples, batch_size))
     width = -(-batch_size // num_replicas)
     indices = np.zeros((len(epochs), num_replicas, steps, width), np.int64)
@@ -230,7 +231,7 @@ def replica_chunks(
             start = 0
             for replica, size in enumerate(piece_sizes(len(batch), num_replicas)):
                 indices[e, replica, step, :size] = batch[start : start + size]
-                sizes[e, replica, step], global_counts[e, replica, step] = size, len(batch)
+                sizes[e, replica, step], global_counts[e, replica, step] = size, label_counts[batch].sum()
                 start += size
     return indices, sizes, global_counts
 
@@ -253,7 +254,8 @@ def distribute_batches(
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         num_replicas = input_context.num_replicas_in_sync
-        indices, sizes, global_counts = replica_chunks(len(y), batch_size, num_replicas, epochs, shuffle, seed)
+        label_counts = (y >= 0).reshape(len(y), -1).sum(1)
+        indices, sizes, global_counts = replica_chunks(label_counts, batch_size, num_replicas, epochs, shuffle, seed)
         # Each pipeline feeds only its own replicas: worker w's replicas w*L .. w*L+L-1 across
         # workers, one replica's in one process (pipeline_per_replica).
         local_replicas = num_replicas // input_context.num_input_pipelines
@@ -303,8 +305,8 @@ def replica_loss_and_gradients(model, x, y, global_count):
     with tf.GradientTape() as tape:
         with tf.name_scope(profile.FORWARD_SCOPE):
             logits = model(x)
-            loss = mean_loss(logits, y, global_count)
-    return logits, loss, tape.gradient(loss, model.weights)
+            loss = mean_loss(logits, y, global_count, loss=model.definition.loss)
+    return logits, loss, dense(tape.gradient(loss, model.weights))
 
 
 def all_reduced(grads):
@@ -392,19 +394,19 @@ def test_step(strategy, model, chunk, step):
     def on_replica(*replica_chunk):
         x, y, _ = piece(replica_chunk, step)
         logits = model(x)
-        return loss_sum(logits, y), correct_count(logits, y)
+        return loss_sum(logits, y, loss=model.definition.loss), correct_count(logits, y)
 
     loss_sums, corrects = strategy.run(on_replica, args=chunk)
     return strategy.reduce(SUM, loss_sums, axis=None), strategy.reduce(SUM, corrects, axis=None)
 
 
-def evaluate(strategy, model, chunk, num_batches: int, num_examples: int):
+def evaluate(strategy, model, chunk, num_batches: int, num_labels: int):
     """(mean loss, accuracy) over a whole split: the `num_batches` global batches of `chunk`; one host sync."""
     total_loss, total_correct = 0.0, 0.0
     for step in range(num_batches):
         batch_loss, batch_correct = test_step(strategy, model, chunk, tf.constant(step))
         total_loss, total_correct = total_loss + batch_loss, total_correct + batch_correct
-    return float(total_loss) / num_examples, float(total_correct) / num_examples
+    return float(total_loss) / num_labels, float(total_correct) / num_labels
 
 
 @tf.function
@@ -469,7 +471,7 @@ class MirroredTrainer(Trainer):
 
     name = "mirrored"
 
-    def __init__(self, config: Config, data: MnistData, devices: Sequence[str], log: Callable = print):
+    def __init__(self, config: Config, data: Dataset, devices: Sequence[str], log: Callable = print):
         if config.clients > 1:
             self.strategy = multi_worker_strategy()  # first: before anything starts TensorFlow's runtime
             check_config(config, devices)
@@ -502,7 +504,9 @@ class MirroredTrainer(Trainer):
             )
         self.model, self.optimizer, self.primary_model = build_models(self.strategy, config, update)
         self.checkpointed = (self.primary_model or self.model, self.optimizer)
-        self.global_counts = [part.stop - part.start for part in batch_slices(len(data.y_train), config.batch_size)]
+        self.global_counts = batch_label_counts(
+            data.y_train, config.batch_size, 0, False, 0
+        )  # each epoch's: train_epoch
 
     def begin(self, start_epoch: int):
         """After --restore: the replicas' copies from the primary weights, and the run's input pipelines."""
@@ -529,6 +533,10 @@ class MirroredTrainer(Trainer):
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
         if not first:
             self.chunk = next(self.train_iterator)  # prepared while the previous epoch trained
+        config = self.config
+        self.global_counts = batch_label_counts(
+            self.data.y_train, config.batch_size, epoch, config.shuffle, config.seed
+        )
         done = 0
         if first:  # the first step alone: its time is the trace time
             initial_state = read_state_checksums(self.state()) if record_state else None
@@ -575,7 +583,7 @@ class MirroredTrainer(Trainer):
             self.model,
             next(self.test_iterator),
             len(batch_slices(len(y), self.config.batch_size)),
-            len(y),
+            host_label_count(y),
         )
 
     def state(self):
@@ -595,6 +603,6 @@ class MirroredTrainer(Trainer):
         history.details["replica_weight_spread"] = f"{replica_weight_spread(self.strategy, self.model):.3g}"
 
 
-def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
+def fit(config: Config, data: Dataset, devices: Sequence[str], log: Callable = print) -> History:
     """Train data-parallel with one replica per device and return the shared history record."""
     return loop.fit(MirroredTrainer(config, data, devices, log), config, data, log)

@@ -5,24 +5,27 @@
                          epochs=2, train_examples=512, test_examples=256)
     assert result.ok, result.summary()
 
-`model` is anything `--model` takes (mlp, vit, FILE.py:FUNCTION). The reference trains once; DTensor
-once per mesh and MirroredStrategy once, in this process, on the first `devices` logical devices
-(configured here if TensorFlow has not started; else the process's own must suffice). Every verdict
+`model` is anything `--model` takes (mlp, vit, gpt, FILE.py:FUNCTION), or a ModelDefinition, or a function
+returning one (trained in this process then: a trainer process could not import it). The reference trains
+once; DTensor once per mesh and MirroredStrategy once, on the first `devices` logical devices (configured
+here if TensorFlow has not started; else the process's own must suffice). Every verdict
 is compare.py's: a float32 failure is rerun in float64 to tell float noise from a MISMATCH.
 Bad input raises shared.errors.UsageError with compare.py's one-line message.
 """
 
 import dataclasses
-from typing import Dict, Sequence
+from typing import Callable, Dict, Sequence, Union
 
 from shared.config import Config
 from shared.devices import configure_devices
 from shared.errors import UsageError
 from shared.judge.parity import Parity
 from shared.judge.verdict import Verdict
+from shared.model.definition import ModelDefinition
+from shared.model.registry import register
 from shared.run.comparison import check_config
 from shared.run.sequence import Entry, RunResult, train_and_judge, trained_by
-from shared.training.data import load_data
+from shared.training.data import load_run_data
 from shared.training.registry import distributed, trainer_module
 
 
@@ -46,7 +49,7 @@ class ModelCheck:
 
 
 def check_model(
-    model: str = "mlp",
+    model: Union[str, ModelDefinition, Callable[[], ModelDefinition]] = "mlp",
     meshes: Sequence[str] = ("batch=8",),
     trainers: Sequence[str] = ("dtensor", "mirrored"),
     devices: int = 8,
@@ -57,6 +60,11 @@ def check_model(
 
     `options` are shared.config.Config fields: epochs, batch_size, train_examples, dtype, ...
     """
+    if not isinstance(model, str):  # an object: registered in this process, where every trainer then trains
+        if options.get("trainer_process", "shared") != "shared":
+            raise UsageError("a model given as an object trains in this process: trainer_process='shared'")
+        model = register(model, getattr(model, "__name__", "given to check_model"))
+        options = {**options, "trainer_process": "shared"}
     known = distributed(Config().trainers)
     unknown = [name for name in trainers if name not in known]
     if unknown or not trainers:
@@ -71,7 +79,7 @@ def check_model(
         ]
     for entry in entries[1:]:
         check_config(entry.config.replace(trainers=(entry.trainer,)), all_devices)
-    dataset = load_data(config.data, config.train_examples, config.test_examples)
+    dataset = load_run_data(config)
     silent = lambda line: None  # noqa: E731 - the run's lines stay out of a user's test output
     train = trained_by(dataset, all_devices, log=print)
     run = train_and_judge(config, dataset, all_devices, entries, train, log=silent)

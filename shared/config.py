@@ -93,8 +93,8 @@ class Config:
 
     model: str = option(
         "mlp",
-        "mlp (the tutorial's), vit (a small Vision Transformer), or FILE.py:FUNCTION returning a "
-        "shared.model.ModelDefinition (examples/my_model.py)",
+        "mlp (the tutorial's), vit (a small Vision Transformer), gpt (a character GPT on tiny Shakespeare), "
+        "or FILE.py:FUNCTION returning a shared.model.ModelDefinition (examples/my_model.py)",
         MODEL,
     )
     hidden: Optional[Tuple[int, ...]] = option(
@@ -128,7 +128,12 @@ class Config:
     )
     shuffle: bool = option(False, "reshuffle the training set every epoch from --seed", RUN)  # the tutorial does not
 
-    data: str = option("auto", "auto, tfds, embedded, or a directory of MNIST IDX files", DATA)
+    data: str = option(
+        "auto",
+        "auto, tfds, embedded (the model's own data: MNIST, tiny Shakespeare), a directory of MNIST IDX "
+        "files, or FILE.npz of your arrays x_train, y_train, x_test, y_test",
+        DATA,
+    )
     train_examples: Optional[int] = option(
         None, "training examples (default: tfds/IDX 5000, embedded 4000)", DATA, parse=int
     )

@@ -99,7 +99,7 @@ def png_size(path):
 
 
 def data_slice(data, train_examples: int, test_examples: int):
-    """The first examples of each split of `data` (a shared.training.data.MnistData): a test's small data."""
+    """The first examples of each split of `data` (a shared.training.data.Dataset): a test's small data."""
     import dataclasses
 
     return dataclasses.replace(

@@ -36,11 +36,13 @@ HEAVIEST_FIRST = [
     "test_mirrored.py",  # 112
     "test_checkpoint.py",  # 97
     "test_baseline.py",  # 80
-    "test_multiclient.py",  # 72
-    "test_vit.py",  # 67
+    "test_gpt.py",  # 60
     "test_compare.py",  # 50
+    "test_user_models.py",  # 45
+    "test_multiclient.py",  # 40 (its heaviest runs: pytest -m extended)
     "test_reproducibility.py",  # 36
     "test_my_model.py",  # 31
+    "test_cnn_images.py",  # 20
     "test_profile.py",  # 23
     "test_traffic.py",  # 21
     "test_releases.py",  # 19

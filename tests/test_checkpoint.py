@@ -424,6 +424,7 @@ def test_compare_restores_checkpoints_and_exports(written, tmp_path):
     )
 
 
+@pytest.mark.extended  # compare.py --restore: the test above
 def test_a_resumed_run_is_judged_against_an_uninterrupted_reference(written, uninterrupted, tmp_path):
     """--reference-from-scratch: DTensor and MirroredStrategy resume DTensor's epoch-1 checkpoint, the
     reference trains epochs 1 and 2 from the initial values, and parity is judged on epoch 2's 4 steps.

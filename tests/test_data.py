@@ -13,8 +13,8 @@ from shared.training.data import (
     IDX_FILES,
     IDX_IMAGES_MAGIC,
     IDX_LABELS_MAGIC,
-    _host_answers,
     embedded_split,
+    host_answers,
     load_data,
 )
 
@@ -115,7 +115,7 @@ def test_tfds_without_network_fails_fast_and_auto_falls_back(monkeypatch, tmp_pa
     import time
 
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
-    if _host_answers("storage.googleapis.com", seconds=3):
+    if host_answers("storage.googleapis.com", seconds=3):
         pytest.skip("the MNIST download host answers here; the offline path cannot be exercised")
     started = time.perf_counter()
     with pytest.raises(UsageError, match=r"--data tfds: MNIST is not prepared in .* did not answer"):

@@ -263,6 +263,7 @@ print(json.dumps({"steps_per_call": trainer.steps_per_call("CPU"), "variable": o
 """
 
 
+@pytest.mark.extended  # a new process for one start-up order
 def test_dtensor_started_before_the_trainer_leaves_the_combining_on_and_the_trainer_one_step_per_call():
     """DTensor reads the combining setting once, when it starts. Started before the trainer could
     turn it off, it stays on, so the trainer must not unroll steps (it trained 0.53 off when it did)."""

@@ -152,11 +152,14 @@ def test_replicas_get_each_global_batch_in_order(uneven_slice, devices):
     assert len(batches) * 2 == STEPS
 
 
-def per_replica_mean(logits, labels, num_real, example_weights=None):
+def per_replica_mean(logits, labels, num_real, example_weights=None, loss=None):
     """The classic bug: each replica divides by its own example count instead of the global one."""
-    return tf.math.divide_no_nan(loss_sum(logits, labels, example_weights), tf.cast(tf.shape(labels)[0], logits.dtype))
+    return tf.math.divide_no_nan(
+        loss_sum(logits, labels, example_weights, loss), tf.cast(tf.shape(labels)[0], logits.dtype)
+    )
 
 
+@pytest.mark.extended  # the same mistake in float64, at step 0: below
 def test_per_replica_loss_scaling_fails_sgd_parity(histories, uneven_slice, devices, monkeypatch):
     """Adam is said to hide it (it is scale-invariant); here it does not even in the weights
     (0.013 against SGD's 0.003, from MNIST's near-zero border gradients, where Adam's epsilon

@@ -166,7 +166,7 @@ BROKEN = {
             return ModelDefinition("bad", (Variable("dense/w", (784, 10)), Variable("dense/bias", (10,))),
                                    forward, 1)
         """,
-        "its forward raised KeyError: 'dense/b' (user_model.py:6) on 2 images",
+        "its forward raised KeyError: 'dense/b' (user_model.py:6) on inputs [2, 784] float32",
     ),
     "a width the model axis cannot split, no padding allowed": (
         """
@@ -182,7 +182,8 @@ BROKEN = {
         def model():
             return ModelDefinition("bad", (Variable("dense/w", (784, 7)), Variable("dense/b", (7,))), forward, 1)
         """,
-        "its forward returned shape [2, 7] for 2 images; it must return logits [N, 10]",
+        "its forward returned shape [2, 7] for inputs [2, 784] float32; it must return logits [2, 10] "
+        "(label_shape [], 10 classes)",
     ),
     "not a definition": (
         """
@@ -205,7 +206,7 @@ def test_a_broken_user_model_is_one_line_and_exit_2(tmp_path, capsys, case):
 
 
 def test_model_spec_errors(tmp_path):
-    with pytest.raises(UsageError, match=r"--model 'nope' is unknown; use mlp, vit or FILE.py:FUNCTION"):
+    with pytest.raises(UsageError, match=r"--model 'nope' is unknown; use mlp, vit, gpt or FILE.py:FUNCTION"):
         models.load("nope")
     with pytest.raises(UsageError, match=r"no file /no/such.py"):
         models.load("/no/such.py:model")

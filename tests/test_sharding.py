@@ -124,6 +124,7 @@ def test_batch_8_sharded_matches_and_holds_an_eighth_of_the_weights_and_adam_slo
     assert sharded.traffic is not None and sharded.traffic.link_bytes > 0  # counted without --profile
 
 
+@pytest.mark.extended  # checkpoints across trainers and meshes: tests/test_checkpoint.py
 def test_a_sharded_checkpoint_resumes_in_mirrored_strategy(small, devices, references, tmp_path):
     uninterrupted = references(epochs=3)
     directory = tmp_path / "ckpt"

@@ -28,6 +28,9 @@ STEPS_PER_EPOCH = 4
 FLOAT64_LOSS_BOUND = 1e-8  # the bound; measured noise is ~1e-15 (docs/models.md)
 
 
+pytestmark = pytest.mark.extended  # the blocks and a sharded tensor-parallel mesh: tests/test_gpt.py
+
+
 @pytest.fixture(scope="module")
 def small(embedded):
     return dataclasses.replace(
@@ -83,7 +86,9 @@ def test_the_mesh_splits_heads_and_mlp_units_on_the_model_axis_and_the_rest_on_t
     assert "head/w[batch,unsharded]" in dtensor.details["layouts"]
     assert dtensor.details["shard_weights"] == "not split: blocks/0/mlp/b1, blocks/1/mlp/b1"  # 10 divides by 2
     # DTensor cannot expand the ViT's einsums with weights split on the batch axis: the forward all-gathers them.
-    assert "EmitAllScatter" in dtensor.details["weights_all_gathered"]
+    assert dtensor.details["weights_all_gathered"].startswith(
+        "DTensor could not expand the model with its weights split on the batch axis ("
+    )
     reference_bytes = histories["reference"].memory_per_device[0].weight_bytes
     assert reference_bytes == 8 * vit().parameter_count()
     plan = plan_layouts(vit(), batch=2, model=2, shard_weights=True)

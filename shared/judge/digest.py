@@ -42,7 +42,7 @@ def arrays_sha256(arrays: Sequence[np.ndarray]) -> str:
 
 
 def data_sha256(data) -> str:
-    """The images and labels a run trained and tested on (a shared.training.data.MnistData)."""
+    """The images and labels a run trained and tested on (a shared.training.data.Dataset)."""
     return arrays_sha256([data.x_train, data.y_train, data.x_test, data.y_test])
 
 

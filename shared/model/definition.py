@@ -2,10 +2,12 @@
 
 A `ModelDefinition` is values plus one function (flax's `apply_model`): each `Variable` has a
 name (its checkpoint key under `model/`), a shape, an initializer run once on the host from the
-run's seed, and the dimension a DTensor mesh's `model` axis splits. `forward(variables, images)`
-is pure and the same on one device, under MirroredStrategy and on a mesh. `Model` holds one set
-of the variables, made by whatever the trainer makes variables with. Built-in definitions:
-shared/model/mlp.py, shared/model/vit.py; `--model FILE.py:FUNCTION` loads yours (shared/model/registry.py).
+run's seed, and the dimension a DTensor mesh's `model` axis splits. `forward(variables, inputs)`
+is pure and the same on one device, under MirroredStrategy and on a mesh. What one example is
+(its input's shape and dtype, its labels' shape, the class count), the per-label loss and the
+data it trains on by default are the definition's too. `Model` holds one set of the variables,
+made by whatever the trainer makes variables with. Built-in definitions: shared/model/mlp.py,
+vit.py, gpt.py; `--model FILE.py:FUNCTION` loads yours (shared/model/registry.py).
 """
 
 import dataclasses
@@ -38,6 +40,8 @@ RESERVED_NAMES = frozenset(
         "with_name_scope",
     }
 )
+INPUT_DTYPES = ("float32", "int32", "int64")  # a float64 run widens float32 inputs; tokens stay integers
+DEFAULT_DATA = ("mnist", "tiny_shakespeare")  # what --data auto/tfds/embedded loads for the model
 NAME_PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*|\d+)$")
 
 
@@ -103,7 +107,8 @@ def summarise_named_state(names: Sequence[str], all_names: Sequence[str]) -> str
 class ModelDefinition:
     name: str  # what a checkpoint records and restore checks, e.g. "mlp 784-700-500-10"
     variables: Tuple[Variable, ...]
-    # (variables by name, images [N, 784] in the variables' dtype) -> logits [N, 10]
+    # (variables by name, inputs [N, *input_shape]: float inputs in the variables' dtype, integer ones as they
+    # are) -> logits [N, *label_shape, classes]
     forward: Callable[[Dict[str, tf.Tensor], tf.Tensor], tf.Tensor]
     flops_per_example: int  # forward + backward, for the GFLOP/s figure
     sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # the named dimensions of `shape`s
@@ -111,6 +116,15 @@ class ModelDefinition:
     description: str = ""  # one line for the header
     # How messages group state names ("every variable and Adam slot"): (names, all names) -> text.
     summarise_state: Callable[[Sequence[str], Sequence[str]], str] = summarise_named_state
+    input_shape: Tuple[int, ...] = (784,)  # one example's input: MNIST flattened; (28, 28, 1) images; (64,) tokens
+    input_dtype: str = "float32"  # "float32" (widened in a float64 run) or an integer dtype ("int32" tokens)
+    label_shape: Tuple[int, ...] = ()  # one example's labels: () one class; (64,) one per token
+    classes: int = 10  # logits per label; labels are 0..classes-1, or negative for a label that does not count
+    # (logits [..., classes], labels [...] with masked ones set to 0) -> the loss of every label [...]; None:
+    # softmax cross-entropy. Every trainer sums it over the global batch's unmasked labels and divides by their
+    # global count (shared/training/losses.py), so it must not average itself.
+    loss: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
+    default_data: str = "mnist"  # what --data auto/tfds/embedded load: "mnist" or "tiny_shakespeare"
 
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes
@@ -220,12 +234,13 @@ class Model(tf.Module):
             found.append(node)
         return found
 
-    def __call__(self, images):
+    def __call__(self, inputs):
         weights = self.weights
         if self._gather is not None:
             weights = [self._gather(weight, variable) for weight, variable in zip(weights, self.definition.variables)]
-        # float32 images into a float64 model: widened exactly, per batch
-        return self.definition.forward(dict(zip(self.definition.names, weights)), tf.cast(images, weights[0].dtype))
+        if tf.as_dtype(inputs.dtype).is_floating:  # float32 inputs into a float64 model: widened exactly, per batch
+            inputs = tf.cast(inputs, weights[0].dtype)
+        return self.definition.forward(dict(zip(self.definition.names, weights)), inputs)
 
 
 def _trackable(node):
@@ -246,6 +261,19 @@ def check_definition(definition, source: str) -> ModelDefinition:
         raise UsageError(f"--model {source} returned {type(definition).__name__}, not a shared.model.ModelDefinition")
     if not definition.variables:
         raise UsageError(f"--model {source}: the model has no variables")
+    spec = (definition.input_shape, definition.label_shape)
+    if not all(isinstance(size, int) and size > 0 for shape in spec for size in shape) or not definition.input_shape:
+        raise UsageError(
+            f"--model {source}: input_shape {list(definition.input_shape)} and label_shape "
+            f"{list(definition.label_shape)} must be positive ints (one example's, without the batch)"
+        )
+    if definition.input_dtype not in INPUT_DTYPES or not isinstance(definition.classes, int) or definition.classes < 2:
+        raise UsageError(
+            f"--model {source}: input_dtype {definition.input_dtype!r} and classes {definition.classes!r}: use one "
+            f"of {', '.join(INPUT_DTYPES)} and 2 classes or more"
+        )
+    if definition.default_data not in DEFAULT_DATA:
+        raise UsageError(f"--model {source}: default_data {definition.default_data!r}: use {' or '.join(DEFAULT_DATA)}")
     seen = set()
     for variable in definition.variables:
         parts = variable.name.split("/")

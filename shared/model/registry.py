@@ -1,30 +1,47 @@
-"""`--model`: the tutorial's MLP, the ViT, or your own definition from a file, loaded and checked once.
+"""`--model`: the tutorial's MLP, the ViT, the character GPT, or your own definition from a file, loaded and
+checked once.
 
     python compare.py --model vit --data embedded
+    python compare.py --model gpt --data embedded
     python compare.py --model examples/my_model.py:my_model --data embedded
 
 A file's function takes no arguments and returns a `shared.model.ModelDefinition`
 (examples/my_model.py is one to copy). It is loaded and checked before anything trains:
-a definition no trainer could build, or a forward that fails on two images, is one line
-that names the variable or the error, exit 2.
+a definition no trainer could build, a forward that fails on two examples of its input spec,
+or a variable that gets no gradient is one line that names the variable or the line of your
+file, exit 2.
 """
 
 import functools
 import importlib.util
 import os
+import re
 import traceback
 from typing import Optional, Sequence
 
-import numpy as np
 import tensorflow as tf
 
 from shared.errors import UsageError
 from shared.model.definition import Model, ModelDefinition, check_definition
+from shared.model.gpt import gpt
 from shared.model.mlp import TUTORIAL_HIDDEN, mlp
-from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
 from shared.model.vit import vit
 
-BUILT_IN = ("mlp", "vit")
+BUILT_IN = ("mlp", "vit", "gpt")
+REGISTERED: dict = {}  # spec -> a definition handed over in this process (shared.api.check_model)
+
+
+def register(definition, source: str) -> str:
+    """A definition (or a function returning one) given as an object, as a spec that `load` knows in this
+    process: "object:<name>#<n>". Checked as a file's is."""
+    if callable(definition) and not isinstance(definition, ModelDefinition):
+        try:
+            definition = definition()
+        except Exception as error:  # noqa: BLE001 - the user's function: any error is one line
+            raise UsageError(f"model {source}: it raised {describe(error)}") from None
+    spec = f"object:{getattr(definition, 'name', type(definition).__name__)}#{len(REGISTERED)}"
+    REGISTERED[spec] = check_forward(check_definition(definition, source), source)
+    return spec
 
 
 def definition_for(config) -> ModelDefinition:
@@ -39,6 +56,10 @@ def load(spec: str, hidden: Optional[Sequence[int]] = None) -> ModelDefinition:
         return mlp(TUTORIAL_HIDDEN if hidden is None else tuple(hidden))
     if spec == "vit":
         return vit()
+    if spec == "gpt":
+        return gpt()
+    if spec in REGISTERED:
+        return REGISTERED[spec]
     path, colon, function_name = spec.rpartition(":")
     if not colon or not path.endswith(".py") or not function_name.isidentifier():
         raise UsageError(f"--model {spec!r} is unknown; use {', '.join(BUILT_IN)} or FILE.py:FUNCTION")
@@ -89,28 +110,49 @@ def call_user_function(path: str, function_name: str, spec: str):
 
 
 def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
-    """Run the forward once on two images on the host: a forward that raises, or returns other than
-    [2, 10] logits, is one line now rather than a failed trainer later."""
+    """Run the forward and its gradient once on two examples on the host: a forward that raises, returns other
+    than [2, *label_shape, classes] logits, or leaves a variable without a gradient is one line now rather
+    than a failed trainer later."""
+    shape, dtype = (2, *definition.input_shape), definition.input_dtype
+    fed = f"inputs {list(shape)} {dtype}"
     with tf.device("/CPU:0"):
         model = Model(definition, definition.initial_values(seed=0))
         try:
-            logits = model(np.zeros((2, IMAGE_PIXELS), np.float32))
+            with tf.GradientTape() as tape:
+                logits = model(tf.zeros(shape, dtype))
+                loss = tf.reduce_sum(logits)
         except Exception as error:  # noqa: BLE001 - the user's forward: any error is one line
-            raise UsageError(f"--model {spec}: its forward raised {describe(error)} on 2 images") from None
-    if tuple(logits.shape) != (2, NUM_CLASSES):
+            raise UsageError(f"--model {spec}: its forward raised {describe(error)} on {fed}") from None
+        want = (2, *definition.label_shape, definition.classes)
+        if tuple(logits.shape) != want:
+            raise UsageError(
+                f"--model {spec}: its forward returned shape {list(logits.shape)} for {fed}; it must return "
+                f"logits {list(want)} (label_shape {list(definition.label_shape)}, {definition.classes} classes)"
+            )
+        gradients = tape.gradient(loss, model.weights)
+    missing = [name for name, gradient in zip(definition.names, gradients) if gradient is None]
+    if missing:
         raise UsageError(
-            f"--model {spec}: its forward returned shape {list(logits.shape)} for 2 images; "
-            f"it must return logits [N, {NUM_CLASSES}]"
+            f"--model {spec}: variable {missing[0]} gets no gradient from the forward (unused, or updated by assign); "
+            f"remove it or use it in the forward"
         )
     return definition
 
 
 def describe(error: BaseException) -> str:
-    """`Type: first line (file:line)`, where the innermost frame in a user's file is."""
+    """`Type: first line (file:line)`, where the innermost frame in a user's file is (not TensorFlow's)."""
     frames = traceback.extract_tb(error.__traceback__)
-    where = frames[-1] if frames else None
+    own = [frame for frame in frames if not is_library(frame.filename)]
+    where = (own or frames)[-1] if frames else None
     message = str(error).splitlines()[0] if str(error) else ""
+    message = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$", "", message)  # TensorFlow's wrapping
     return (
         f"{type(error).__name__}: {message}"
         + (f" ({os.path.basename(where.filename)}:{where.lineno})" if where else "")
     ).strip()
+
+
+def is_library(filename: str) -> bool:
+    """A frame of TensorFlow, NumPy or this package's own layers rather than the user's file."""
+    parts = os.path.normpath(filename).split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts or filename.startswith(os.path.dirname(__file__))

@@ -25,6 +25,11 @@ def model_facts(definition) -> dict:
         "description": definition.description,
         "parameters": definition.parameter_count(),
         "flops_per_example": definition.flops_per_example,
+        "input_shape": list(definition.input_shape),
+        "input_dtype": definition.input_dtype,
+        "label_shape": list(definition.label_shape),
+        "classes": definition.classes,
+        "loss": getattr(definition.loss, "__name__", "the model's") if definition.loss else "softmax cross-entropy",
         "variables": [
             {"name": variable.name, "shape": list(definition.shape(variable)), "layout": list(variable.layout)}
             for variable in definition.variables

@@ -2,6 +2,7 @@
 
 from typing import Dict, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from shared.console import fit_width
@@ -35,7 +36,9 @@ def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], pro
 
 
 def describe_model(definition) -> str:
+    labels = int(np.prod(definition.label_shape))  # a language model: one label per token
+    per_token = f", {definition.flops_per_example / labels / 1e6:.2f} per token" if labels > 1 else ""
     return (
         f"model: {definition.description or definition.name}; {definition.parameter_count():,} parameters, "
-        f"{definition.flops_per_example / 1e6:.2f} MFLOP per example (forward + backward)"
+        f"{definition.flops_per_example / 1e6:.2f} MFLOP per example{per_token} (forward + backward)"
     )

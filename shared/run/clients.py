@@ -33,7 +33,7 @@ from shared.report import outputs
 from shared.report.header import header
 from shared.run.comparison import prepare
 from shared.run.sequence import Entry, TrainerResult, in_process, lineup, train_and_judge, train_one
-from shared.training.data import load_data
+from shared.training.data import load_run_data
 from shared.training.registry import TRAINER_MODULES, describe_runs, trainer_module
 
 COMPARE_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "compare.py")
@@ -144,7 +144,7 @@ def run_client(config: Config, role: ClientRole) -> int:
             f"{role.trainer} client {role.client_id}: could not listen on {role.address} (port in use?); "
             f"free it or give this client another port in {role.addresses_in}"
         ) from None
-    data = load_data(config.data, config.train_examples, config.test_examples)
+    data = load_run_data(config)
     if not config.result_file and role.client_id == 0:
         print(header(config, devices, data, describe_runs(config)))
     result = train_one(role.trainer, config, data, devices, log=print_fitted)

@@ -21,7 +21,7 @@ from shared.report.sweep import describe_plan
 from shared.run import sweep
 from shared.run.sequence import RunResult, describe_processes, train_all
 from shared.training import checkpoint
-from shared.training.data import MnistData, load_data
+from shared.training.data import Dataset, load_run_data
 from shared.training.registry import describe_runs, trainer_module
 
 
@@ -33,7 +33,7 @@ def check_config(config: Config, devices: Sequence[str]) -> None:
     checkpoint.check_config(config)  # --restore, --checkpoint-dir, --export
 
 
-def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str], MnistData]:
+def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str], Dataset]:
     """Configure the largest device count once, validate, load data; all before any training.
 
     The sweep's configurations are checked when it is planned (a sweep configuration that
@@ -44,7 +44,7 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str
         trainer_module(name).before_runtime(config, device_count)
     all_devices = configure_devices(device_count, config.device_type)
     check_config(config, all_devices[: config.devices])
-    data = load_data(config.data, config.train_examples, config.test_examples)
+    data = load_run_data(config)
     return all_devices, data
 
 

@@ -13,7 +13,7 @@ from shared.config import Config
 from shared.errors import UsageError
 from shared.measure.history import History
 from shared.measure.memory import with_peaks
-from shared.training.data import MnistData
+from shared.training.data import Dataset
 from shared.training.registry import trainer_module
 
 
@@ -37,7 +37,7 @@ def peak_memory_mb(config: Config, devices: Sequence[str]) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def train_one(name: str, config: Config, data: MnistData, devices: Sequence[str], log) -> TrainerResult:
+def train_one(name: str, config: Config, data: Dataset, devices: Sequence[str], log) -> TrainerResult:
     """Run one trainer in this process; an exception becomes a failed result with a one-line reason."""
     if config.device_type == "GPU":
         for device in devices:

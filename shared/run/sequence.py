@@ -26,7 +26,7 @@ from shared.run import worker
 from shared.run.results import TrainerResult, train_one
 from shared.training import checkpoint
 from shared.training.batches import batch_slices
-from shared.training.data import MnistData
+from shared.training.data import Dataset
 from shared.training.registry import trainer_module
 
 
@@ -34,7 +34,7 @@ from shared.training.registry import trainer_module
 class RunResult:
     config: Config
     devices: List[str]
-    data: MnistData
+    data: Dataset
     results: Dict[str, TrainerResult]
     parity: Dict[str, Parity]
     # Measured after training, in the same process (shared/measure/peak.py); None when no epoch was timed.
@@ -78,7 +78,7 @@ def lineup(config: Config) -> List[Entry]:
     return [Entry(name, name, config) for name in names]
 
 
-def in_process(data: MnistData, devices: Sequence[str], log=print_fitted) -> Train:
+def in_process(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train:
     """Train each entry in this process, on the first `devices` its configuration asks for."""
 
     def train(entry: Entry, config: Config) -> TrainerResult:
@@ -112,7 +112,7 @@ def describe_processes(config: Config) -> str:
     return f"processes: the reference here (TensorFlow's default threads); {own}"
 
 
-def trained_by(data: MnistData, devices: Sequence[str], log=print_fitted) -> Train:
+def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train:
     """How compare.py trains: the reference here; the others here too, or each approach in its trainer process
     (own_process), with its environment (its module's `process_environment`)."""
     here = in_process(data, devices, log)
@@ -161,7 +161,7 @@ def train_float64(train: Train, entry: Entry) -> TrainerResult:
 
 def train_and_judge(
     config: Config,
-    data: MnistData,
+    data: Dataset,
     devices: Sequence[str],
     entries: Sequence[Entry],
     train: Train,
@@ -222,7 +222,7 @@ def train_and_judge(
 
 
 def train_all(
-    config: Config, data: MnistData, devices: Sequence[str], log: Callable = print_fitted, saved_baseline=None
+    config: Config, data: Dataset, devices: Sequence[str], log: Callable = print_fitted, saved_baseline=None
 ) -> RunResult:
     """The run that `config` describes, every trainer in this process on `devices`: compare.py's main run."""
     return train_and_judge(

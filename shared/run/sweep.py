@@ -21,7 +21,7 @@ from shared.measure.history import measured_steps, throughput
 from shared.measure.memory import largest_total_bytes
 from shared.report.sweep import format_entry_line, rerun_summary
 from shared.run.sequence import lineup, train_and_judge, trained_by
-from shared.training.data import MnistData
+from shared.training.data import Dataset
 from shared.training.registry import distributed, trainer_module
 
 
@@ -124,7 +124,7 @@ def _fastest(figures) -> Optional[float]:
 
 
 def run_sweep(
-    config: Config, data: MnistData, all_devices: Sequence[str], plan: Sequence[SweepPoint], log=print_fitted
+    config: Config, data: Dataset, all_devices: Sequence[str], plan: Sequence[SweepPoint], log=print_fitted
 ) -> List[SweepEntry]:
     """Train each planned configuration beside a reference trained just before it."""
     entries = []

@@ -32,6 +32,13 @@ def epoch_batches(
         yield x[index], y[index]
 
 
+def batch_label_counts(y: np.ndarray, batch_size: int, epoch: int, shuffle: bool, seed: int) -> List[int]:
+    """Each global batch's count of counted labels (0 or more) in one epoch: the divisor of its mean loss."""
+    counted = (y >= 0).reshape(len(y), -1).sum(1)
+    order = epoch_order(len(y), epoch, shuffle, seed)
+    return [int(counted[order[part]].sum()) for part in batch_slices(len(y), batch_size)]
+
+
 def without_autotune() -> tf.data.Options:
     """tf.data options with autotuning off, for the trainers' input pipelines.
 

@@ -1,4 +1,5 @@
-"""MNIST from three sources, preprocessed as in the tutorial.
+"""A run's data: MNIST from three sources, preprocessed as in the tutorial; tiny Shakespeare for a model that
+names it (shared/training/text.py); or your own arrays from an .npz file (shared/training/npz.py).
 
 Sources (`--data`):
   tfds      tensorflow-datasets' MNIST, the tutorial's splits train[:N] and test[:M]
@@ -8,6 +9,7 @@ Sources (`--data`):
   auto      tfds if it is prepared locally or its download host answers within a few
             seconds, else embedded (offline, `tfds.load` would retry for ~205 s), saying why
             in the header and the JSON report's environment.data_fallback
+  FILE.npz  your arrays x_train, y_train, x_test, y_test, checked against the model's spec
 
 The batches every trainer trains on: shared/training/batches.py.
 """
@@ -16,19 +18,20 @@ import dataclasses
 import gzip
 import importlib.resources
 import os
-import socket
-import threading
 from typing import Optional, Tuple
 
 import numpy as np
 
 from shared.errors import UsageError
+from shared.model.definition import ModelDefinition
 from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
+from shared.model.registry import definition_for
+from shared.training import npz, text
+from shared.training.dataset import PROBE_SECONDS, Dataset, host_answers
 
 TFDS_DEFAULT_EXAMPLES = 5000  # the tutorial's train[:5000] and test[:5000]
 EMBEDDED_TEST_PER_CLASS = 100  # 500 images per digit: 400 train, 100 test
 TFDS_HOST = "storage.googleapis.com"  # where tensorflow-datasets downloads MNIST from
-PROBE_SECONDS = 3.0
 TFDS_BROKEN = "tensorflow_datasets does not work here"  # the reason's start; release_matrix.table matches it
 
 IDX_FILES = {
@@ -39,20 +42,6 @@ IDX_FILES = {
 }
 IDX_IMAGES_MAGIC = 2051
 IDX_LABELS_MAGIC = 2049
-
-
-@dataclasses.dataclass(frozen=True)
-class MnistData:
-    x_train: np.ndarray  # float32 [N, 784] in [0, 1]
-    y_train: np.ndarray  # int64 [N]
-    x_test: np.ndarray
-    y_test: np.ndarray
-    source: str  # "tfds", "embedded" or the IDX directory
-    reason: str  # one line: why this source was used
-    fallback: str = ""  # --data auto trained on the embedded set instead of tfds: why; "" otherwise
-
-    def describe(self) -> str:
-        return f"data: {self.source} ({self.reason}); {len(self.y_train)} train, {len(self.y_test)} test examples"
 
 
 def preprocess(images: np.ndarray, labels: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -107,11 +96,11 @@ def _stride_order(n: int, stride: int = 1237) -> np.ndarray:
     return (np.arange(n, dtype=np.int64) * stride) % n
 
 
-def load_embedded(train_examples, test_examples, reason) -> MnistData:
+def load_embedded(train_examples, test_examples, reason) -> Dataset:
     x_train, y_train, x_test, y_test = embedded_split()
     x_train, y_train = _take("train", x_train, y_train, train_examples, len(y_train), "the embedded set")
     x_test, y_test = _take("test", x_test, y_test, test_examples, len(y_test), "the embedded set")
-    return MnistData(*preprocess(x_train, y_train), *preprocess(x_test, y_test), "embedded", reason)
+    return Dataset(*preprocess(x_train, y_train), *preprocess(x_test, y_test), "embedded", reason)
 
 
 # --- IDX directory ----------------------------------------------------------------------
@@ -151,7 +140,7 @@ def _read_idx(directory: str, stem: str, magic: int) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 
-def load_idx_dir(directory, train_examples, test_examples) -> MnistData:
+def load_idx_dir(directory, train_examples, test_examples) -> Dataset:
     if not os.path.isdir(directory):
         raise UsageError(
             f"--data {directory}: no such directory; give a directory with the MNIST IDX files, or use --data embedded"
@@ -173,27 +162,10 @@ def load_idx_dir(directory, train_examples, test_examples) -> MnistData:
             raise UsageError(f"{directory}: {split} label {labels.max()} is not a digit 0-9")
         requested = train_examples if split == "train" else test_examples
         splits += preprocess(*_take(split, images, labels, requested, TFDS_DEFAULT_EXAMPLES, directory))
-    return MnistData(*splits, directory, "IDX files")
+    return Dataset(*splits, directory, "IDX files")
 
 
 # --- tensorflow-datasets ------------------------------------------------------------------
-
-
-def _host_answers(host: str, port: int = 443, seconds: float = PROBE_SECONDS) -> bool:
-    """True if a TCP connection to host opens within `seconds` (DNS included, hence the thread)."""
-    result = []
-
-    def probe():
-        try:
-            socket.create_connection((host, port), timeout=seconds).close()
-            result.append(True)
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    return bool(result)
 
 
 def tfds_availability() -> Tuple[bool, str]:
@@ -206,14 +178,14 @@ def tfds_availability() -> Tuple[bool, str]:
         return False, f"{TFDS_BROKEN} ({type(error).__name__}: {error})"
     if builder.is_prepared():
         return True, f"MNIST is prepared in {builder.data_dir}"
-    if _host_answers(TFDS_HOST):
+    if host_answers(TFDS_HOST):
         return True, f"MNIST is not prepared locally but {TFDS_HOST} answers; downloading"
     return False, (
         f"MNIST is not prepared in {builder.data_dir} and {TFDS_HOST} did not answer within {PROBE_SECONDS:.0f} s"
     )
 
 
-def load_tfds(train_examples, test_examples, reason) -> MnistData:
+def load_tfds(train_examples, test_examples, reason) -> Dataset:
     import tensorflow_datasets as tfds
 
     n_train = _example_count("train", train_examples, TFDS_DEFAULT_EXAMPLES, 60000, "tfds MNIST")
@@ -221,11 +193,49 @@ def load_tfds(train_examples, test_examples, reason) -> MnistData:
     (x_train, y_train), (x_test, y_test) = tfds.as_numpy(
         tfds.load("mnist", split=[f"train[:{n_train}]", f"test[:{n_test}]"], batch_size=-1, as_supervised=True)
     )
-    return MnistData(*preprocess(x_train, y_train), *preprocess(x_test, y_test), "tfds", reason)
+    return Dataset(*preprocess(x_train, y_train), *preprocess(x_test, y_test), "tfds", reason)
 
 
-def load_data(source: str, train_examples: Optional[int] = None, test_examples: Optional[int] = None) -> MnistData:
-    """Load and preprocess MNIST from `source` (see the module docstring)."""
+def load_run_data(config) -> Dataset:
+    """The run's data for its model, checked to hold one global batch."""
+    data = load_data(config.data, config.train_examples, config.test_examples, definition_for(config))
+    if len(data.y_train) < config.batch_size:
+        raise UsageError(
+            f"--data {config.data}: {len(data.y_train)} training examples are fewer than one global batch of "
+            f"{config.batch_size}; use --batch-size {len(data.y_train)} or more data"
+        )
+    return data
+
+
+def load_data(
+    source: str,
+    train_examples: Optional[int] = None,
+    test_examples: Optional[int] = None,
+    definition: Optional[ModelDefinition] = None,
+) -> Dataset:
+    """Load and preprocess `source` (see the module docstring) for `definition` (None: MNIST as [N, 784])."""
+    if source.endswith(".npz"):
+        return npz.load(source, definition or ModelDefinition("", (), None, 0), train_examples, test_examples)
+    if definition is not None and definition.default_data == "tiny_shakespeare":
+        return text.load(source, definition, train_examples, test_examples)
+    data = load_mnist(source, train_examples, test_examples)
+    return data if definition is None else mnist_for(data, definition)
+
+
+def mnist_for(data: Dataset, definition: ModelDefinition) -> Dataset:
+    """MNIST shaped as the model takes it ([N, 28, 28, 1] for a CNN), or one line saying why it cannot be."""
+    shape = tuple(definition.input_shape)
+    if int(np.prod(shape)) != IMAGE_PIXELS or definition.label_shape != () or definition.classes < NUM_CLASSES:
+        raise UsageError(
+            f"model {definition.name} takes inputs {list(shape)} {definition.input_dtype} with labels "
+            f"{list(definition.label_shape)} of {definition.classes} classes, not MNIST's 28x28 images of 10 digits; "
+            f"give its data with --data FILE.npz"
+        )
+    reshape = lambda x: x.reshape(len(x), *shape)  # noqa: E731
+    return dataclasses.replace(data, x_train=reshape(data.x_train), x_test=reshape(data.x_test))
+
+
+def load_mnist(source: str, train_examples: Optional[int], test_examples: Optional[int]) -> Dataset:
     if source == "embedded":
         return load_embedded(train_examples, test_examples, "--data embedded")
     if source in ("tfds", "auto"):

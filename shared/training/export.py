@@ -4,9 +4,10 @@
     python -m shared.export exported/dtensor     # reload in a fresh process and check it
 
 Each trainer hands over its final weights as arrays (a sharded DVariable all-gathered first), saved
-as plain variables in the run's model: `serving_default` takes `images` [None, 784] and returns
+as plain variables in the run's model: `serving_default` takes the model's input, `images` [None, 784]
+float32 for the MLP (`tokens` [None, 64] int32 for the GPT: the input's name says which), and returns
 `logits` and `probabilities`. Each export carries its self-check in assets.extra/probe.npz: test
-images and the trainer's own logits for them, compared within LOGIT_TOLERANCE
+inputs and the trainer's own logits for them, compared within LOGIT_TOLERANCE
 (docs/checkpoints-and-export.md). Written beside its final name and renamed into place.
 """
 
@@ -19,7 +20,6 @@ import tensorflow as tf
 
 from shared.files import partial_path, publish_directory
 from shared.model.definition import Model
-from shared.model.mnist import IMAGE_PIXELS
 
 PROBE_EXAMPLES = 100
 PROBE_FILE = os.path.join("assets.extra", "probe.npz")
@@ -28,16 +28,22 @@ PROBE_FILE = os.path.join("assets.extra", "probe.npz")
 LOGIT_TOLERANCE = 1e-4
 
 
+def input_name(definition) -> str:
+    """What the serving signature calls the input: images (float), tokens (integers)."""
+    return "images" if definition.input_dtype.startswith("float") else "tokens"
+
+
 class ServingModel(tf.Module):
-    """The trained model with plain float32 variables and one serving function."""
+    """The trained model with plain float32 variables and one serving function of the model's input spec."""
 
     def __init__(self, definition, weights: Sequence[np.ndarray]):
         super().__init__()
         self.model = Model(definition, [np.asarray(w, np.float32) for w in weights])
+        spec = tf.TensorSpec([None, *definition.input_shape], definition.input_dtype, name=input_name(definition))
+        self.serve = tf.function(self.logits_and_probabilities, input_signature=[spec])
 
-    @tf.function(input_signature=[tf.TensorSpec([None, IMAGE_PIXELS], tf.float32, name="images")])
-    def serve(self, images) -> Dict[str, tf.Tensor]:
-        logits = self.model(images)
+    def logits_and_probabilities(self, inputs) -> Dict[str, tf.Tensor]:
+        logits = self.model(inputs)
         return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
 
 
@@ -46,7 +52,7 @@ def export_model(
 ) -> float:
     """Write a SavedModel of `weights` to `directory`; returns the largest |logit| difference
     between it and `trainer_logits(probe_images)`, the trainer's own forward pass."""
-    probe_images = np.asarray(probe_images[:PROBE_EXAMPLES], np.float32)
+    probe_images = np.asarray(probe_images[:PROBE_EXAMPLES], definition.input_dtype)
     expected = np.asarray(trainer_logits(probe_images), np.float32)
     with tf.device("CPU:0"):  # not on a mesh or under a strategy; SavedModel does not record the device
         serving = ServingModel(definition, weights)
@@ -55,7 +61,7 @@ def export_model(
     partial = partial_path(directory)
     tf.saved_model.save(serving, partial, signatures={"serving_default": serving.serve})
     os.makedirs(os.path.join(partial, "assets.extra"))
-    np.savez(os.path.join(partial, PROBE_FILE), images=probe_images, trainer_logits=expected)
+    np.savez(os.path.join(partial, PROBE_FILE), inputs=probe_images, trainer_logits=expected)
     publish_directory(partial, directory)
     return float(np.max(np.abs(served - expected))) if len(expected) else 0.0
 
@@ -83,7 +89,9 @@ def check_export(directory: str) -> float:
     trainer's own on the probe images; also checks that probabilities are the logits' softmax."""
     loaded = tf.saved_model.load(directory)
     probe = np.load(os.path.join(directory, PROBE_FILE))
-    outputs = loaded.signatures["serving_default"](images=tf.constant(probe["images"]))
+    serve = loaded.signatures["serving_default"]
+    (name,) = serve.structured_input_signature[1]  # images or tokens
+    outputs = serve(**{name: tf.constant(probe["inputs"])})
     logits, probabilities = outputs["logits"].numpy(), outputs["probabilities"].numpy()
     np.testing.assert_allclose(probabilities, tf.nn.softmax(logits).numpy(), atol=1e-6)
     return float(np.max(np.abs(logits - probe["trainer_logits"])))

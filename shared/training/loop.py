@@ -14,12 +14,12 @@ from shared.measure.checksums import read_state_checksums, state_names, state_si
 from shared.measure.history import EpochMeter, History, format_epoch_line
 from shared.training.batches import batch_slices, epoch_batches
 from shared.training.checkpoint import TrainingState
-from shared.training.data import MnistData
+from shared.training.data import Dataset
 from shared.training.export import export_trainer
 from shared.training.protocol import Trainer
 
 
-def fit(trainer: Trainer, config: Config, data: MnistData, log: Callable = print) -> History:
+def fit(trainer: Trainer, config: Config, data: Dataset, log: Callable = print) -> History:
     """Train `trainer` for config.epochs (from --restore's epoch) and return its history record."""
     history = History(
         trainer=trainer.name, placement=trainer.placement, dtype=config.dtype, details=dict(trainer.details)

@@ -1,33 +1,59 @@
 """The one definition of the loss and of accuracy, for every trainer.
 
-loss = (sum of per-example softmax cross-entropy over the real examples of the
-global batch) / (number of real examples in the global batch).
+loss = (sum of the per-label loss over the counted labels of the global batch)
+       / (number of counted labels in the global batch)
 
-On an unpadded batch on one device this is the tutorial's `reduce_mean`. A
-distributed trainer calls it per shard with `num_real` = the *global* count, and
-padding examples (weight 0) that let a partial batch divide over devices add
-nothing; summing the shards' losses and gradients then gives the global mean.
+A label counts when it is 0 or more (a language model masks a position with -1) and its
+example is real (a padding example, weight 0, counts nothing). The per-label loss is the
+model's (ModelDefinition.loss), softmax cross-entropy by default: with one label per example
+on an unpadded batch on one device this is the tutorial's `reduce_mean`. A distributed trainer
+calls it per shard with `count` = the *global* count of counted labels, so summing the shards'
+losses and gradients gives the global mean, whatever each shard holds: no trainer divides by
+its own shard's size (the mistake of tensorflow/tensorflow#55321, docs/models.md).
 """
 
 import tensorflow as tf
 
 
-def loss_sum(logits, labels, example_weights=None):
-    """Sum of per-example softmax cross-entropy; `example_weights` is 1 for real, 0 for padding."""
-    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    if example_weights is not None:
-        per_example = per_example * tf.cast(example_weights, per_example.dtype)
-    return tf.reduce_sum(per_example)
+def cross_entropy(logits, labels):
+    """Softmax cross-entropy of every label: logits [..., classes], labels [...] -> [...]."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
 
 
-def mean_loss(logits, labels, num_real, example_weights=None):
-    """The training loss: `loss_sum` divided by the global number of real examples."""
-    return loss_sum(logits, labels, example_weights) / tf.cast(num_real, logits.dtype)
+def counted(labels, example_weights=None):
+    """1.0 where a label counts, 0.0 elsewhere, shaped as `labels`."""
+    mask = tf.cast(labels >= 0, tf.float32)
+    if example_weights is not None:  # [N]: one weight an example, broadcast over its labels
+        weights = tf.cast(example_weights, tf.float32)
+        for _ in range(len(labels.shape) - 1):
+            weights = tf.expand_dims(weights, -1)  # not [..., None]: on a DTensor it kills the process
+        mask = mask * weights
+    return mask
+
+
+def label_count(labels, example_weights=None):
+    """How many labels count (a float32 scalar): the divisor of the global mean."""
+    return tf.reduce_sum(counted(labels, example_weights))
+
+
+def loss_sum(logits, labels, example_weights=None, loss=None):
+    """Sum of the per-label loss over the counted labels; `loss` is the model's (None: cross-entropy)."""
+    mask = counted(labels, example_weights)
+    per_label = (loss or cross_entropy)(logits, tf.where(labels >= 0, labels, tf.zeros_like(labels)))
+    return tf.reduce_sum(per_label * tf.cast(mask, per_label.dtype))
+
+
+def mean_loss(logits, labels, count, example_weights=None, loss=None):
+    """The training loss: `loss_sum` divided by the global number of counted labels."""
+    return loss_sum(logits, labels, example_weights, loss) / tf.cast(count, logits.dtype)
 
 
 def correct_count(logits, labels, example_weights=None):
-    """Number of real examples whose arg-max logit is the label (accuracy = this / real count)."""
-    correct = tf.cast(tf.equal(tf.argmax(logits, axis=1), labels), tf.float32)
-    if example_weights is not None:
-        correct = correct * example_weights
-    return tf.reduce_sum(correct)
+    """Number of counted labels whose arg-max logit is the label (accuracy = this / the count)."""
+    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1), tf.cast(labels, tf.int64)), tf.float32)
+    return tf.reduce_sum(correct * counted(labels, example_weights))
+
+
+def host_label_count(labels) -> int:
+    """`label_count` of a host batch without padding: the count the loop records for accuracy."""
+    return int((labels >= 0).sum())

@@ -22,6 +22,12 @@ ADAM_BETA_2 = 0.999
 ADAM_EPSILON = 1e-7
 
 
+def dense(grads):
+    """Gradients as dense tensors: an embedding's gather gives `IndexedSlices`, which every trainer sums,
+    checks and applies as the dense gradient it stands for (as Keras's Adam, whose sparse update is the same)."""
+    return [tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad for grad in grads]
+
+
 def adam_update(grad, m, v, step, learning_rate, beta_1=ADAM_BETA_1, beta_2=ADAM_BETA_2, epsilon=ADAM_EPSILON):
     """One bias-corrected Adam step from values read before any write: (param decrease, new_m, new_v).
 
@@ -47,7 +53,7 @@ class SGD(tf.Module):
         self.learning_rate = learning_rate
 
     def apply_gradients(self, grads, variables):
-        for grad, var in zip(grads, variables):
+        for grad, var in zip(dense(grads), variables):
             var.assign_sub(self.learning_rate * grad)
 
 
@@ -75,6 +81,7 @@ class Adam(tf.Module):
         self.tutorial_t = 1.0  # the tutorial's Python-float step count (only for "tutorial")
 
     def apply_gradients(self, grads, variables):
+        grads = dense(grads)
         if self.formulation == "tutorial":
             return self._apply_as_tutorial(grads, variables)
         # Read the step once, write it last: DTensor would re-read a stale value after a write.

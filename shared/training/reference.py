@@ -20,17 +20,17 @@ from shared.measure.memory import located_bytes, tally
 from shared.training import loop
 from shared.training.batches import epoch_batches, step_chunks
 from shared.training.build import build_model_and_optimizer
-from shared.training.data import MnistData
-from shared.training.losses import correct_count, loss_sum, mean_loss
-from shared.training.optim import apply_gradients_fused
+from shared.training.data import Dataset
+from shared.training.losses import correct_count, host_label_count, label_count, loss_sum, mean_loss
+from shared.training.optim import apply_gradients_fused, dense
 from shared.training.protocol import ClusterRole, RunFacts, Trainer, Variant
 
 
 @tf.function
 def compute_gradients(model, x, y):
     with tf.GradientTape() as tape:
-        loss = mean_loss(model(x), y, tf.shape(y)[0])
-    return tape.gradient(loss, model.weights)
+        loss = mean_loss(model(x), y, label_count(y), loss=model.definition.loss)
+    return dense(tape.gradient(loss, model.weights))
 
 
 @tf.function
@@ -39,8 +39,8 @@ def train_step(model, optimizer, x, y):
     with tf.GradientTape() as tape:
         with tf.name_scope(profile.FORWARD_SCOPE):  # the scopes name the step's parts for --profile
             logits = model(x)
-            loss = mean_loss(logits, y, tf.shape(y)[0])
-    grads = tape.gradient(loss, model.weights)
+            loss = mean_loss(logits, y, label_count(y), loss=model.definition.loss)
+    grads = dense(tape.gradient(loss, model.weights))
     with tf.name_scope(profile.UPDATE_SCOPE):
         apply_gradients_fused(optimizer, grads, model.weights)  # the update compiled by XLA
     return loss, correct_count(logits, y)
@@ -71,7 +71,7 @@ def train_steps(model, optimizer, x_steps, y_steps, record_state: bool = False):
 @tf.function
 def test_step(model, x, y):
     logits = model(x)
-    return loss_sum(logits, y), correct_count(logits, y)
+    return loss_sum(logits, y, loss=model.definition.loss), correct_count(logits, y)
 
 
 def memory_per_device(model, optimizer):
@@ -84,7 +84,7 @@ class ReferenceTrainer(Trainer):
 
     name = "reference"
 
-    def __init__(self, config: Config, data: MnistData, device: str):
+    def __init__(self, config: Config, data: Dataset, device: str):
         self.config, self.data, self.device = config, data, device
         self.placement = f"1 x {device.split(':')[0]} ({device})"
         self.details = {}
@@ -104,15 +104,17 @@ class ReferenceTrainer(Trainer):
                 train_steps.get_concrete_function(
                     self.model,
                     self.optimizer,
-                    tf.TensorSpec([None, None, *x_steps.shape[2:]]),
-                    tf.TensorSpec([None, None], tf.int64),
+                    tf.TensorSpec([None, None, *x_steps.shape[2:]], x_steps.dtype),
+                    tf.TensorSpec([None, None, *y_steps.shape[2:]], y_steps.dtype),
                     record_state,
                 )
             losses, corrects, checksums = train_steps(self.model, self.optimizer, x_steps, y_steps, record_state)
             if first:
                 losses.numpy()  # host sync, once: the first call (one step) is the trace time
                 first = False
-            meter.add_steps(losses, corrects, [y_steps.shape[1]] * len(y_steps), checksums if record_state else None)
+            meter.add_steps(
+                losses, corrects, [host_label_count(y) for y in y_steps], checksums if record_state else None
+            )
 
     def trace_count(self) -> int:
         return train_steps.experimental_get_tracing_count()
@@ -135,7 +137,7 @@ class ReferenceTrainer(Trainer):
         for x_batch, y_batch in epoch_batches(x, y, self.config.batch_size):
             batch_loss, batch_correct = test_step(self.model, x_batch, y_batch)
             total_loss, total_correct = total_loss + batch_loss, total_correct + batch_correct
-        return float(total_loss) / len(y), float(total_correct) / len(y)
+        return float(total_loss) / host_label_count(y), float(total_correct) / host_label_count(y)
 
     def state(self):
         return state_variables(self.model, self.optimizer)
@@ -150,7 +152,7 @@ class ReferenceTrainer(Trainer):
         return self.model(x).numpy()
 
 
-def fit(config: Config, data: MnistData, devices: Sequence[str], log: Callable = print) -> History:
+def fit(config: Config, data: Dataset, devices: Sequence[str], log: Callable = print) -> History:
     """Train on devices[0] and return the shared history record."""
     with tf.device(devices[0]):
         return loop.fit(ReferenceTrainer(config, data, devices[0]), config, data, log)

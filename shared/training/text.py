@@ -18,6 +18,8 @@ from typing import Optional, Tuple
 import numpy as np
 
 from shared.errors import UsageError
+from shared.model.gpt import VOCABULARY
+from shared.training.dataset import Dataset, host_answers
 
 EXCERPT = "training/embedded/tiny_shakespeare_excerpt.txt.gz"
 TFDS_HOST = "raw.githubusercontent.com"  # where tensorflow-datasets downloads tiny_shakespeare from
@@ -52,3 +54,56 @@ def take(name: str, tokens, labels, requested: Optional[int], default: int, wher
             f"use --{name}-examples {len(labels)} or fewer"
         )
     return tokens[:count], labels[:count]
+
+
+def tfds_availability() -> Tuple[bool, str]:
+    """Whether tensorflow-datasets' tiny_shakespeare can load without an offline retry, and why."""
+    try:
+        import tensorflow_datasets as tfds
+
+        builder = tfds.builder("tiny_shakespeare")
+    except Exception as error:  # noqa: BLE001 - a broken install: one reason, and --data auto falls back
+        return False, f"tensorflow_datasets does not work here ({type(error).__name__}: {error})"
+    if builder.is_prepared():
+        return True, f"tiny_shakespeare is prepared in {builder.data_dir}"
+    if host_answers(TFDS_HOST):
+        return True, f"tiny_shakespeare is not prepared locally but {TFDS_HOST} answers; downloading"
+    return False, f"tiny_shakespeare is not prepared in {builder.data_dir} and {TFDS_HOST} did not answer"
+
+
+def tfds_texts() -> Tuple[str, str]:
+    import tensorflow_datasets as tfds
+
+    train, test = tfds.as_numpy(tfds.load("tiny_shakespeare", split=["train", "test"], batch_size=-1))
+    return train["text"][0].decode("utf-8"), test["text"][0].decode("utf-8")
+
+
+def load(source: str, definition, train_examples: Optional[int], test_examples: Optional[int]) -> Dataset:
+    """tiny Shakespeare's windows for a character model (ModelDefinition) of VOCABULARY's characters."""
+    if definition.classes < len(VOCABULARY) or len(definition.input_shape) != 1:
+        raise UsageError(
+            f"model {definition.name}: tiny Shakespeare is {len(VOCABULARY)} characters (shared.model.gpt.VOCABULARY) "
+            f"in sequences [N, T]; the model takes {list(definition.input_shape)} of {definition.classes} classes"
+        )
+    fallback = ""
+    if source == "embedded":
+        (train, test), origin, reason = excerpt(), "embedded", "--data embedded"
+    elif source in ("tfds", "auto"):
+        available, why = tfds_availability()
+        if available:
+            (train, test), origin, reason = tfds_texts(), "tfds", why
+        elif source == "tfds":
+            raise UsageError(f"--data tfds: {why}; use --data embedded, or your own sequences as --data FILE.npz")
+        else:
+            (train, test), origin, reason, fallback = excerpt(), "embedded", f"auto: {why}", why
+    else:
+        raise UsageError(
+            f"--data {source}: model {definition.name} trains on tiny Shakespeare (auto, tfds or embedded) "
+            f"or on your sequences as --data FILE.npz"
+        )
+    context = definition.input_shape[0]
+    where = f"{origin} tiny Shakespeare"
+    x_train, y_train = take("train", *windows(train, VOCABULARY, context), train_examples, DEFAULT_TRAIN, where)
+    x_test, y_test = take("test", *windows(test, VOCABULARY, context), test_examples, DEFAULT_TEST, where)
+    x_train, x_test = x_train.astype(definition.input_dtype), x_test.astype(definition.input_dtype)
+    return Dataset(x_train, y_train, x_test, y_test, f"{origin} tiny Shakespeare", reason, fallback)

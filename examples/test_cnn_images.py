@@ -1,0 +1,37 @@
+"""An example test of a model that is not MNIST's: the CNN on 32x32x3 images of examples/cnn_images.py, trained
+from an .npz that the test writes (deterministic, from a seed), with DTensor on a mesh with a model axis and
+MirroredStrategy against one device.
+
+    python -m pytest examples/test_cnn_images.py
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from shared.api import check_model
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_the_cnn_trains_the_same_from_its_own_images(tmp_path):
+    images = str(tmp_path / "images.npz")
+    subprocess.run([sys.executable, f"{HERE}/cnn_images.py", images], check=True)  # as its docstring says
+    assert np.load(images)["x_train"].shape == (512, 32, 32, 3)
+    result = check_model(
+        f"{HERE}/cnn_images.py:cnn",
+        meshes=("batch=2,model=2",),
+        devices=4,
+        data=images,
+        epochs=2,
+        batch_size=64,
+        train_examples=128,
+        test_examples=64,
+    )
+    assert result.ok, result.summary()
+    assert set(result.verdicts) == {"dtensor batch=2,model=2", "mirrored"}
+    assert all(verdict.verdict in ("ok", "float noise") for verdict in result.verdicts.values())
+    reference = result.run.results["reference"].history
+    assert reference.step_losses[-1] < reference.step_losses[0]  # it learns the classes' colour patterns

@@ -1,0 +1,88 @@
+"""The character GPT on tiny Shakespeare (the shipped excerpt) through every trainer in float64: DTensor on a
+tensor-parallel mesh with its weights split on the batch axis too (--shard-weights), MirroredStrategy, and the
+sharded run's checkpoint and export, whose serving signature takes tokens.
+
+Data: the first 64 training and 32 test windows of 64 characters, global batch 32: 2 steps an epoch, 2 epochs.
+Every position's next character is a label, so a step's loss is the mean over 32 x 64 = 2,048 tokens.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dtensor_impl import trainer as dtensor_trainer
+from dtensor_impl.mesh import parse_mesh
+from mirrored_impl import trainer as mirrored_trainer
+from shared.config import Config
+from shared.judge.parity import check_parity
+from shared.model.gpt import CONTEXT, VOCABULARY, gpt
+from shared.training import checkpoint, export, reference
+from shared.training.data import load_data
+from shared.training.text import excerpt
+
+MESH = "batch=2,model=2"
+BASE = Config(model="gpt", data="embedded", epochs=2, batch_size=32, dtype="float64", quiet=True)
+STEPS = 4
+FLOAT64_BOUND = 1e-8  # measured: 1.3e-15 (docs/models.md)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_data("embedded", 64, 32, gpt())
+
+
+@pytest.fixture(scope="module")
+def runs(data, devices, tmp_path_factory):
+    if dtensor_trainer.tensorflow_release() < dtensor_trainer.float64_collectives_since(parse_mesh(MESH, 8)):
+        pytest.skip(f"this TensorFlow's DTensor collectives have no float64 on {MESH} (docs/releases.md)")
+    directory = tmp_path_factory.mktemp("gpt")
+    sharded = BASE.replace(
+        mesh=MESH, devices=4, shard_weights=True, checkpoint_dir=str(directory / "ckpt"), export=str(directory / "x")
+    )
+    histories = {
+        "reference": reference.fit(BASE, data, devices[:1]),
+        "dtensor": dtensor_trainer.fit(sharded, data, devices[:4]),
+        "mirrored": mirrored_trainer.fit(BASE.replace(devices=2), data, devices[:2]),
+    }
+    return histories, directory
+
+
+def test_the_windows_are_the_next_character_at_every_position(data):
+    assert data.x_train.shape == (64, CONTEXT) and data.x_train.dtype == np.int32
+    text = "".join(VOCABULARY[token] for token in data.x_train[0])
+    assert text.startswith("First Citizen:")  # tiny Shakespeare's first line
+    np.testing.assert_array_equal(data.y_train[0][:-1], data.x_train[0][1:])
+    following = "".join(VOCABULARY[token] for token in [data.y_train[0][-1], *data.x_train[1]])
+    assert excerpt()[0][: 2 * 65 - 1] == text + following  # consecutive windows of 65 characters
+
+
+@pytest.mark.parametrize("trainer", ["dtensor", "mirrored"])
+def test_every_step_matches_the_reference_in_float64(runs, trainer):
+    histories, _ = runs
+    parity = check_parity(histories[trainer], histories["reference"])
+    assert parity.ok, parity.reason
+    assert parity.steps == STEPS and parity.state_judged
+    assert parity.max_abs_loss_diff <= FLOAT64_BOUND and parity.max_abs_grad_diff <= FLOAT64_BOUND
+
+
+def test_the_loss_is_the_mean_over_tokens(runs):
+    """Small initial weights give every character about the same logit: the first loss is ln 65 per token
+    (a loss summed over each window's 64 tokens would be 64 times that)."""
+    histories, _ = runs
+    assert abs(histories["reference"].step_losses[0] - np.log(len(VOCABULARY))) < 0.05
+    assert histories["reference"].step_losses[-1] < histories["reference"].step_losses[0]
+
+
+def test_the_sharded_checkpoint_and_the_export_hold_the_trained_model(runs):
+    histories, directory = runs
+    dtensor = histories["dtensor"]
+    assert "token[unsharded,batch]" in dtensor.details["layouts"]  # 65 characters do not divide by 2: the width
+    stored = checkpoint.weights_of(checkpoint.resolve(str(directory / "ckpt" / "dtensor")), gpt())
+    for array, final in zip(stored, dtensor.final_weights, strict=True):
+        np.testing.assert_array_equal(array, final)
+    assert export.check_export(str(directory / "x" / "dtensor")) <= export.LOGIT_TOLERANCE
+    signature = tf.saved_model.load(str(directory / "x" / "dtensor")).signatures["serving_default"]
+    assert signature.structured_input_signature[1] == {"tokens": tf.TensorSpec([None, CONTEXT], tf.int32, "tokens")}
+    assert dataclasses.asdict(dtensor.memory_per_device[0])["weight_bytes"] < 8 * gpt().parameter_count() / 2
