@@ -8,8 +8,6 @@ import subprocess
 import sys
 import zipfile
 
-import pytest
-
 from tests.cli import ROOT, check_report
 
 SKIPPED = (".git", ".venv", ".nox", "build", "out", "__pycache__", ".pytest_cache", "*.egg-info")
@@ -25,7 +23,6 @@ def source_packages() -> set:
     return found
 
 
-@pytest.mark.extended  # the layers' imports: tests/test_imports.py
 def test_a_wheel_holds_every_layer_and_its_data_and_trains_from_another_directory(tmp_path):
     source, wheels, site, elsewhere = (tmp_path / name for name in ("source", "wheels", "site", "elsewhere"))
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*SKIPPED))  # the build writes into its tree
