@@ -10,12 +10,15 @@ slices keep it to about a minute on 2 CPU cores.
 
 import os
 
+import pytest
+
 from shared.api import check_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL = dict(epochs=2, train_examples=512, test_examples=256, data="embedded")
 
 
+@pytest.mark.extended  # a user's file through check_model: examples/test_cnn_images.py
 def test_my_model_trains_the_same_with_dtensor_and_mirrored_strategy():
     # One mesh with a model axis (its layouts are the model's own); add "batch=8" and others as you need.
     result = check_model(f"{HERE}/my_model.py:my_model", meshes=("batch=2,model=4",), **SMALL)

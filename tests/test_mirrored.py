@@ -85,7 +85,10 @@ def test_matches_reference(histories, num_replicas, update, optimizer):
 
 @pytest.mark.parametrize(
     "num_replicas, update, optimizer",
-    [(count, update, "adam") for count, update in REPLICAS_AND_UPDATES]
+    [
+        pytest.param(count, update, "adam", marks=[pytest.mark.extended] if (count, update) == (8, "replicas") else [])
+        for count, update in REPLICAS_AND_UPDATES  # 8 replicas updating each: 2 replicas' above, in the default suite
+    ]
     + [(2, "primary", "sgd"), (2, "replicas", "sgd")],
 )
 def test_float64_matches_reference_in_every_step_and_all_its_state(histories, num_replicas, update, optimizer):

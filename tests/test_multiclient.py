@@ -41,22 +41,26 @@ TWO_CLIENTS = [
 KILL_BOUND_S = 60  # the issue's bound from a client's death to the launcher's exit
 
 
-def test_two_clients_match_the_reference_for_dtensor_and_multi_worker_mirrored(tmp_path):
+@pytest.mark.parametrize(
+    "trainers",
+    ["dtensor", pytest.param("dtensor,mirrored", marks=pytest.mark.extended)],  # MultiWorkerMirrored too
+)
+def test_two_clients_match_the_reference_for_dtensor_and_multi_worker_mirrored(tmp_path, trainers):
     report_path = tmp_path / "report.json"
-    result = run_compare(*TWO_CLIENTS, "--trainers", "dtensor,mirrored", "--json", str(report_path))
+    result = run_compare(*TWO_CLIENTS, "--trainers", trainers, "--json", str(report_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.rstrip().endswith("PARITY OK")
-    for name in ("dtensor", "mirrored"):
+    names = trainers.split(",")
+    for name in names:
         assert re.search(rf"^{name}: 2 clients on 127\.0\.0\.1:\d+,\d+, pids \d+,\d+$", result.stdout, re.M)
         assert re.search(rf"^{name}\s+epoch 1/1  train_loss \d\.\d{{4}}", result.stdout, re.M)  # client 0's line
     report = read_report(report_path)
     assert report["ok"] is True and report["config"]["clients"] == 2
-    trainers = report["trainers"]
-    assert trainers["dtensor"]["placement"] == "mesh batch=4 over 2 clients x 2 CPU"
-    assert trainers["mirrored"]["placement"] == "2 replicas on CPU (2 workers)"
-    for name in ("dtensor", "mirrored"):
-        assert len(trainers[name]["step_losses"]) == 4  # 256 examples / batch 64, as the reference
-        assert float(trainers[name]["details"]["client_weight_spread"]) == 0.0  # both clients hold one model
+    placements = {"dtensor": "mesh batch=4 over 2 clients x 2 CPU", "mirrored": "2 replicas on CPU (2 workers)"}
+    for name in names:
+        assert report["trainers"][name]["placement"] == placements[name]
+        assert len(report["trainers"][name]["step_losses"]) == 4  # 256 examples / batch 64, as the reference
+        assert float(report["trainers"][name]["details"]["client_weight_spread"]) == 0.0  # both clients hold one model
         parity = report["parity"][name]
         assert parity["ok"] is True and parity["verdict"] == "ok"
         assert parity["max_abs_loss_diff"] <= parity["tolerances"]["loss"][0]

@@ -12,7 +12,7 @@ from shared.api import check_model
 from shared.errors import UsageError
 from shared.model.registry import load
 from shared.training.data import load_data
-from tests.cli import run_compare, unwrapped
+from tests.cli import run_compare, run_here, unwrapped
 from tests.models.user_mistakes import local_mean_loss
 
 MISTAKES = "tests/models/user_mistakes.py"
@@ -75,7 +75,7 @@ def test_bad_arrays_are_one_line_naming_the_array(tmp_path, case):
 
 def test_bad_data_from_the_command_line_is_one_line_exit_2(tmp_path):
     path = write(tmp_path / "images.npz")
-    result = run_compare("--model", "examples/cnn_images.py:cnn", "--data", path, "--batch-size", "64")
+    result = run_here("--model", "examples/cnn_images.py:cnn", "--data", path, "--batch-size", "64")
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1] == (
         f"compare.py: error: --data {path}: 40 training examples are fewer than one global batch of 64; "
