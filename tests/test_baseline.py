@@ -370,6 +370,7 @@ def test_a_baseline_with_another_learning_rate_is_refused_before_anything_trains
     assert "epoch" not in result.stdout and not (tmp_path / "b.json").exists()
 
 
+@pytest.mark.extended  # float noise told from a change: tests/test_verdicts.py; baselines: the tests above
 def test_a_float32_baseline_with_float64_runs_tells_float_noise_from_a_change(tmp_path):
     """--with-float64 keeps every trainer's float64 run in the report. Against a copy in which the
     reference's float32 loss at step 1 moved by 1e-3 (its float64 run untouched) and dtensor's float32

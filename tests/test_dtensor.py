@@ -31,7 +31,9 @@ TRAIN_EXAMPLES, TEST_EXAMPLES = 237, 101
 BASE = Config(epochs=2, batch_size=64, quiet=True)
 STEPS = 2 * 4  # 3 batches of 64 and one of 45 per epoch
 # float32 with the tutorial's widths: data parallel, and with a model axis (float64 below runs every mesh).
-FLOAT32_RUNS = [("batch=8", "adam"), ("batch=2,model=4", "adam"), ("batch=2,model=4", "sgd")]
+FLOAT32_RUNS = [("batch=8", "adam")] + [  # with a model axis: in float64 below, on every step
+    pytest.param("batch=2,model=4", optimizer, marks=pytest.mark.extended) for optimizer in ("adam", "sgd")
+]
 # Every mesh of 8 devices whose model axis divides the sharded width 64, and the smaller batch meshes: Adam on
 # each, SGD on one without and one with a model axis (its update has no state to shard).
 # (batch=1 and batch=2 on 1 and 2 devices: the sweep's configurations at 2 devices, tests/test_verdicts.py.)
@@ -299,6 +301,7 @@ def test_dataset_input_gives_the_same_run_as_pack(run, mesh):
         np.testing.assert_array_equal(weight, packed_weight)
 
 
+@pytest.mark.extended  # the shared epoch order: the reference's and MirroredStrategy's tests; DTensorDataset: above
 @pytest.mark.parametrize("dtensor_input", ["dataset"])  # DTensorDataset's own batching; pack: batch order alone
 def test_shuffled_batches_follow_the_shared_epoch_order(run, dtensor_input):
     history = run("dtensor", mesh="batch=8", shuffle=True, dtensor_input=dtensor_input)

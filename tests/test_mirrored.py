@@ -70,6 +70,7 @@ def histories(uneven_slice, devices):
 
 @pytest.mark.parametrize("optimizer", ["adam"])  # SGD: in float64 below, on every replica count and update
 # float32 in the default update; `replicas` at 8: in float64 below, whose bound is far tighter.
+@pytest.mark.extended  # float32 beside float64's every-step judgement of the same runs, below
 @pytest.mark.parametrize("num_replicas, update", [(1, "primary"), (8, "primary")])
 def test_matches_reference(histories, num_replicas, update, optimizer):
     mirrored = histories("mirrored", num_replicas, optimizer, update)

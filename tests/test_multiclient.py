@@ -125,6 +125,7 @@ def test_a_client_killed_mid_run_stops_the_run_within_the_bound_and_leaves_no_pr
     assert not [pid for pid in pids if _alive(pid)]
 
 
+@pytest.mark.extended  # a second pair of client processes for one message
 def test_a_port_in_use_is_reported_in_one_line():
     with socket.socket() as taken:  # listening, without SO_REUSEPORT: gRPC cannot share it
         taken.bind(("", 0))

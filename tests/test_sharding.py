@@ -102,6 +102,7 @@ def references(small, devices):
     return run
 
 
+@pytest.mark.extended  # sharded float64 on a model axis: tests/test_gpt.py
 def test_float64_matches_the_reference_on_every_step_with_a_model_axis_too(small, devices, references):
     """The ViT's: tests/test_vit.py, on batch=2,model=4."""
     config = BASE.replace(dtype="float64", mesh="batch=4,model=2", shard_weights=True)

@@ -178,6 +178,7 @@ def test_sweep_tries_every_mesh_and_update_mode_with_parity_and_memory(tmp_path)
     assert memory["primary"] > memory["replicas"]  # the first device also holds the plain copy that updates
 
 
+@pytest.mark.extended  # the sweep's rows: tests/test_profile.py; float noise: the test above
 def test_the_sweep_table_shows_each_verdict_and_the_reasons_under_it(tmp_path):
     """Adam at learning rate 1e4 (as above): float32 leaves its tolerance on the model-parallel mesh, the
     float64 rerun agrees. The sweep's parity column shows each configuration's keyword, the reasons follow
