@@ -60,6 +60,8 @@ def check_model(
 
     `options` are shared.config.Config fields: epochs, batch_size, train_examples, dtype, ...
     """
+    # Before anything runs an op (checking a model object does): logical devices are fixed once per process.
+    all_devices = configure_devices(devices, options.get("device_type", Config().device_type))[:devices]
     if not isinstance(model, str):  # an object: registered in this process, where every trainer then trains
         if options.get("trainer_process", "shared") != "shared":
             raise UsageError("a model given as an object trains in this process: trainer_process='shared'")
@@ -70,7 +72,6 @@ def check_model(
     if unknown or not trainers:
         raise UsageError(f"trainers {list(trainers)}: choose from {', '.join(known)}")
     config = Config(model=model, devices=devices, data=data, quiet=True, trainers=("reference", *trainers), **options)
-    all_devices = configure_devices(devices, config.device_type)[:devices]
     entries = [Entry("reference", "reference", config)]
     for name in trainers:
         entries += [

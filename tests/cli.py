@@ -17,7 +17,7 @@ from shared.report.schema import SCHEMA_PATH
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A compare.py run of a few seconds' training: 4 steps of 64 embedded examples on 2 devices, every trainer in the
 # test's process (a trainer process of their own is the default's subject: test_compare.py's full run,
-# tests/test_worker.py).
+# tests/test_user_models.py's crash).
 SMALL = ["--data", "embedded", "--train-examples", "256", "--test-examples", "128", "--epochs", "1"]
 SMALL += ["--devices", "2", "--batch-size", "64", "--trainer-process", "shared"]
 PNG_SIZE = (900, 600)  # shared/report/plots.py's FIGURE_SIZE (9, 6) at 100 dpi
