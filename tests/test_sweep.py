@@ -11,6 +11,7 @@ from shared.report.sweep import (
     best_against_one_device,
     conclusion_lines,
     describe_plan,
+    format_entry_line,
     rerun_summary,
     sweep_notes,
     sweep_rows,
@@ -239,3 +240,8 @@ def test_the_conclusion_names_the_fastest_the_smallest_the_quietest_and_what_fit
         "MB/device); fewest bytes dtensor batch=1,model=8 (0.43 MB/step); within 2 MB/device: dtensor batch=8 "
         "sharded, dtensor batch=1,model=8"
     ]  # batch=2,model=4 failed parity: never named
+
+
+def test_a_progress_line_keeps_the_longest_label_apart_from_its_figure():
+    line = format_entry_line(entry(8, "dtensor", "batch=4,model=2 sharded", 0.74))
+    assert "dtensor  batch=4,model=2 sharded 740 examples/s (0.74x), reference 1,000; parity" in line

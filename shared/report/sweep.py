@@ -30,7 +30,7 @@ def _devices(count: int) -> str:
 
 def format_entry_line(entry: SweepEntry) -> str:
     """The progress line printed as each configuration finishes: its figures and its verdict's keyword."""
-    prefix = f"sweep      {entry.devices} devices  {entry.trainer:<9}{entry.label:<18}"
+    prefix = f"sweep      {entry.devices} devices  {entry.trainer:<9}{entry.label:<18} "
     if entry.skipped:
         return f"{prefix}skipped (the reason is under the table)"
     figure = "-" if entry.throughput_examples_per_s is None else f"{entry.throughput_examples_per_s:,.0f}"

@@ -106,4 +106,5 @@ def load(source: str, definition, train_examples: Optional[int], test_examples: 
     x_train, y_train = take("train", *windows(train, VOCABULARY, context), train_examples, DEFAULT_TRAIN, where)
     x_test, y_test = take("test", *windows(test, VOCABULARY, context), test_examples, DEFAULT_TEST, where)
     x_train, x_test = x_train.astype(definition.input_dtype), x_test.astype(definition.input_dtype)
-    return Dataset(x_train, y_train, x_test, y_test, f"{origin} tiny Shakespeare", reason, fallback)
+    # source: what --data names (a --clients launch passes it on); the reason says which text
+    return Dataset(x_train, y_train, x_test, y_test, origin, f"tiny Shakespeare; {reason}", fallback)
