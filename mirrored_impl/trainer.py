@@ -26,7 +26,13 @@ from shared.measure.memory import DeviceMemory, located_bytes, tally
 from shared.measure.traffic import Implementation
 from shared.model.definition import Model
 from shared.training import loop
-from shared.training.batches import batch_label_counts, batch_slices, epoch_batches, without_autotune
+from shared.training.batches import (
+    batch_label_counts,
+    batch_slices,
+    epoch_batches,
+    example_label_counts,
+    without_autotune,
+)
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
 from shared.training.losses import correct_count, host_label_count, loss_sum, mean_loss
@@ -254,7 +260,7 @@ def distribute_batches(
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         num_replicas = input_context.num_replicas_in_sync
-        label_counts = (y >= 0).reshape(len(y), -1).sum(1)
+        label_counts = example_label_counts(y)
         indices, sizes, global_counts = replica_chunks(label_counts, batch_size, num_replicas, epochs, shuffle, seed)
         # Each pipeline feeds only its own replicas: worker w's replicas w*L .. w*L+L-1 across
         # workers, one replica's in one process (pipeline_per_replica).
@@ -504,9 +510,8 @@ class MirroredTrainer(Trainer):
             )
         self.model, self.optimizer, self.primary_model = build_models(self.strategy, config, update)
         self.checkpointed = (self.primary_model or self.model, self.optimizer)
-        self.global_counts = batch_label_counts(
-            data.y_train, config.batch_size, 0, False, 0
-        )  # each epoch's: train_epoch
+        # Each global batch's label count, set per epoch by train_epoch (shuffled, they move); here for its length.
+        self.global_counts = batch_label_counts(data.y_train, config.batch_size, 0, False, 0)
 
     def begin(self, start_epoch: int):
         """After --restore: the replicas' copies from the primary weights, and the run's input pipelines."""

@@ -32,9 +32,14 @@ def epoch_batches(
         yield x[index], y[index]
 
 
+def example_label_counts(y: np.ndarray) -> np.ndarray:
+    """Each example's count of counted labels (0 or more): 1 for a classifier, its unmasked tokens for a sequence."""
+    return (y >= 0).reshape(len(y), -1).sum(1)
+
+
 def batch_label_counts(y: np.ndarray, batch_size: int, epoch: int, shuffle: bool, seed: int) -> List[int]:
-    """Each global batch's count of counted labels (0 or more) in one epoch: the divisor of its mean loss."""
-    counted = (y >= 0).reshape(len(y), -1).sum(1)
+    """Each global batch's count of counted labels in one epoch: the divisor of its mean loss."""
+    counted = example_label_counts(y)
     order = epoch_order(len(y), epoch, shuffle, seed)
     return [int(counted[order[part]].sum()) for part in batch_slices(len(y), batch_size)]
 

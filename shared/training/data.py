@@ -27,7 +27,7 @@ from shared.model.definition import ModelDefinition
 from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
 from shared.model.registry import definition_for
 from shared.training import npz, text
-from shared.training.dataset import PROBE_SECONDS, Dataset, host_answers
+from shared.training.dataset import PROBE_SECONDS, Dataset, example_count, host_answers, take
 
 TFDS_DEFAULT_EXAMPLES = 5000  # the tutorial's train[:5000] and test[:5000]
 EMBEDDED_TEST_PER_CLASS = 100  # 500 images per digit: 400 train, 100 test
@@ -48,22 +48,6 @@ def preprocess(images: np.ndarray, labels: np.ndarray) -> Tuple[np.ndarray, np.n
     """The tutorial's preprocessing: flatten to 784, scale to [0, 1] float32, int64 labels."""
     images = np.asarray(images).reshape(-1, IMAGE_PIXELS).astype(np.float32) / np.float32(255.0)
     return images, np.asarray(labels).reshape(-1).astype(np.int64)
-
-
-def _example_count(name: str, requested: Optional[int], default: int, available: int, hint: str) -> int:
-    """How many `name` examples to use: `requested`, else min(default, available); checked."""
-    count = min(default, available) if requested is None else requested  # Config checked it is positive
-    if count > available:
-        raise UsageError(
-            f"--{name}-examples {count} is more than the {available} {name} "
-            f"examples in {hint}; use --{name}-examples {available} or fewer"
-        )
-    return count
-
-
-def _take(name: str, images, labels, requested: Optional[int], default: int, hint: str):
-    count = _example_count(name, requested, default, len(labels), hint)
-    return images[:count], labels[:count]
 
 
 # --- embedded -------------------------------------------------------------------------
@@ -98,8 +82,8 @@ def _stride_order(n: int, stride: int = 1237) -> np.ndarray:
 
 def load_embedded(train_examples, test_examples, reason) -> Dataset:
     x_train, y_train, x_test, y_test = embedded_split()
-    x_train, y_train = _take("train", x_train, y_train, train_examples, len(y_train), "the embedded set")
-    x_test, y_test = _take("test", x_test, y_test, test_examples, len(y_test), "the embedded set")
+    x_train, y_train = take("train", x_train, y_train, train_examples, len(y_train), "the embedded set")
+    x_test, y_test = take("test", x_test, y_test, test_examples, len(y_test), "the embedded set")
     return Dataset(*preprocess(x_train, y_train), *preprocess(x_test, y_test), "embedded", reason)
 
 
@@ -161,7 +145,7 @@ def load_idx_dir(directory, train_examples, test_examples) -> Dataset:
         if labels.size and labels.max() >= NUM_CLASSES:
             raise UsageError(f"{directory}: {split} label {labels.max()} is not a digit 0-9")
         requested = train_examples if split == "train" else test_examples
-        splits += preprocess(*_take(split, images, labels, requested, TFDS_DEFAULT_EXAMPLES, directory))
+        splits += preprocess(*take(split, images, labels, requested, TFDS_DEFAULT_EXAMPLES, directory))
     return Dataset(*splits, directory, "IDX files")
 
 
@@ -188,8 +172,8 @@ def tfds_availability() -> Tuple[bool, str]:
 def load_tfds(train_examples, test_examples, reason) -> Dataset:
     import tensorflow_datasets as tfds
 
-    n_train = _example_count("train", train_examples, TFDS_DEFAULT_EXAMPLES, 60000, "tfds MNIST")
-    n_test = _example_count("test", test_examples, TFDS_DEFAULT_EXAMPLES, 10000, "tfds MNIST")
+    n_train = example_count("train", train_examples, TFDS_DEFAULT_EXAMPLES, 60000, "tfds MNIST")
+    n_test = example_count("test", test_examples, TFDS_DEFAULT_EXAMPLES, 10000, "tfds MNIST")
     (x_train, y_train), (x_test, y_test) = tfds.as_numpy(
         tfds.load("mnist", split=[f"train[:{n_train}]", f"test[:{n_test}]"], batch_size=-1, as_supervised=True)
     )

@@ -3,8 +3,11 @@
 import dataclasses
 import socket
 import threading
+from typing import Optional
 
 import numpy as np
+
+from shared.errors import UsageError
 
 PROBE_SECONDS = 3.0  # how long a download host has to answer before --data auto takes the shipped data
 
@@ -38,3 +41,19 @@ def host_answers(host: str, port: int = 443, seconds: float = PROBE_SECONDS) -> 
     thread.start()
     thread.join(seconds)
     return bool(result)
+
+
+def example_count(name: str, requested: Optional[int], default: int, available: int, hint: str) -> int:
+    """How many `name` examples to use: `requested`, else min(default, available); checked."""
+    count = min(default, available) if requested is None else requested  # Config checked it is positive
+    if count > available:
+        raise UsageError(
+            f"--{name}-examples {count} is more than the {available} {name} "
+            f"examples in {hint}; use --{name}-examples {available} or fewer"
+        )
+    return count
+
+
+def take(name: str, inputs, labels, requested: Optional[int], default: int, hint: str):
+    count = example_count(name, requested, default, len(labels), hint)
+    return inputs[:count], labels[:count]

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from shared.errors import UsageError
-from shared.training.dataset import Dataset
+from shared.training.dataset import Dataset, take
 
 KEYS = ("x_train", "y_train", "x_test", "y_test")
 
@@ -38,13 +38,7 @@ def load(path: str, definition, train_examples: Optional[int], test_examples: Op
         y = labels(path, f"y_{split}", arrays[f"y_{split}"], definition)
         if len(x) != len(y):
             raise UsageError(f"--data {path}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
-        count = len(y) if requested is None else requested
-        if count > len(y):
-            raise UsageError(
-                f"--{split}-examples {count} is more than the {len(y)} in {path}; use --{split}-examples "
-                f"{len(y)} or fewer"
-            )
-        splits += [x[:count], y[:count]]
+        splits += take(split, x, y, requested, len(y), path)
     return Dataset(*splits, path, "your arrays")
 
 

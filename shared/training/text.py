@@ -19,7 +19,7 @@ import numpy as np
 
 from shared.errors import UsageError
 from shared.model.gpt import VOCABULARY
-from shared.training.dataset import Dataset, host_answers
+from shared.training.dataset import Dataset, host_answers, take
 
 EXCERPT = "training/embedded/tiny_shakespeare_excerpt.txt.gz"
 TFDS_HOST = "raw.githubusercontent.com"  # where tensorflow-datasets downloads tiny_shakespeare from
@@ -44,16 +44,6 @@ def windows(text: str, vocabulary: str, context: int) -> Tuple[np.ndarray, np.nd
     count = (len(codes) - 1) // (context + 1) if len(codes) > context else 0
     cut = codes[: count * (context + 1)].reshape(count, context + 1)
     return cut[:, :-1].astype(np.int32), cut[:, 1:]
-
-
-def take(name: str, tokens, labels, requested: Optional[int], default: int, where: str):
-    count = min(default, len(labels)) if requested is None else requested
-    if count > len(labels):
-        raise UsageError(
-            f"--{name}-examples {count} is more than the {len(labels)} {name} sequences in {where}; "
-            f"use --{name}-examples {len(labels)} or fewer"
-        )
-    return tokens[:count], labels[:count]
 
 
 def tfds_availability() -> Tuple[bool, str]:
