@@ -6,6 +6,8 @@ a model axis (Megatron's pairs, the ViT's heads), `batch` to split it over the d
 divides (else the first whose size the model lets zero units pad), as FSDP and ZeRO-3 shard parameters and
 optimizer state: DTensor then all-gathers a weight where an op needs it whole and reduce-scatters its
 gradient. A weight with no such dimension stays replicated on the batch axis, and `plan_layouts` names it.
+Running statistics (non-trainable variables) stay as the model lays them out: they have no optimizer state,
+and the step assigns them whole.
 """
 
 import dataclasses
@@ -50,7 +52,7 @@ def plan_layouts(
         spec = list(variable.layout) or [UNSHARDED] * len(variable.shape)
         if model is None:  # no model axis on this mesh: what it would split stays whole
             spec = [UNSHARDED if axis == MODEL_AXIS else axis for axis in spec]
-        if shard_weights and batch > 1 and BATCH_AXIS not in spec:
+        if shard_weights and batch > 1 and BATCH_AXIS not in spec and variable.trainable:
             dim = _batch_dim(definition, variable, spec, batch)
             if dim is None:
                 not_split.append(variable.name)

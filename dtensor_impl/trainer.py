@@ -38,6 +38,7 @@ from shared.measure import profile
 from shared.measure.checksums import state_checksums, state_variables
 from shared.measure.history import History
 from shared.measure.memory import located_bytes, short_device, tally
+from shared.measure.taps import Taps
 from shared.model.definition import MODEL_AXIS, UNSHARDED, Model
 from shared.model.registry import definition_for
 from shared.training import loop
@@ -102,6 +103,7 @@ def build_model(
     mesh: dtensor.Mesh,
     plan: Optional[LayoutPlan] = None,
     gather: bool = False,
+    seed: int = 0,
 ) -> Model:
     """The model's variables as DVariables holding `values`, each in its planned layout on `mesh`.
 
@@ -129,8 +131,9 @@ def build_model(
     return Model(
         definition,
         values,
-        lambda value, variable: dtensor.DVariable(on_mesh(value, layouts[variable.name])),
+        lambda value, variable: dtensor.DVariable(on_mesh(value, layouts[variable.name]), trainable=variable.trainable),
         all_gathered if gathered else None,
+        seed,
     )
 
 
@@ -139,7 +142,7 @@ def build_optimizer(config: Config, model: Model, mesh: dtensor.Mesh):
     return make_optimizer(
         config.optimizer,
         config.adam,
-        model.weights,
+        model.trainable,
         config.learning_rate,
         zeros_like=lambda var: dtensor.DVariable(
             dtensor.call_with_layout(tf.zeros, var.layout, shape=var.shape, dtype=var.dtype)
@@ -261,11 +264,45 @@ def dataset_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mes
 # --- the steps ------------------------------------------------------------------------------
 
 
+def training_context(model, optimizer, x, record: bool = False):
+    """The forward's context in a step: x is the global batch in DTensor's global view (its padding examples last)."""
+    return model.training_context(optimizer.step, tf.range(x.shape[0], dtype=tf.int64), record)
+
+
+def into_layout(value, variable):
+    """A running statistic's new value in its variable's layout (DTensor assigns only a value of the same)."""
+    return dtensor.relayout(tf.cast(value, variable.dtype), variable.layout)
+
+
 @tf.function
-def compute_gradients(model, x, y, example_weights):
+def compute_gradients(model, optimizer, x, y, example_weights):
     with tf.GradientTape() as tape:
-        loss = mean_loss(model(x), y, label_count(y, example_weights), example_weights, model.definition.loss)
-    return dense(tape.gradient(loss, model.weights))
+        logits = model(x, training_context(model, optimizer, x))
+        loss = mean_loss(logits, y, label_count(y, example_weights), example_weights, model.definition.loss)
+    return dense(tape.gradient(loss, model.trainable))
+
+
+def record_taps(model, optimizer, x, y, example_weights, real: int) -> Taps:
+    """The forward's tapped values and their gradients at the current state (no update), all-gathered, the
+    padding examples cut."""
+    names = []
+
+    @tf.function
+    def record():
+        context = training_context(model, optimizer, x, record=True)
+        with tf.GradientTape() as tape:
+            logits = model(x, context)
+            loss = mean_loss(logits, y, label_count(y, example_weights), example_weights, model.definition.loss)
+        names.extend(name for name, _ in context.taps)
+        values = [value for _, value in context.taps]
+        return values, tape.gradient(loss, values)
+
+    values, gradients = record()
+    return Taps(
+        names,
+        [to_numpy(value)[:real] for value in values],
+        [None if gradient is None else to_numpy(gradient)[:real] for gradient in gradients],
+    )
 
 
 @tf.function
@@ -275,13 +312,15 @@ def train_step(model, optimizer, x, y, example_weights):
     The real-example count is summed from the weights on the devices, so it is global
     and the padded last batch needs no second input.
     """
+    context = training_context(model, optimizer, x)
     with tf.GradientTape() as tape:
         with tf.name_scope(profile.FORWARD_SCOPE):  # the scopes name the step's parts for --profile
-            logits = model(x)
+            logits = model(x, context)
             loss = mean_loss(logits, y, label_count(y, example_weights), example_weights, model.definition.loss)
-    grads = dense(tape.gradient(loss, model.weights))
+    grads = dense(tape.gradient(loss, model.trainable))
     with tf.name_scope(profile.UPDATE_SCOPE):
-        optimizer.apply_gradients(grads, model.weights)
+        model.apply_updates(context, into_layout)  # running statistics: once, from the global batch
+        optimizer.apply_gradients(grads, model.trainable)
     return loss, correct_count(logits, y, example_weights)
 
 
@@ -414,14 +453,14 @@ class DTensorTrainer(Trainer):
         status(f"dtensor on {self.placement}: placing the variables")
         self.plan = plan = layout_plan(config, spec)  # a width an axis does not divide gets zero units
         values = self.definition.pad(self.definition.initial_values(config.seed, config.dtype), plan.sizes)
-        self.model = build_model(self.definition, values, self.mesh, plan)
+        self.model = build_model(self.definition, values, self.mesh, plan, seed=config.seed)
         self.optimizer = build_optimizer(config, self.model, self.mesh)
         self.gathered = ""  # why the forward all-gathers the weights split on the batch axis; "" when it does not
         if any(BATCH_AXIS in spec for spec in plan.specs):
             status(f"dtensor on {self.placement}: tracing a step with the weights split on the batch axis")
             self.gathered = "asked for" if gather else "" if gather is False else self.expansion_failure(values)
             if self.gathered:
-                self.model = build_model(self.definition, values, self.mesh, plan, gather=True)
+                self.model = build_model(self.definition, values, self.mesh, plan, gather=True, seed=config.seed)
                 self.optimizer = build_optimizer(config, self.model, self.mesh)
         self.steps_per_call = None  # decided by the first call's graph (steps_per_call)
         # Checkpoints hold the unpadded model, so any trainer and mesh restores them: with padding, an
@@ -448,6 +487,8 @@ class DTensorTrainer(Trainer):
             self.details["shard_weights"] = "not split: " + (", ".join(plan.not_split) or "none")
         if self.gathered:
             self.details["weights_all_gathered"] = self.gathered
+        if not all(variable.trainable for variable in self.definition.variables):
+            self.details["running_statistics"] = "assigned once a step, from the global batch's values"
         if not config.quiet:
             log(
                 f"{'dtensor':<10} {self.placement}; input {config.dtensor_input}; collectives "
@@ -461,7 +502,7 @@ class DTensorTrainer(Trainer):
         batch, their traces kept for training); then the weights go back to `values`, the optimizer's state to 0."""
         batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh))
         try:
-            compute_gradients(self.model, *batch)
+            compute_gradients(self.model, self.optimizer, *batch)
             float(train_steps(self.model, self.optimizer, [batch], self.config.dtype == "float64")[0][-1])
         except (tf.errors.UnknownError, tf.errors.InvalidArgumentError) as error:
             message = str(error).split("error: ", 1)[-1].splitlines()[0]
@@ -491,7 +532,14 @@ class DTensorTrainer(Trainer):
         return text + (f"; padded with zero units: {self.details['padding']}" if "padding" in self.details else "")
 
     def gradients(self, x, y):
-        return self.definition.unpad([to_numpy(g) for g in compute_gradients(self.model, *pack_batch(x, y, self.mesh))])
+        grads = compute_gradients(self.model, self.optimizer, *pack_batch(x, y, self.mesh))
+        trainable = [variable for variable in self.definition.variables if variable.trainable]
+        return [
+            to_numpy(g)[tuple(slice(0, size) for size in self.definition.shape(v))] for g, v in zip(grads, trainable)
+        ]
+
+    def taps(self, x, y) -> Taps:
+        return record_taps(self.model, self.optimizer, *pack_batch(x, y, self.mesh), len(y))
 
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
         # Every epoch is grouped alike, the first batch alone: its call's time is the trace time plus a
@@ -569,7 +617,7 @@ class DTensorTrainer(Trainer):
         return to_numpy(forward(self.model, inputs))[: len(x)]
 
     def begin(self, start_epoch: int):
-        if start_epoch and self.checkpointed[0] is not self.model:  # restored into the host copy
+        if self.config.restore and self.checkpointed[0] is not self.model:  # restored into the host copy
             copy_from_host(*self.checkpointed, self.model, self.optimizer)
 
     def finish(self, history: History):

@@ -1,17 +1,20 @@
-"""A model whose forward normalises over the batch: where DTensor and MirroredStrategy part ways.
+"""A model with batch normalisation and its running statistics: where DTensor and MirroredStrategy part ways.
 
     python compare.py --model examples/batch_norm_mlp.py:batch_norm_mlp --data embedded
 
-784 -> 128 -> batch normalisation (the mean and variance of each unit over the examples of the
-batch, then a learned scale and offset) -> ReLU -> 10. The statistics are the batch's own, in
-training and in evaluation alike (no moving averages: the forward stays a pure function).
+784 -> 128 -> batch normalisation -> ReLU -> 10. In training it normalises with the mean and variance of each
+unit over the examples of the batch and moves its running statistics toward them (momentum 0.9); evaluation
+and the exported model normalise with the running statistics. They are non-trainable variables
+(`Variable(..., trainable=False)`) that the forward updates through `context.update`.
 
-On one device the batch is the global batch of 128. On a DTensor mesh the activations are one
-tensor sharded on the batch axis, so `reduce_mean(axis=0)` is a global mean (DTensor all-reduces
-it): the same numbers as one device. Under MirroredStrategy each replica runs the forward on its
-own piece, so it normalises its 16 examples on their own: another function, a MISMATCH from
-step 0 (docs/parity.md, "Batch statistics"). A DTensor batch padded with zero-weight examples
-(a last batch that does not divide over the batch axis) would count the padding in its statistics.
+On one device the batch is the global batch of 128. On a DTensor mesh the activations are one tensor sharded
+on the batch axis, so `reduce_mean(axis=0)` is a global mean (DTensor all-reduces it): the same numbers as one
+device, and the running statistics are updated once, from them. Under MirroredStrategy each replica runs the
+forward on its own piece, so it normalises its 16 examples on their own: another function, a MISMATCH from
+step 0 whose first difference is the `norm` tap (`dense` agrees); each replica also moves its own copy of the
+running statistics (ON_READ, MEAN: a read averages them), as Keras's BatchNormalization does
+(docs/parity.md, "Batch statistics"). A DTensor batch padded with zero-weight examples (a last batch that
+does not divide over the batch axis) would count the padding in its statistics.
 """
 
 import tensorflow as tf
@@ -20,14 +23,22 @@ from shared.model.definition import ModelDefinition, Variable, ones, truncated_n
 
 UNITS = 128
 EPSILON = 1e-3
+MOMENTUM = 0.9  # running = MOMENTUM * running + (1 - MOMENTUM) * the batch's
 
 
-def forward(variables, images):
-    x = tf.matmul(images, variables["dense/w"]) + variables["dense/b"]
-    mean = tf.reduce_mean(x, axis=0)  # over the batch: the global batch on DTensor, a replica's piece on Mirrored
-    variance = tf.reduce_mean(tf.square(x - mean), axis=0)
+def forward(variables, images, context):
+    x = context.tap("dense", tf.matmul(images, variables["dense/w"]) + variables["dense/b"])
+    if context.training:  # the batch's statistics: the global batch on DTensor, a replica's piece on Mirrored
+        mean = tf.reduce_mean(x, axis=0)
+        variance = tf.reduce_mean(tf.square(x - mean), axis=0)
+        for name, value in (("mean", mean), ("variance", variance)):
+            running = variables[f"norm/moving_{name}"]
+            context.update(f"norm/moving_{name}", MOMENTUM * running + (1 - MOMENTUM) * value)
+    else:  # evaluation and serving: the running statistics
+        mean, variance = variables["norm/moving_mean"], variables["norm/moving_variance"]
     x = (x - mean) * tf.math.rsqrt(variance + EPSILON) * variables["norm/scale"] + variables["norm/offset"]
-    return tf.matmul(tf.nn.relu(x), variables["out/w"]) + variables["out/b"]
+    x = context.tap("norm", x)
+    return context.tap("out", tf.matmul(tf.nn.relu(x), variables["out/w"]) + variables["out/b"])
 
 
 def batch_norm_mlp() -> ModelDefinition:
@@ -36,6 +47,8 @@ def batch_norm_mlp() -> ModelDefinition:
         Variable("dense/b", (UNITS,), zeros),
         Variable("norm/scale", (UNITS,), ones),
         Variable("norm/offset", (UNITS,), zeros),
+        Variable("norm/moving_mean", (UNITS,), zeros, trainable=False),
+        Variable("norm/moving_variance", (UNITS,), ones, trainable=False),
         Variable("out/w", (UNITS, 10), truncated_normal(0.1, stream=2)),
         Variable("out/b", (10,), zeros),
     )
@@ -44,5 +57,5 @@ def batch_norm_mlp() -> ModelDefinition:
         variables=variables,
         forward=forward,
         flops_per_example=3 * 2 * (784 * UNITS + UNITS * 10),
-        description=f"MLP 784-{UNITS}-10 with batch normalisation",
+        description=f"MLP 784-{UNITS}-10 with batch normalisation and running statistics",
     )

@@ -27,6 +27,8 @@ def test_my_model_trains_the_same_with_dtensor_and_mirrored_strategy():
     assert all(verdict.verdict in ("ok", "float noise") for verdict in result.verdicts.values())
 
 
+# extended: tests/test_first_difference.py runs the same model with compare.py by default (and its JSON).
+@pytest.mark.extended
 def test_batch_statistics_match_on_dtensor_and_not_under_mirrored_strategy():
     """Normalising over the batch: DTensor's global batch is one device's; each replica's 64 examples are not
     (2 devices here: as on 8, where each replica normalises over 16)."""
@@ -35,4 +37,5 @@ def test_batch_statistics_match_on_dtensor_and_not_under_mirrored_strategy():
     mirrored = result.verdicts["mirrored"]
     assert mirrored.verdict == "MISMATCH" and mirrored.first_disagreeing_step == 0, result.summary()
     assert {"loss", "first-step gradients"} <= set(mirrored.differing)
+    assert mirrored.first_difference.tap == "norm"  # the first layer whose output differs; "dense" agrees
     assert not result.ok

@@ -23,6 +23,7 @@ from shared.measure import profile, traffic
 from shared.measure.checksums import read_state_checksums, state_checksums, state_variables
 from shared.measure.history import History
 from shared.measure.memory import DeviceMemory, located_bytes, tally
+from shared.measure.taps import Taps
 from shared.measure.traffic import Implementation
 from shared.model.definition import Model
 from shared.training import loop
@@ -218,12 +219,13 @@ def describe_pieces(global_count: int, num_replicas: int) -> str:
 def replica_chunks(
     label_counts: np.ndarray, batch_size: int, num_replicas: int, epochs: Sequence[int], shuffle: bool, seed: int
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Which examples each replica takes at each step, epoch by epoch: (indices, sizes, global_counts).
+    """Which examples each replica takes at each step, epoch by epoch: (indices, sizes, global_counts, starts).
 
     The global batches of `epoch_batches` for `epochs`, cut into `piece_sizes` contiguous pieces,
     replica 0 first. indices [epochs, N, steps, P] holds replica r's piece of step s in its first
     sizes[e, r, s] entries (P = the largest piece; the rest repeat example 0 and are cut off);
-    global_counts [epochs, N, steps] is each global batch's count of counted labels (label_counts: per example).
+    global_counts [epochs, N, steps] is each global batch's count of counted labels (label_counts: per example);
+    starts [epochs, N, steps] is where replica r's piece starts in its global batch (what dropout draws from).
     """
     num_examples = len(label_counts)
     steps = len(batch_slices(num_examples, batch_size))
@@ -231,6 +233,7 @@ def replica_chunks(
     indices = np.zeros((len(epochs), num_replicas, steps, width), np.int64)
     sizes = np.zeros((len(epochs), num_replicas, steps), np.int32)  # int32: sliced with the int32 step
     global_counts = np.zeros((len(epochs), num_replicas, steps), np.int64)
+    starts = np.zeros((len(epochs), num_replicas, steps), np.int64)
     example_ids = np.arange(num_examples)
     for e, epoch in enumerate(epochs):
         for step, (batch, _) in enumerate(epoch_batches(example_ids, example_ids, batch_size, epoch, shuffle, seed)):
@@ -238,15 +241,16 @@ def replica_chunks(
             for replica, size in enumerate(piece_sizes(len(batch), num_replicas)):
                 indices[e, replica, step, :size] = batch[start : start + size]
                 sizes[e, replica, step], global_counts[e, replica, step] = size, label_counts[batch].sum()
+                starts[e, replica, step] = start
                 start += size
-    return indices, sizes, global_counts
+    return indices, sizes, global_counts, starts
 
 
 def distribute_batches(
     strategy, x: np.ndarray, y: np.ndarray, batch_size: int, epochs: Sequence[int], shuffle: bool = False, seed: int = 0
 ):
     """The global batches of `epochs` as one distributed dataset: per epoch, each replica's pieces of
-    every step, (x [steps, P, 784], y [steps, P], sizes [steps], global counts [steps]).
+    every step, (x [steps, P, 784], y [steps, P], sizes [steps], global counts [steps], starts [steps]).
 
     One element per replica per epoch, not per step: tf.data's per-element work (the iterator,
     the prefetch to each device) took most of a reference epoch's CPU time at 8 replicas
@@ -261,7 +265,9 @@ def distribute_batches(
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         num_replicas = input_context.num_replicas_in_sync
         label_counts = example_label_counts(y)
-        indices, sizes, global_counts = replica_chunks(label_counts, batch_size, num_replicas, epochs, shuffle, seed)
+        indices, sizes, global_counts, starts = replica_chunks(
+            label_counts, batch_size, num_replicas, epochs, shuffle, seed
+        )
         # Each pipeline feeds only its own replicas: worker w's replicas w*L .. w*L+L-1 across
         # workers, one replica's in one process (pipeline_per_replica).
         local_replicas = num_replicas // input_context.num_input_pipelines
@@ -270,10 +276,12 @@ def distribute_batches(
         )
         images, labels = tf.constant(x), tf.constant(y)
 
-        def take_chunk(index, size, global_count):
-            return tf.gather(images, index), tf.gather(labels, index), size, global_count
+        def take_chunk(index, size, global_count, start):
+            return tf.gather(images, index), tf.gather(labels, index), size, global_count, start
 
-        chunks = tuple(array[:, local].reshape(-1, *array.shape[2:]) for array in (indices, sizes, global_counts))
+        chunks = tuple(
+            array[:, local].reshape(-1, *array.shape[2:]) for array in (indices, sizes, global_counts, starts)
+        )
         pipeline = tf.data.Dataset.from_tensor_slices(chunks).map(take_chunk).prefetch(local_replicas)
         return pipeline.with_options(without_autotune())
 
@@ -300,19 +308,27 @@ def pipeline_per_replica(strategy) -> Optional[tf.distribute.InputOptions]:
 
 
 def piece(chunk, step):
-    """In replica context: this replica's (x, y, global count) of step `step` from its epoch chunk."""
-    x, y, sizes, global_counts = chunk
+    """In replica context: this replica's (x, y, global count, start in the global batch) of step `step`."""
+    x, y, sizes, global_counts, starts = chunk
     with tf.name_scope(profile.INPUT_SCOPE):  # the scopes name the step's parts for --profile
-        return x[step, : sizes[step]], y[step, : sizes[step]], global_counts[step]
+        return x[step, : sizes[step]], y[step, : sizes[step]], global_counts[step], starts[step]
 
 
-def replica_loss_and_gradients(model, x, y, global_count):
-    """(logits, this replica's loss share, its gradients of the global mean loss, not yet summed)."""
+def training_context(model, optimizer, x, start, record: bool = False):
+    """The forward's context on a replica: its examples sit at start.. in the global batch."""
+    positions = start + tf.range(tf.shape(x, out_type=tf.int64)[0])
+    return model.training_context(optimizer.step, positions, record)
+
+
+def replica_loss_and_gradients(model, optimizer, x, y, global_count, start):
+    """(logits, this replica's loss share, its gradients of the global mean loss, not yet summed, the forward's
+    context with its running statistics' updates)."""
+    context = training_context(model, optimizer, x, start)
     with tf.GradientTape() as tape:
         with tf.name_scope(profile.FORWARD_SCOPE):
-            logits = model(x)
+            logits = model(x, context)
             loss = mean_loss(logits, y, global_count, loss=model.definition.loss)
-    return logits, loss, dense(tape.gradient(loss, model.weights))
+    return logits, loss, dense(tape.gradient(loss, model.trainable)), context
 
 
 def all_reduced(grads):
@@ -325,11 +341,11 @@ def all_reduced(grads):
 
 
 @tf.function
-def global_gradients(strategy, model, chunk, step):
+def global_gradients(strategy, model, optimizer, chunk, step):
     """The gradients of the global mean loss at the current weights, as every replica sees them."""
 
     def on_replica(*replica_chunk):
-        return all_reduced(replica_loss_and_gradients(model, *piece(replica_chunk, step))[2])
+        return all_reduced(replica_loss_and_gradients(model, optimizer, *piece(replica_chunk, step))[2])
 
     return strategy.run(on_replica, args=chunk)
 
@@ -349,12 +365,13 @@ def train_step(strategy, model, optimizer, chunk, step, primary_model=None):
     """
 
     def on_replica(*replica_chunk):
-        x, y, global_count = piece(replica_chunk, step)
-        logits, loss, grads = replica_loss_and_gradients(model, x, y, global_count)
+        x, y, global_count, start = piece(replica_chunk, step)
+        logits, loss, grads, context = replica_loss_and_gradients(model, optimizer, x, y, global_count, start)
+        model.apply_updates(context)  # running statistics: this replica's copy, from its own piece
         if primary_model is None:
             summed = all_reduced(grads)
             with tf.name_scope(profile.UPDATE_SCOPE):
-                apply_gradients_fused(optimizer, summed, model.weights)  # XLA; this replica's copies
+                apply_gradients_fused(optimizer, summed, model.trainable)  # XLA; this replica's copies
             grads = []
         return loss, correct_count(logits, y), grads
 
@@ -365,11 +382,14 @@ def train_step(strategy, model, optimizer, chunk, step, primary_model=None):
             summed = strategy.extended.batch_reduce_to(SUM, [(grad, primary) for grad in grads])
         with tf.device(primary), tf.name_scope(profile.UPDATE_SCOPE):  # the reference's update and variables
             apply_gradients_fused(
-                optimizer, [strategy.experimental_local_results(grad)[0] for grad in summed], primary_model.weights
+                optimizer, [strategy.experimental_local_results(grad)[0] for grad in summed], primary_model.trainable
             )
         with tf.name_scope(profile.COLLECTIVES_SCOPE):
-            for copies, weight in zip(model.weights, primary_model.weights):
-                copies.assign(weight)  # cross-replica context: writes every replica's copy
+            for copies, weight, variable in zip(model.weights, primary_model.weights, model.definition.variables):
+                if variable.trainable:
+                    copies.assign(weight)  # cross-replica context: writes every replica's copy
+                else:
+                    weight.assign(copies)  # the replicas' running statistics, read as their setting aggregates
     with tf.name_scope(profile.COLLECTIVES_SCOPE):
         return strategy.reduce(SUM, losses, axis=None), strategy.reduce(SUM, corrects, axis=None)
 
@@ -398,7 +418,7 @@ def train_steps(strategy, model, optimizer, chunk, first_step, steps, primary_mo
 @tf.function
 def test_step(strategy, model, chunk, step):
     def on_replica(*replica_chunk):
-        x, y, _ = piece(replica_chunk, step)
+        x, y, _, _ = piece(replica_chunk, step)
         logits = model(x)
         return loss_sum(logits, y, loss=model.definition.loss), correct_count(logits, y)
 
@@ -433,12 +453,78 @@ def predict_logits(strategy, model, x: np.ndarray) -> np.ndarray:
 
 
 def replica_weight_spread(strategy, model) -> float:
-    """Largest difference between any replica's copy of a weight and replica 0's (0 when in sync)."""
-    replicas = list(zip(*(strategy.experimental_local_results(weight) for weight in model.weights)))
+    """Largest difference between any replica's copy of a weight and replica 0's (0 when in sync); running
+    statistics, which each replica keeps its own (RUNNING_STATISTICS), are not weights here."""
+    replicas = list(zip(*(strategy.experimental_local_results(weight) for weight in model.trainable)))
     first = [copy.numpy() for copy in replicas[0]]
     return max(
         (float(np.max(np.abs(copy.numpy() - value))) for copies in replicas[1:] for copy, value in zip(copies, first)),
         default=0.0,
+    )
+
+
+# Running statistics (a model's non-trainable variables) as Keras's BatchNormalization makes them: each replica
+# updates its own copy from its own piece, and a read outside the replicas (checkpoint, parity, export)
+# averages the copies.
+RUNNING_STATISTICS = (tf.VariableSynchronization.ON_READ, tf.VariableAggregation.MEAN)
+RUNNING_STATISTICS_TEXT = "ON_READ, MEAN: each replica updates its own copy from its piece; a read averages them"
+
+
+def make_variable(value, variable):
+    """A model variable under the strategy's scope: a MirroredVariable, or for running statistics a
+    SyncOnReadVariable (RUNNING_STATISTICS)."""
+    if variable.trainable:
+        return tf.Variable(value)
+    synchronization, aggregation = RUNNING_STATISTICS
+    return tf.Variable(value, trainable=False, synchronization=synchronization, aggregation=aggregation)
+
+
+def replica_values(strategy, x: np.ndarray, y: np.ndarray):
+    """One global batch as every replica's (x, y, global count, start) piece, as the training pipeline cuts it."""
+    bounds = np.cumsum([0] + piece_sizes(len(y), strategy.num_replicas_in_sync))
+    count = int(example_label_counts(y).sum())
+
+    def value(context: tf.distribute.experimental.ValueContext):
+        first, last = bounds[context.replica_id_in_sync_group], bounds[context.replica_id_in_sync_group + 1]
+        return (
+            tf.constant(x[first:last]),
+            tf.constant(y[first:last]),
+            tf.constant(count, tf.int64),
+            tf.constant(first, tf.int64),
+        )
+
+    return strategy.experimental_distribute_values_from_function(value)
+
+
+def record_taps(strategy, model, optimizer, pieces) -> Taps:
+    """The forward's tapped values and their gradients on every replica at the current state (no update), each
+    joined in batch order (replica 0's piece first)."""
+    names, connected = [], []
+
+    @tf.function
+    def record():
+        def on_replica(x, y, global_count, start):
+            context = training_context(model, optimizer, x, start, record=True)
+            with tf.GradientTape() as tape:
+                loss = mean_loss(model(x, context), y, global_count, loss=model.definition.loss)
+            values = [value for _, value in context.taps]
+            gradients = tape.gradient(loss, values)
+            if not names:  # traced once per replica: the same taps
+                names.extend(name for name, _ in context.taps)
+                connected.extend(gradient is not None for gradient in gradients)
+            return values, [tf.zeros_like(v) if g is None else g for v, g in zip(values, gradients)]
+
+        return strategy.run(on_replica, args=pieces)
+
+    values, gradients = record()
+
+    def joined(value):
+        return np.concatenate([part.numpy() for part in strategy.experimental_local_results(value)])
+
+    return Taps(
+        names,
+        [joined(value) for value in values],
+        [joined(gradient) if flowing else None for gradient, flowing in zip(gradients, connected)],
     )
 
 
@@ -452,11 +538,16 @@ def build_models(strategy, config: Config, update: str):
     if update == "primary":
         with tf.device(strategy.extended.worker_devices[0]):
             primary_model, optimizer = build_model_and_optimizer(config)
-        with strategy.scope():
-            model = Model(primary_model.definition, [weight.numpy() for weight in primary_model.weights])  # copies
+        with strategy.scope():  # copies
+            model = Model(
+                primary_model.definition,
+                [weight.numpy() for weight in primary_model.weights],
+                make_variable,
+                seed=config.seed,
+            )
         return model, optimizer, primary_model
     with strategy.scope():
-        model, optimizer = build_model_and_optimizer(config)  # MirroredVariables: one copy per replica
+        model, optimizer = build_model_and_optimizer(config, make_variable)  # MirroredVariables: a copy per replica
     return model, optimizer, None
 
 
@@ -509,6 +600,8 @@ class MirroredTrainer(Trainer):
                 f"per-replica batch {self.details['per_replica_batch']}; input {self.details['input']}"
             )
         self.model, self.optimizer, self.primary_model = build_models(self.strategy, config, update)
+        if not all(variable.trainable for variable in self.model.definition.variables):
+            self.details["running_statistics"] = RUNNING_STATISTICS_TEXT
         self.checkpointed = (self.primary_model or self.model, self.optimizer)
         # Each global batch's label count, set per epoch by train_epoch (shuffled, they move); here for its length.
         self.global_counts = batch_label_counts(data.y_train, config.batch_size, 0, False, 0)
@@ -532,8 +625,11 @@ class MirroredTrainer(Trainer):
 
     def gradients(self, x, y):
         """At the current weights, on the first global batch of the chunk: the same batch as x, y."""
-        grads = global_gradients(self.strategy, self.model, self.chunk, tf.constant(0))
+        grads = global_gradients(self.strategy, self.model, self.optimizer, self.chunk, tf.constant(0))
         return [self.strategy.experimental_local_results(g)[0].numpy() for g in grads]
+
+    def taps(self, x, y) -> Taps:
+        return record_taps(self.strategy, self.model, self.optimizer, replica_values(self.strategy, x, y))
 
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
         if not first:

@@ -41,6 +41,7 @@ NUMERIC_OPTIONS = (
     "adam",
     "dtype",
     "hidden",
+    "dropout",
     "shuffle",
     "restore",
 )
@@ -99,6 +100,14 @@ class Config:
     )
     hidden: Optional[Tuple[int, ...]] = option(
         None, "the MLP's hidden layer sizes (default: 700,500)", MODEL, parse=_int_list
+    )
+    dropout: float = option(
+        0.0,
+        "the built-in models' dropout rate in training, drawn alike by every trainer (ForwardContext.dropout, "
+        "docs/models.md); your model calls context.dropout itself (default: 0, none)",
+        MODEL,
+        metavar="RATE",
+        parse=float,
     )
 
     epochs: int = option(3, "passes over the training set", RUN, parse=int)
@@ -319,6 +328,9 @@ class Config:
     # Not an option: a --clients client writes its result here for the launcher, which sets it in the Config
     # it hands the client (--client-config).
     result_file: Optional[str] = None
+    # Not an option: the first-difference replay (shared/run/replay.py) sets it; the trainer records the taps of
+    # this step (0-based) from --restore's state, or the initial one, and trains nothing.
+    replay_step: Optional[int] = None
 
     def __post_init__(self):
         check(self)
@@ -392,6 +404,13 @@ def check_combinations(config: Config) -> None:
         raise UsageError("--shard-weights lays out DTensor's weights; add dtensor to --trainers, or drop it")
     if config.link_gbps and not config.profile:
         raise UsageError("--link-gbps turns the bytes that --profile counts into time; add --profile")
+    if not 0 <= config.dropout < 1:
+        raise UsageError(f"--dropout {config.dropout}: a rate is at least 0 and below 1, e.g. 0.1")
+    if config.dropout and config.model not in ("mlp", "vit", "gpt"):
+        raise UsageError(
+            f"--dropout sets the built-in models' dropout; your model ({config.model}) calls context.dropout in its "
+            f"forward itself (docs/models.md): drop --dropout"
+        )
     if config.hidden is not None and config.model != "mlp":
         raise UsageError(f"--hidden sets the MLP's layers; drop it, or use --model mlp (not {config.model})")
     if config.with_float64 and config.restore:

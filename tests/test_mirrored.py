@@ -140,7 +140,7 @@ def test_replicas_get_each_global_batch_in_order(uneven_slice, devices):
     x, y = uneven_slice.x_train, uneven_slice.y_train
     chunks = iter(trainer.distribute_batches(strategy, x, y, BATCH_SIZE, [0, 1], shuffle=True, seed=5))
     for epoch in (0, 1):
-        x_chunks, y_chunks, sizes, global_counts = (
+        x_chunks, y_chunks, sizes, global_counts, starts = (
             [part.numpy() for part in strategy.experimental_local_results(value)] for value in next(chunks)
         )
         batches = list(epoch_batches(x, y, BATCH_SIZE, epoch, shuffle=True, seed=5))
@@ -152,6 +152,8 @@ def test_replicas_get_each_global_batch_in_order(uneven_slice, devices):
                 np.concatenate([c[step, : n[step]] for c, n in zip(y_chunks, sizes)]), y_batch
             )
             assert [int(count[step]) for count in global_counts] == [len(y_batch)] * 8
+            # each piece starts where the ones before it end: what dropout's positions count from
+            assert [int(start[step]) for start in starts] == list(np.cumsum([0] + [s[step] for s in sizes])[:-1])
         assert [int(size[-1]) for size in sizes] == [1, 1, 1, 1, 1, 0, 0, 0]  # the final batch of 5
     assert len(batches) * 2 == STEPS
 

@@ -135,9 +135,10 @@ def test_tutorial_adam_freezes_the_step_count_at_trace_time():
 def test_sgd_matches_numpy():
     params, grads_per_step = random_problem(3)
     variables = [tf.Variable(p) for p in params]
-    sgd = SGD(0.5)
+    sgd = SGD(0.5, lambda: tf.Variable(0, dtype=tf.int64))
     for grads in grads_per_step:
         sgd.apply_gradients([tf.constant(g) for g in grads], variables)
+    assert int(sgd.step) == len(grads_per_step)  # what dropout's numbers are drawn from
     for i, var in enumerate(variables):
         want = params[i].astype(np.float64) - 0.5 * sum(g[i] for g in grads_per_step)
         np.testing.assert_allclose(var.numpy(), want, rtol=0, atol=1e-6)

@@ -10,6 +10,7 @@ about as long as the float32 run of those trainers (docs/parity.md).
 import dataclasses
 from typing import Dict, List, Optional, Sequence
 
+from shared.judge.first_difference import FirstDifference
 from shared.judge.parity import Parity, check_parity, describe_first, describe_later, first_non_finite_step
 from shared.measure.history import History
 
@@ -28,6 +29,8 @@ class Verdict:
     # The reason as printed under the tables, to fit one line: without the figures (the parity table's
     # columns show float32's; the JSON has float64's); "" means the reason itself.
     summary: str = ""
+    # MISMATCH: the first tapped value or gradient that differs at the first mismatching step (shared/run/replay.py)
+    first_difference: Optional[FirstDifference] = None
 
     @property
     def ok(self) -> bool:

@@ -14,21 +14,23 @@ import tensorflow as tf
 
 
 def state_variables(model, optimizer) -> list:
-    """The training state in a fixed order: the weights [w0, b0, w1, ...], then Adam's m and v slots."""
+    """The training state in a fixed order: the variables [w0, b0, w1, ...] (running statistics too), then Adam's
+    m and v slots (of the trainable ones)."""
     return list(model.weights) + list(getattr(optimizer, "m", [])) + list(getattr(optimizer, "v", []))
 
 
 def state_names(definition, optimizer) -> List[str]:
     """What each row of `state_checksums` is, for messages: "layer 0 weight", "layer 1 bias Adam v"."""
-    names = definition.labels
-    slots = [f"{name} Adam {slot}" for slot in ("m", "v") for name in names] if hasattr(optimizer, "m") else []
+    names, trainable = definition.labels, definition.trainable_labels
+    slots = [f"{name} Adam {slot}" for slot in ("m", "v") for name in trainable] if hasattr(optimizer, "m") else []
     return names + slots
 
 
 def state_sizes(definition, optimizer) -> List[int]:
     """The number of elements of each row of `state_checksums` (unpadded)."""
     sizes = [int(np.prod(definition.shape(variable))) for variable in definition.variables]
-    return sizes + (sizes * 2 if hasattr(optimizer, "m") else [])
+    trainable = [size for size, variable in zip(sizes, definition.variables) if variable.trainable]
+    return sizes + (trainable * 2 if hasattr(optimizer, "m") else [])
 
 
 def state_checksums(variables) -> tf.Tensor:

@@ -54,6 +54,7 @@ class History:
     step_profile: Optional[object] = None
     traffic: Optional[object] = None
     traffic_missing: str = ""
+    taps: Optional[object] = None  # shared.measure.taps.Taps: a replay's (config.replay_step), else None
 
     def add_final_state(self, checksums) -> None:
         """The state checksums after the last step (float64 runs; shared/measure/checksums.py)."""

@@ -1,7 +1,7 @@
 """What is trained: a model definition (named variables, initial values, one forward, a layout each), the
 built-in MLP and ViT, and `--model FILE.py:FUNCTION` (registry.py). Imports nothing from training.
 
-    from shared.model import ModelDefinition, Variable, MODEL_AXIS, UNSHARDED, zeros, truncated_normal
+    from shared.model import ModelDefinition, Variable, ForwardContext, MODEL_AXIS, UNSHARDED, zeros, truncated_normal
 """
 
 from shared.model.definition import (
@@ -16,9 +16,11 @@ from shared.model.definition import (
     truncated_normal,
     zeros,
 )
+from shared.model.forward import ForwardContext
 
 __all__ = [
     "BATCH_AXIS",
+    "ForwardContext",
     "MODEL_AXIS",
     "UNSHARDED",
     "Model",

@@ -60,13 +60,14 @@ def attention(v, prefix, x, causal: bool = False):
     return tf.einsum("nphk,hkd->npd", context, v[f"{prefix}output"]) + v[f"{prefix}output_bias"]
 
 
-def block(v, prefix, x, causal: bool = False):
-    """x + attention(norm1(x)), then that + MLP(norm2(that))."""
-    x = x + attention(
-        v, prefix + "attention/", layer_norm(x, v[prefix + "norm1/scale"], v[prefix + "norm1/offset"]), causal
-    )
-    hidden = tf.nn.gelu(
-        tf.matmul(layer_norm(x, v[prefix + "norm2/scale"], v[prefix + "norm2/offset"]), v[prefix + "mlp/w1"])
-        + v[prefix + "mlp/b1"]
-    )
-    return x + tf.matmul(hidden, v[prefix + "mlp/w2"]) + v[prefix + "mlp/b2"]
+def block(v, prefix, x, context, causal: bool = False, dropout: float = 0.0):
+    """x + dropout(attention(norm1(x))), then that + dropout(MLP(norm2(that))) (the second layer's bias added after
+    the dropout); each part tapped under `prefix`
+    ("blocks/0/norm1", ".../attention", ".../norm2", ".../mlp")."""
+    tap = context.tap
+    normed = tap(prefix + "norm1", layer_norm(x, v[prefix + "norm1/scale"], v[prefix + "norm1/offset"]))
+    x = x + context.dropout(tap(prefix + "attention", attention(v, prefix + "attention/", normed, causal)), dropout)
+    normed = tap(prefix + "norm2", layer_norm(x, v[prefix + "norm2/scale"], v[prefix + "norm2/offset"]))
+    hidden = tf.nn.gelu(tf.matmul(normed, v[prefix + "mlp/w1"]) + v[prefix + "mlp/b1"])
+    mlp = tap(prefix + "mlp", tf.matmul(hidden, v[prefix + "mlp/w2"]))  # the bias after: x + mlp + b2, as always
+    return x + context.dropout(mlp, dropout) + v[prefix + "mlp/b2"]

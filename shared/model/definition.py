@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.errors import UsageError
+from shared.model.forward import ForwardContext, takes_context
 
 MODEL_AXIS = "model"
 BATCH_AXIS = "batch"  # a mesh's data axis: a weight named on it is split over the data-parallel devices (FSDP)
@@ -73,6 +74,9 @@ class Variable:
     # data-parallel devices (--shard-weights adds it to every weight it can).
     layout: Tuple[str, ...] = ()
     label: str = ""  # how parity messages name it ("layer 0 weight"); the name when empty
+    # False: running statistics (a moving mean) that the forward updates through context.update rather than a
+    # weight the optimizer steps: no gradient, no optimizer slots; judged, checkpointed and exported as a weight.
+    trainable: bool = True
 
     @property
     def split_dim(self) -> Optional[int]:
@@ -108,8 +112,9 @@ class ModelDefinition:
     name: str  # what a checkpoint records and restore checks, e.g. "mlp 784-700-500-10"
     variables: Tuple[Variable, ...]
     # (variables by name, inputs [N, *input_shape]: float inputs in the variables' dtype, integer ones as they
-    # are) -> logits [N, *label_shape, classes]
-    forward: Callable[[Dict[str, tf.Tensor], tf.Tensor], tf.Tensor]
+    # are[, context: shared.model.ForwardContext for dropout, running statistics and taps]) -> logits
+    # [N, *label_shape, classes]
+    forward: Callable[..., tf.Tensor]
     flops_per_example: int  # forward + backward, for the GFLOP/s figure
     sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # the named dimensions of `shape`s
     paddable: FrozenSet[str] = frozenset()  # named sizes that zero units may extend: they compute 0 and stay 0
@@ -137,6 +142,14 @@ class ModelDefinition:
     @property
     def labels(self) -> List[str]:
         return [variable.label or variable.name for variable in self.variables]
+
+    @property
+    def trainable_labels(self) -> List[str]:
+        return [variable.label or variable.name for variable in self.variables if variable.trainable]
+
+    @property
+    def takes_context(self) -> bool:
+        return takes_context(self.forward)
 
     def parameter_count(self) -> int:
         return sum(int(np.prod(self.shape(variable))) for variable in self.variables)
@@ -206,13 +219,16 @@ class Model(tf.Module):
     so a checkpoint's keys are model/<name> whichever trainer wrote it.
     """
 
-    def __init__(self, definition: ModelDefinition, values: Sequence[np.ndarray], make_variable=None, gather=None):
+    def __init__(
+        self, definition: ModelDefinition, values: Sequence[np.ndarray], make_variable=None, gather=None, seed: int = 0
+    ):
         super().__init__()
         self.definition = definition
+        self.seed = seed  # the run's: what dropout's numbers are drawn from (shared/model/forward.py)
         # gather(weight, variable) -> the value the forward computes with (DTensor: a weight split on the batch
         # axis, all-gathered there, as FSDP does); None: the weight itself.
         self._gather = gather
-        make_variable = make_variable or (lambda value, variable: tf.Variable(value))
+        make_variable = make_variable or (lambda value, variable: tf.Variable(value, trainable=variable.trainable))
         tree: dict = {}
         for variable, value in zip(definition.variables, values, strict=True):
             *path, leaf = variable.name.split("/")
@@ -234,13 +250,36 @@ class Model(tf.Module):
             found.append(node)
         return found
 
-    def __call__(self, inputs):
+    @property
+    def trainable(self) -> list:
+        """The variables the optimizer steps, in the definition's order (not the running statistics)."""
+        return [weight for weight, variable in zip(self.weights, self.definition.variables) if variable.trainable]
+
+    def __call__(self, inputs, context: Optional[ForwardContext] = None):
         weights = self.weights
         if self._gather is not None:
             weights = [self._gather(weight, variable) for weight, variable in zip(weights, self.definition.variables)]
         if tf.as_dtype(inputs.dtype).is_floating:  # float32 inputs into a float64 model: widened exactly, per batch
             inputs = tf.cast(inputs, weights[0].dtype)
-        return self.definition.forward(dict(zip(self.definition.names, weights)), inputs)
+        named = dict(zip(self.definition.names, weights))
+        if self.definition.takes_context:
+            return self.definition.forward(named, inputs, context or ForwardContext())
+        return self.definition.forward(named, inputs)
+
+    def training_context(self, step, positions, record: bool = False) -> ForwardContext:
+        """The context of a training step: the run's seed, the optimizer's step before the update, each example's
+        position in the global batch."""
+        return ForwardContext(training=True, seed=self.seed, step=step, positions=positions, record=record)
+
+    def apply_updates(self, context: ForwardContext, relayout=None) -> None:
+        """Assign the running statistics the forward asked for (`relayout(value, variable)`: into its layout)."""
+        by_name = dict(zip(self.definition.names, self.weights))
+        trainable = {variable.name for variable in self.definition.variables if variable.trainable}
+        for name, value in context.updates.items():
+            if name not in by_name or name in trainable:
+                raise ValueError(f"context.update({name!r}): the model has no non-trainable variable {name}")
+            target = by_name[name]
+            target.assign(relayout(value, target) if relayout else tf.cast(value, target.dtype))
 
 
 def _trackable(node):

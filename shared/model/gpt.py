@@ -10,6 +10,8 @@ replicated (65 characters divide over no model axis). The position embedding is 
 tf.expand_dims: `wpe[None]` on a DTensor kills the process (docs/models.md).
 """
 
+import functools
+
 import tensorflow as tf
 
 from shared.model.blocks import block, block_variables, layer_norm
@@ -21,13 +23,14 @@ CONTEXT, WIDTH, HEADS, MLP_UNITS, BLOCKS = 64, 64, 8, 256, 2
 INIT_STDDEV = 0.02
 
 
-def forward(v, tokens):
+def forward(v, tokens, context, dropout: float = 0.0):
     """tokens [N, 64] int32 -> logits [N, 64, 65]: at each position, the next character's."""
     x = tf.gather(v["token"], tokens) + tf.expand_dims(v["position"], 0)
+    x = context.dropout(context.tap("embedding", x), dropout)
     for index in range(BLOCKS):
-        x = block(v, f"blocks/{index}/", x, causal=True)
-    x = layer_norm(x, v["norm/scale"], v["norm/offset"])
-    return tf.einsum("ntd,dc->ntc", x, v["head/w"]) + v["head/b"]
+        x = block(v, f"blocks/{index}/", x, context, causal=True, dropout=dropout)
+    x = context.tap("norm", layer_norm(x, v["norm/scale"], v["norm/offset"]))
+    return context.tap("head", tf.einsum("ntd,dc->ntc", x, v["head/w"]) + v["head/b"])
 
 
 def flops_per_token() -> int:
@@ -37,7 +40,7 @@ def flops_per_token() -> int:
     return 3 * 2 * (BLOCKS * per_block + WIDTH * len(VOCABULARY))
 
 
-def gpt() -> ModelDefinition:
+def gpt(dropout: float = 0.0) -> ModelDefinition:
     streams = iter(range(1, 1000))  # one random stream per drawn variable
 
     def weight(name, shape, layout=()):
@@ -55,9 +58,10 @@ def gpt() -> ModelDefinition:
     return ModelDefinition(
         name=f"gpt context {CONTEXT} width {WIDTH} heads {HEADS} mlp {MLP_UNITS} blocks {BLOCKS}",
         variables=tuple(variables),
-        forward=forward,
+        forward=functools.partial(forward, dropout=dropout),
         flops_per_example=CONTEXT * flops_per_token(),
-        description=f"character GPT, context {CONTEXT}, width {WIDTH}, {HEADS} heads, MLP {MLP_UNITS}, {BLOCKS} blocks",
+        description=f"character GPT, context {CONTEXT}, width {WIDTH}, {HEADS} heads, MLP {MLP_UNITS}, {BLOCKS} blocks"
+        + (f", dropout {dropout}" if dropout else ""),
         input_shape=(CONTEXT,),
         input_dtype="int32",
         label_shape=(CONTEXT,),

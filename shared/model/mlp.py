@@ -13,6 +13,7 @@ replicated. A width the model axis does not divide gets zero units (700 over 8 b
 their ReLU output is 0, their gradients are 0, so Adam and SGD leave them at 0.
 """
 
+import functools
 import re
 from typing import Sequence, Tuple
 
@@ -43,14 +44,14 @@ def xavier_uniform(shape, seed):
         return tf.random.stateless_uniform(shape, seed=(seed, seed + 1), minval=-limit, maxval=limit).numpy()
 
 
-def forward(variables, images):
-    """ReLU on every layer but the last, which gives logits."""
+def forward(variables, images, context, dropout: float = 0.0):
+    """ReLU (then dropout in training) on every layer but the last, which gives logits; each layer tapped."""
     count = len(variables) // 2
     x = images
     for i in range(count):
-        x = tf.matmul(x, variables[f"layers/{i}/w"]) + variables[f"layers/{i}/b"]
+        x = context.tap(f"layers/{i}", tf.matmul(x, variables[f"layers/{i}/w"]) + variables[f"layers/{i}/b"])
         if i < count - 1:
-            x = tf.nn.relu(x)
+            x = context.dropout(tf.nn.relu(x), dropout)
     return x
 
 
@@ -63,7 +64,7 @@ def layouts(layer: int, count: int):
     return (MODEL_AXIS, UNSHARDED), ()  # row parallel: contracts its slice, then an all-reduce
 
 
-def mlp(hidden: Sequence[int] = TUTORIAL_HIDDEN) -> ModelDefinition:
+def mlp(hidden: Sequence[int] = TUTORIAL_HIDDEN, dropout: float = 0.0) -> ModelDefinition:
     sizes = layer_sizes(hidden)
     widths = [sizes[0]] + [f"hidden{i}" for i in range(1, len(sizes) - 1)] + [sizes[-1]]
     count = len(sizes) - 1
@@ -80,13 +81,13 @@ def mlp(hidden: Sequence[int] = TUTORIAL_HIDDEN) -> ModelDefinition:
     return ModelDefinition(
         name="mlp " + "-".join(map(str, sizes)),
         variables=tuple(variables),
-        forward=forward,
+        forward=functools.partial(forward, dropout=dropout) if dropout else forward,
         # 3 x 2 x weights: one multiply-add per weight forward, two backward (biases, activations, the
         # loss and Adam not counted; the first layer's input gradient, which nobody computes, is).
         flops_per_example=3 * 2 * sum(a * b for a, b in zip(sizes[:-1], sizes[1:])),
         sizes=named,
         paddable=frozenset(named),
-        description="MLP " + "-".join(map(str, sizes)),
+        description="MLP " + "-".join(map(str, sizes)) + (f", dropout {dropout}" if dropout else ""),
         summarise_state=summarise_state,
     )
 

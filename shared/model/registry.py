@@ -17,7 +17,7 @@ import importlib.util
 import os
 import re
 import traceback
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -45,19 +45,19 @@ def register(definition, source: str) -> str:
 
 
 def definition_for(config) -> ModelDefinition:
-    """The run's model: config.model with config.hidden (the MLP's only)."""
-    return load(config.model, config.hidden)
+    """The run's model: config.model with config.hidden (the MLP's only) and config.dropout (the built-in ones')."""
+    return load(config.model, config.hidden, config.dropout)
 
 
 @functools.lru_cache(maxsize=None)
-def load(spec: str, hidden: Optional[Sequence[int]] = None) -> ModelDefinition:
-    """One definition per spec and process: every trainer of a run shares it."""
+def load(spec: str, hidden: Optional[Sequence[int]] = None, dropout: float = 0.0) -> ModelDefinition:
+    """One definition per spec and process: every trainer of a run shares it. `dropout`: the built-in models'."""
     if spec == "mlp":
-        return mlp(TUTORIAL_HIDDEN if hidden is None else tuple(hidden))
+        return mlp(TUTORIAL_HIDDEN if hidden is None else tuple(hidden), dropout)
     if spec == "vit":
-        return vit()
+        return vit(dropout)
     if spec == "gpt":
-        return gpt()
+        return gpt(dropout)
     if spec in REGISTERED:
         return REGISTERED[spec]
     path, colon, function_name = spec.rpartition(":")
@@ -117,10 +117,12 @@ def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
     fed = f"inputs {list(shape)} {dtype}"
     with tf.device("/CPU:0"):
         model = Model(definition, definition.initial_values(seed=0))
+        context = model.training_context(tf.constant(0, tf.int64), tf.range(2, dtype=tf.int64))
         try:
             with tf.GradientTape() as tape:
-                logits = model(tf.zeros(shape, dtype))
+                logits = model(tf.zeros(shape, dtype), context)
                 loss = tf.reduce_sum(logits)
+            model.apply_updates(context)
         except Exception as error:  # noqa: BLE001 - the user's forward: any error is one line
             raise UsageError(f"--model {spec}: its forward raised {describe(error)} on {fed}") from None
         want = (2, *definition.label_shape, definition.classes)
@@ -129,14 +131,42 @@ def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
                 f"--model {spec}: its forward returned shape {list(logits.shape)} for {fed}; it must return "
                 f"logits {list(want)} (label_shape {list(definition.label_shape)}, {definition.classes} classes)"
             )
-        gradients = tape.gradient(loss, model.weights)
-    missing = [name for name, gradient in zip(definition.names, gradients) if gradient is None]
+        gradients = tape.gradient(loss, model.trainable)
+    trainable = [variable.name for variable in definition.variables if variable.trainable]
+    missing = [name for name, gradient in zip(trainable, gradients) if gradient is None]
     if missing:
         raise UsageError(
             f"--model {spec}: variable {missing[0]} gets no gradient from the forward (unused, or updated by assign); "
-            f"remove it or use it in the forward"
+            f"remove it, use it in the forward, or declare it Variable(..., trainable=False) and update it with "
+            f"context.update"
         )
     return definition
+
+
+def random_ops(definition: ModelDefinition) -> List[str]:
+    """The random ops (tf.random.*, tf.nn.dropout) that the forward runs in training, by type, in graph order:
+    each trainer draws them differently (shared/model/forward.py). ForwardContext.dropout runs none."""
+
+    @tf.function
+    def training_forward(model, inputs):
+        return model(inputs, model.training_context(tf.constant(0, tf.int64), tf.range(2, dtype=tf.int64)))
+
+    with tf.device("/CPU:0"):
+        model = Model(definition, definition.initial_values(seed=0))
+        spec = tf.TensorSpec((2, *definition.input_shape), definition.input_dtype)
+        try:
+            graph = training_forward.get_concrete_function(model, spec).graph
+        except Exception:  # noqa: BLE001 - a forward that does not trace here has no random ops to name
+            return []
+    found = []
+    for operation in graph.get_operations():
+        if RANDOM_OP.search(operation.type) and not NOT_A_DRAW.search(operation.type) and operation.type not in found:
+            found.append(operation.type)
+    return found
+
+
+RANDOM_OP = re.compile(r"Random|Multinomial|TruncatedNormal")
+NOT_A_DRAW = re.compile(r"GetKeyCounter|GetAlg")  # a stateless op's key preparation: the draw is named beside it
 
 
 def describe(error: BaseException) -> str:

@@ -9,6 +9,8 @@ Megatron-LM does; everything else is replicated. 8 heads and 128 units divide ov
 of 1, 2, 4 or 8; other axes are refused (no padding: a zero head is not free to add).
 """
 
+import functools
+
 import tensorflow as tf
 
 from shared.model.blocks import block, block_variables, layer_norm
@@ -29,12 +31,13 @@ def patches(images):
     return tf.reshape(tf.transpose(x, [0, 1, 3, 2, 4]), [-1, PATCHES, PATCH_PIXELS])
 
 
-def forward(v, images):
+def forward(v, images, context, dropout: float = 0.0):
     x = tf.einsum("npi,id->npd", patches(images), v["patch/w"]) + v["patch/b"] + v["position"]
+    x = context.dropout(context.tap("embedding", x), dropout)
     for index in range(BLOCKS):
-        x = block(v, f"blocks/{index}/", x)
-    pooled = tf.reduce_mean(layer_norm(x, v["norm/scale"], v["norm/offset"]), axis=1)
-    return tf.matmul(pooled, v["head/w"]) + v["head/b"]
+        x = block(v, f"blocks/{index}/", x, context, dropout=dropout)
+    pooled = tf.reduce_mean(context.tap("norm", layer_norm(x, v["norm/scale"], v["norm/offset"])), axis=1)
+    return context.tap("head", tf.matmul(pooled, v["head/w"]) + v["head/b"])
 
 
 def flops_per_example() -> int:
@@ -49,7 +52,7 @@ def flops_per_example() -> int:
     return 3 * 2 * multiply_adds
 
 
-def vit() -> ModelDefinition:
+def vit(dropout: float = 0.0) -> ModelDefinition:
     streams = iter(range(1, 1000))  # one random stream per drawn variable: (seed, 1), (seed, 2), ...
 
     def weight(name, shape, layout=()):
@@ -72,8 +75,8 @@ def vit() -> ModelDefinition:
     return ModelDefinition(
         name=f"vit patches {PATCHES}x{PATCH_PIXELS} width {WIDTH} heads {HEADS} mlp {MLP_UNITS} blocks {BLOCKS}",
         variables=tuple(variables),
-        forward=forward,
+        forward=functools.partial(forward, dropout=dropout),
         flops_per_example=flops_per_example(),
         description=f"ViT {PATCHES} patches of {PATCH_SIDE}x{PATCH_SIDE}, width {WIDTH}, {HEADS} heads, "
-        f"MLP {MLP_UNITS}, {BLOCKS} blocks",
+        f"MLP {MLP_UNITS}, {BLOCKS} blocks" + (f", dropout {dropout}" if dropout else ""),
     )

@@ -21,8 +21,8 @@ from shared.judge.baseline import BaselineResult
 from shared.judge.parity import Parity, check_parity
 from shared.judge.repeats import Repeatability, compare_runs
 from shared.measure.history import History
-from shared.model.registry import definition_for
-from shared.run import worker
+from shared.model.registry import definition_for, random_ops
+from shared.run import replay, worker
 from shared.run.results import TrainerResult, train_one
 from shared.training import checkpoint
 from shared.training.batches import batch_slices
@@ -195,6 +195,8 @@ def train_and_judge(
         seconds = time.perf_counter() - started
         log(f"float64 rerun of reference, {', '.join(judgement.needs_float64)}: {seconds:.1f} s")
         verdict.explain(judgement, parity, reruns, summarise, seconds)
+    locate_differences(config, data, devices, judgement.verdicts, [reference, *others], results, train, log)
+    name_random_ops(config, judgement.verdicts, results)
     run = RunResult(
         config,
         list(devices),
@@ -219,6 +221,52 @@ def train_and_judge(
     if saved_baseline is not None:
         judge_baseline(run, entries, train, saved_baseline)
     return run
+
+
+def locate_differences(config, data, devices, verdicts, entries, results, train: Train, log) -> None:
+    """Each MISMATCH's first differing tap: its first mismatching step replayed in float64 (shared/run/replay.py),
+    into the verdict and its reason. Not with --no-explain or --restore (no float64 run), nor for a difference
+    only in the final weights, nor for a forward without a context (it taps nothing)."""
+    if why_no_float64(config) or not definition_for(config).takes_context:
+        return
+    for entry in entries:
+        found = verdicts.get(entry.key)
+        steps = len(results[entry.key].history.step_losses) if not results[entry.key].failed else 0
+        if found is None or found.verdict != verdict.MISMATCH or found.first_disagreeing_step is None:
+            continue
+        step = max(found.first_disagreeing_step, 0)
+        if step >= steps:
+            continue
+        log(f"replaying step {step} of {entry.key} and the reference in float64 to find the first tap that differs")
+        found.first_difference = replay.first_difference(
+            entry, entry.config, data, devices[0], train, step, float64_config
+        )
+        log(f"{entry.key}: {found.first_difference.line()} ({found.first_difference.seconds:.1f} s)")
+        found.reason += f"; {found.first_difference.line()}"
+        if found.summary:
+            found.summary += f"; {found.first_difference.line()}"
+
+
+def name_random_ops(config, verdicts, results) -> None:
+    """When a trainer fails or mismatches and the forward draws its own random numbers, say so in its reason."""
+    if all(not result.failed for result in results.values()) and all(
+        v.verdict != verdict.MISMATCH for v in verdicts.values()
+    ):
+        return
+    found = random_ops(definition_for(config))
+    if not found:
+        return
+    hint = (
+        f"the forward draws its own random numbers ({', '.join(found)}), which DTensor and MirroredStrategy draw "
+        f'differently on their devices; draw them with context.dropout (docs/models.md, "Randomness")'
+    )
+    for key, result in results.items():
+        if result.failed and key != "reference":
+            result.error += f"; {hint}"
+        elif key in verdicts and verdicts[key].verdict == verdict.MISMATCH:
+            verdicts[key].reason += f"; {hint}"
+            if verdicts[key].summary:
+                verdicts[key].summary += f"; {hint}"
 
 
 def train_all(

@@ -9,15 +9,15 @@ from shared.model.registry import definition_for
 from shared.training.optim import make_optimizer
 
 
-def build_model_and_optimizer(config: Config):
+def build_model_and_optimizer(config: Config, make_variable=None):
     """The run's model from the shared initial values and its optimizer, all as plain tf.Variables:
-    under `strategy.scope()` MirroredVariables, under `tf.device` placed there."""
+    under `strategy.scope()` MirroredVariables, under `tf.device` placed there (`make_variable`: Model's)."""
     definition = definition_for(config)
-    model = Model(definition, definition.initial_values(config.seed, config.dtype))
+    model = Model(definition, definition.initial_values(config.seed, config.dtype), make_variable, seed=config.seed)
     optimizer = make_optimizer(
         config.optimizer,
         config.adam,
-        model.weights,
+        model.trainable,
         config.learning_rate,
         zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
         make_step=lambda: tf.Variable(0, dtype=tf.int64),

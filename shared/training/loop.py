@@ -5,6 +5,7 @@ parts a trainer supplies (what distributing changes: where the variables live, t
 the evaluation, reading the weights back): shared/training/protocol.py's `Trainer`.
 """
 
+import itertools
 from typing import Callable
 
 from shared.config import Config
@@ -17,6 +18,13 @@ from shared.training.checkpoint import TrainingState
 from shared.training.data import Dataset
 from shared.training.export import export_trainer
 from shared.training.protocol import Trainer
+
+
+def replayed_batch(config: Config, data: Dataset, step: int):
+    """The global batch of training step `step` (0-based, counted over epochs)."""
+    epoch, index = divmod(step, len(batch_slices(len(data.y_train), config.batch_size)))
+    batches = epoch_batches(data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed)
+    return next(itertools.islice(batches, index, None))
 
 
 def fit(trainer: Trainer, config: Config, data: Dataset, log: Callable = print) -> History:
@@ -38,6 +46,11 @@ def fit(trainer: Trainer, config: Config, data: Dataset, log: Callable = print) 
     doing("restoring" if config.restore else "starting")
     start_epoch = state.restore()  # --restore: epochs already trained; 0 without
     trainer.begin(start_epoch)
+    if config.replay_step is not None:  # shared/run/replay.py: this step's taps from this state, nothing trained
+        doing(f"replaying step {config.replay_step}")
+        history.taps = trainer.taps(*replayed_batch(config, data, config.replay_step))
+        history.taps.step = config.replay_step
+        return history
     first_x, first_y = next(
         epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch, config.shuffle, config.seed)
     )

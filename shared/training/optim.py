@@ -48,13 +48,18 @@ def adam_update(grad, m, v, step, learning_rate, beta_1=ADAM_BETA_1, beta_2=ADAM
 
 
 class SGD(tf.Module):
-    def __init__(self, learning_rate: float):
+    """Plain SGD; `step` counts its updates (what dropout's numbers are drawn from, as Adam's)."""
+
+    def __init__(self, learning_rate: float, make_step: Callable):
         super().__init__()
         self.learning_rate = learning_rate
+        self.step = make_step()
 
     def apply_gradients(self, grads, variables):
+        step = self.step.read_value() + 1
         for grad, var in zip(dense(grads), variables):
             var.assign_sub(self.learning_rate * grad)
+        self.step.assign(step)
 
 
 class Adam(tf.Module):
@@ -124,5 +129,5 @@ def make_optimizer(
     name: str, adam_formulation: str, variables, learning_rate: float, zeros_like: Callable, make_step: Callable
 ):
     if name == "sgd":
-        return SGD(learning_rate)
+        return SGD(learning_rate, make_step)
     return Adam(variables, learning_rate, zeros_like, make_step, adam_formulation)  # "adam" (Config checks it)

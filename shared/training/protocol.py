@@ -13,6 +13,7 @@ from shared.config import Config
 from shared.measure.history import History
 from shared.measure.memory import DeviceMemory
 from shared.measure.profile import StepCall
+from shared.measure.taps import Taps
 from shared.measure.traffic import Implementation
 
 
@@ -30,6 +31,11 @@ class Trainer(abc.ABC):
     @abc.abstractmethod
     def gradients(self, x: np.ndarray, y: np.ndarray) -> List[np.ndarray]:
         """The first step's gradients of the global mean loss at the current weights, unpadded arrays."""
+
+    @abc.abstractmethod
+    def taps(self, x: np.ndarray, y: np.ndarray) -> Taps:
+        """The forward's tapped values and their gradients on the global batch x, y at the current state, in float64
+        runs' replay of a mismatching step (no update)."""
 
     @abc.abstractmethod
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool) -> None:

@@ -17,6 +17,7 @@ from shared.measure import profile, traffic
 from shared.measure.checksums import state_checksums, state_variables
 from shared.measure.history import History
 from shared.measure.memory import located_bytes, tally
+from shared.measure.taps import Taps
 from shared.training import loop
 from shared.training.batches import epoch_batches, step_chunks
 from shared.training.build import build_model_and_optimizer
@@ -26,23 +27,47 @@ from shared.training.optim import apply_gradients_fused, dense
 from shared.training.protocol import ClusterRole, RunFacts, Trainer, Variant
 
 
+def training_context(model, optimizer, x, record: bool = False):
+    """The forward's context in a step: every example of x is the global batch's, in order."""
+    return model.training_context(optimizer.step, tf.range(tf.shape(x, out_type=tf.int64)[0]), record)
+
+
 @tf.function
-def compute_gradients(model, x, y):
+def compute_gradients(model, optimizer, x, y):
     with tf.GradientTape() as tape:
-        loss = mean_loss(model(x), y, label_count(y), loss=model.definition.loss)
-    return dense(tape.gradient(loss, model.weights))
+        loss = mean_loss(model(x, training_context(model, optimizer, x)), y, label_count(y), loss=model.definition.loss)
+    return dense(tape.gradient(loss, model.trainable))
+
+
+def record_taps(model, optimizer, x, y) -> Taps:
+    """The forward's tapped values and their gradients at the current state (no update): the replay's."""
+    names = []
+
+    @tf.function
+    def record():
+        context = training_context(model, optimizer, x, record=True)
+        with tf.GradientTape() as tape:
+            loss = mean_loss(model(x, context), y, label_count(y), loss=model.definition.loss)
+        names.extend(name for name, _ in context.taps)
+        values = [value for _, value in context.taps]
+        return values, tape.gradient(loss, values)
+
+    values, gradients = record()
+    return Taps(names, [v.numpy() for v in values], [None if g is None else g.numpy() for g in gradients])
 
 
 @tf.function
 def train_step(model, optimizer, x, y):
     """One optimizer step on a global batch; returns (mean loss, correct count) before the update."""
+    context = training_context(model, optimizer, x)
     with tf.GradientTape() as tape:
         with tf.name_scope(profile.FORWARD_SCOPE):  # the scopes name the step's parts for --profile
-            logits = model(x)
+            logits = model(x, context)
             loss = mean_loss(logits, y, label_count(y), loss=model.definition.loss)
-    grads = dense(tape.gradient(loss, model.weights))
+    grads = dense(tape.gradient(loss, model.trainable))
     with tf.name_scope(profile.UPDATE_SCOPE):
-        apply_gradients_fused(optimizer, grads, model.weights)  # the update compiled by XLA
+        model.apply_updates(context)  # running statistics, from the batch the forward saw
+        apply_gradients_fused(optimizer, grads, model.trainable)  # the update compiled by XLA
     return loss, correct_count(logits, y)
 
 
@@ -93,7 +118,10 @@ class ReferenceTrainer(Trainer):
         self.checkpointed = (self.model, self.optimizer)
 
     def gradients(self, x, y):
-        return [g.numpy() for g in compute_gradients(self.model, x, y)]
+        return [g.numpy() for g in compute_gradients(self.model, self.optimizer, x, y)]
+
+    def taps(self, x, y) -> Taps:
+        return record_taps(self.model, self.optimizer, x, y)
 
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
         batches = epoch_batches(

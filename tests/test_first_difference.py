@@ -1,0 +1,98 @@
+"""Where a MISMATCH starts: the taps compared in forward order, then their gradients backward
+(shared/judge/first_difference.py), the replay from a mid-run state (shared/run/replay.py), and the batch-norm
+example with running statistics: DTensor ok, MirroredStrategy MISMATCH at its `norm` tap, the running
+statistics judged, checkpointed and exported."""
+
+import json
+import os
+
+import numpy as np
+
+from shared.judge.first_difference import locate
+from shared.judge.parity import Tolerance
+from shared.measure.taps import Taps
+from shared.model.registry import load
+from shared.training.checkpoint import weights_of
+from shared.training.data import load_data
+from tests.cli import run_here
+
+TOLERANCE = Tolerance(1e-7, 1e-7)
+BATCH_NORM = "examples/batch_norm_mlp.py:batch_norm_mlp"
+
+
+def taps(values, gradients, names=("a", "b", "c")):
+    return Taps(list(names), [np.asarray(v, float) for v in values], [np.asarray(g, float) for g in gradients])
+
+
+def test_the_first_tap_beyond_the_tolerance_is_named_forward_then_backward():
+    reference = taps([[1.0], [2.0], [3.0]], [[0.1], [0.2], [0.3]])
+    forward = locate(taps([[1.0], [2.5], [9.0]], [[0.1], [0.2], [0.3]]), reference, TOLERANCE)
+    assert (forward.tap, forward.phase, forward.max_abs_diff, forward.agreed) == ("b", "forward", 0.5, ["a"])
+    assert forward.line() == "first difference at step 0: b (forward) by 0.5; agreed before it: a"
+    backward = locate(taps([[1.0], [2.0], [3.0]], [[0.1], [0.7], [0.3]]), reference, TOLERANCE)
+    assert (backward.tap, backward.phase) == ("b", "backward")
+    assert backward.agreed == ["a", "b", "c", "c gradient"]  # the last tap's gradient comes first backward
+    same = locate(taps([[1.0], [2.0 + 1e-9], [3.0]], [[0.1], [0.2], [0.3]]), reference, TOLERANCE)
+    assert same.tap == "" and "every tap agrees" in same.line()
+
+
+def test_zero_units_are_cut_and_a_tap_without_the_examples_first_is_said():
+    reference = taps([[[1.0, 2.0]]], [[[0.0, 0.0]]], names=("hidden",))
+    padded = taps([[[1.0, 2.0, 0.0, 0.0]]], [[[0.0, 0.0, 0.0, 0.0]]], names=("hidden",))  # 2 -> 4 zero units
+    assert locate(padded, reference, TOLERANCE).tap == ""
+    transposed = taps([[[1.0], [2.0]]], [[[0.0], [0.0]]], names=("hidden",))
+    assert "first axis must be the examples" in locate(transposed, reference, TOLERANCE).line()
+    assert "taps nothing" in locate(taps([], [], ()), taps([], [], ()), TOLERANCE).line()
+
+
+def test_a_replay_from_a_mid_run_state_agrees_where_the_run_agreed(devices):
+    """Step 3 of an MLP run (a checkpoint of the reference after 3 steps, restored into MirroredStrategy and a
+    padded DTensor mesh): every tap and gradient agrees in float64."""
+    from shared.config import Config
+    from shared.run import replay
+    from shared.run.sequence import Entry, float64_config, in_process
+
+    data = load_data("embedded", 256, 64)
+    for trainer, mesh in (("mirrored", "batch=8"), ("dtensor", "batch=2,model=4")):
+        config = Config(trainers=(trainer,), mesh=mesh, hidden=(70, 50), dropout=0.2, epochs=2, batch_size=64)
+        found = replay.first_difference(
+            Entry(trainer, trainer, config), config, data, devices[0], in_process(data, devices), 3, float64_config
+        )
+        assert found.step == 3 and found.tap == "" and not found.note, found.line()
+        assert found.agreed[:2] == ["layers/0", "layers/1"] and len(found.agreed) == 6
+
+
+def test_batch_norm_with_running_statistics(tmp_path):
+    report_path = tmp_path / "report.json"
+    args = ["--model", BATCH_NORM, "--data", "embedded", "--train-examples", "256", "--test-examples", "128"]
+    args += ["--epochs", "1", "--dtype", "float64", "--quiet", "--json", report_path]
+    args += ["--checkpoint-dir", tmp_path / "ckpt", "--export", tmp_path / "export"]
+    result = run_here(*args)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    report = json.loads(report_path.read_text())
+    dtensor, mirrored = report["parity"]["dtensor"], report["parity"]["mirrored"]
+    assert dtensor["verdict"] == "ok" and dtensor["max_abs_loss_diff"] <= 1e-12
+    assert mirrored["verdict"] == "MISMATCH" and mirrored["first_disagreeing_step"] == 0
+    difference = mirrored["first_difference"]
+    assert (difference["step"], difference["tap"], difference["phase"], difference["agreed"]) == (
+        0,
+        "norm",
+        "forward",
+        ["dense"],
+    )
+    assert "first difference at step 0: norm (forward)" in out
+    # The running statistics are judged as weights: in the state that parity checksums every step.
+    assert "norm/moving_variance" in mirrored["state_names"] and "norm/moving_variance" in mirrored["reason"]
+    assert "ON_READ, MEAN" in report["trainers"]["mirrored"]["details"]["running_statistics"]
+    definition = load(BATCH_NORM)
+    index = definition.names.index("norm/moving_variance")
+    saved = {
+        name: weights_of(str(tmp_path / "ckpt" / name / "epoch-0001" / "ckpt"), definition)[index]
+        for name in ("reference", "dtensor", "mirrored")
+    }
+    assert np.max(np.abs(saved["reference"] - 1.0)) > 1e-2  # moved from its initial 1 by the steps' updates
+    np.testing.assert_allclose(saved["dtensor"], saved["reference"], rtol=1e-12)  # once, from the global batch
+    assert np.max(np.abs(saved["mirrored"] - saved["reference"])) > 1e-4  # the average of the replicas' own
+    for name in ("reference", "dtensor", "mirrored"):
+        assert os.path.isfile(tmp_path / "export" / name / "saved_model.pb")
