@@ -487,7 +487,7 @@ class DTensorTrainer(Trainer):
             self.details["shard_weights"] = "not split: " + (", ".join(plan.not_split) or "none")
         if self.gathered:
             self.details["weights_all_gathered"] = self.gathered
-        if not all(variable.trainable for variable in self.definition.variables):
+        if self.definition.has_running_statistics:
             self.details["running_statistics"] = "assigned once a step, from the global batch's values"
         if not config.quiet:
             log(
@@ -533,10 +533,7 @@ class DTensorTrainer(Trainer):
 
     def gradients(self, x, y):
         grads = compute_gradients(self.model, self.optimizer, *pack_batch(x, y, self.mesh))
-        trainable = [variable for variable in self.definition.variables if variable.trainable]
-        return [
-            to_numpy(g)[tuple(slice(0, size) for size in self.definition.shape(v))] for g, v in zip(grads, trainable)
-        ]
+        return self.definition.unpad([to_numpy(g) for g in grads], self.definition.trainable_variables)
 
     def taps(self, x, y) -> Taps:
         return record_taps(self.model, self.optimizer, *pack_batch(x, y, self.mesh), len(y))

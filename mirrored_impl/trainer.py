@@ -600,7 +600,7 @@ class MirroredTrainer(Trainer):
                 f"per-replica batch {self.details['per_replica_batch']}; input {self.details['input']}"
             )
         self.model, self.optimizer, self.primary_model = build_models(self.strategy, config, update)
-        if not all(variable.trainable for variable in self.model.definition.variables):
+        if self.model.definition.has_running_statistics:
             self.details["running_statistics"] = RUNNING_STATISTICS_TEXT
         self.checkpointed = (self.primary_model or self.model, self.optimizer)
         # Each global batch's label count, set per epoch by train_epoch (shuffled, they move); here for its length.

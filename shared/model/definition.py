@@ -144,8 +144,17 @@ class ModelDefinition:
         return [variable.label or variable.name for variable in self.variables]
 
     @property
+    def trainable_variables(self) -> Tuple[Variable, ...]:
+        """The variables the optimizer steps (not the running statistics), in order."""
+        return tuple(variable for variable in self.variables if variable.trainable)
+
+    @property
+    def has_running_statistics(self) -> bool:
+        return len(self.trainable_variables) < len(self.variables)
+
+    @property
     def trainable_labels(self) -> List[str]:
-        return [variable.label or variable.name for variable in self.variables if variable.trainable]
+        return [variable.label or variable.name for variable in self.trainable_variables]
 
     @property
     def takes_context(self) -> bool:
@@ -203,11 +212,11 @@ class ModelDefinition:
             for variable, value in zip(self.variables, values, strict=True)
         ]
 
-    def unpad(self, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
-        """Padded values or gradients cut back to the variables' own shapes."""
+    def unpad(self, arrays: Sequence[np.ndarray], variables: Optional[Sequence[Variable]] = None) -> List[np.ndarray]:
+        """Padded values or gradients of `variables` (default: all) cut back to their own shapes."""
         return [
             np.asarray(array)[tuple(slice(0, size) for size in self.shape(variable))]
-            for variable, array in zip(self.variables, arrays, strict=True)
+            for variable, array in zip(self.variables if variables is None else variables, arrays, strict=True)
         ]
 
 
@@ -274,7 +283,7 @@ class Model(tf.Module):
     def apply_updates(self, context: ForwardContext, relayout=None) -> None:
         """Assign the running statistics the forward asked for (`relayout(value, variable)`: into its layout)."""
         by_name = dict(zip(self.definition.names, self.weights))
-        trainable = {variable.name for variable in self.definition.variables if variable.trainable}
+        trainable = {variable.name for variable in self.definition.trainable_variables}
         for name, value in context.updates.items():
             if name not in by_name or name in trainable:
                 raise ValueError(f"context.update({name!r}): the model has no non-trainable variable {name}")

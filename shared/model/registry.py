@@ -132,8 +132,9 @@ def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
                 f"logits {list(want)} (label_shape {list(definition.label_shape)}, {definition.classes} classes)"
             )
         gradients = tape.gradient(loss, model.trainable)
-    trainable = [variable.name for variable in definition.variables if variable.trainable]
-    missing = [name for name, gradient in zip(trainable, gradients) if gradient is None]
+    missing = [
+        variable.name for variable, gradient in zip(definition.trainable_variables, gradients) if gradient is None
+    ]
     if missing:
         raise UsageError(
             f"--model {spec}: variable {missing[0]} gets no gradient from the forward (unused, or updated by assign); "
