@@ -440,15 +440,22 @@ def forward(strategy, model, pieces):
     return strategy.run(model, args=(pieces,))
 
 
+def distribute_pieces(strategy, count: int, piece_of: Callable):
+    """Per-replica values of a host batch of `count` examples cut as piece_sizes cuts it: replica r gets
+    piece_of(first, last), its examples first..last-1."""
+    bounds = np.cumsum([0] + piece_sizes(count, strategy.num_replicas_in_sync))
+
+    def value(context: tf.distribute.experimental.ValueContext):
+        replica = context.replica_id_in_sync_group
+        return piece_of(bounds[replica], bounds[replica + 1])
+
+    return strategy.experimental_distribute_values_from_function(value)
+
+
 def predict_logits(strategy, model, x: np.ndarray) -> np.ndarray:
     """Logits for host images, each replica computing its contiguous piece: what --export checks against."""
-    bounds = np.cumsum([0] + piece_sizes(len(x), strategy.num_replicas_in_sync))
-
-    def piece(context: tf.distribute.experimental.ValueContext):
-        replica = context.replica_id_in_sync_group
-        return tf.constant(x[bounds[replica] : bounds[replica + 1]])
-
-    logits = forward(strategy, model, strategy.experimental_distribute_values_from_function(piece))
+    pieces = distribute_pieces(strategy, len(x), lambda first, last: tf.constant(x[first:last]))
+    logits = forward(strategy, model, pieces)
     return np.concatenate([part.numpy() for part in strategy.experimental_local_results(logits)])
 
 
@@ -481,11 +488,9 @@ def make_variable(value, variable):
 
 def replica_values(strategy, x: np.ndarray, y: np.ndarray):
     """One global batch as every replica's (x, y, global count, start) piece, as the training pipeline cuts it."""
-    bounds = np.cumsum([0] + piece_sizes(len(y), strategy.num_replicas_in_sync))
     count = int(example_label_counts(y).sum())
 
-    def value(context: tf.distribute.experimental.ValueContext):
-        first, last = bounds[context.replica_id_in_sync_group], bounds[context.replica_id_in_sync_group + 1]
+    def piece_of(first, last):
         return (
             tf.constant(x[first:last]),
             tf.constant(y[first:last]),
@@ -493,7 +498,7 @@ def replica_values(strategy, x: np.ndarray, y: np.ndarray):
             tf.constant(first, tf.int64),
         )
 
-    return strategy.experimental_distribute_values_from_function(value)
+    return distribute_pieces(strategy, len(y), piece_of)
 
 
 def record_taps(strategy, model, optimizer, pieces) -> Taps:

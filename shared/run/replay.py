@@ -8,6 +8,7 @@ tap that differs. Cost: building both trainers and tracing one recording step ea
 to the mismatching one.
 """
 
+import itertools
 import tempfile
 import time
 from typing import Callable, Optional, Tuple
@@ -18,21 +19,24 @@ from shared.config import Config
 from shared.judge.first_difference import FirstDifference, locate
 from shared.judge.parity import tolerances
 from shared.measure.taps import Taps
-from shared.training.batches import batch_slices
+from shared.training.batches import batch_slices, epoch_batches
 from shared.training.checkpoint import TrainingState
 from shared.training.data import Dataset
-from shared.training.loop import replayed_batch
 from shared.training.reference import ReferenceTrainer, train_step
 
 
 def reference_at(config: Config, data: Dataset, device: str, step: int, directory: str) -> Tuple[Taps, Optional[str]]:
     """The reference's taps at `step` after training the steps before it, and its checkpoint there (None at 0)."""
+    batches = itertools.chain.from_iterable(  # every trainer's global batches, epoch after epoch
+        epoch_batches(data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed)
+        for epoch in itertools.count()
+    )
     with tf.device(device):
         trainer = ReferenceTrainer(config, data, device)
         steps_per_epoch = len(batch_slices(len(data.y_train), config.batch_size))
-        for done in range(step):
-            train_step(trainer.model, trainer.optimizer, *replayed_batch(config, data, done))
-        taps = trainer.taps(*replayed_batch(config, data, step))
+        for _ in range(step):
+            train_step(trainer.model, trainer.optimizer, *next(batches))
+        taps = trainer.taps(*next(batches))
         taps.step = step
         if not step:
             return taps, None
