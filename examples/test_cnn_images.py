@@ -10,12 +10,16 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from shared.api import check_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+# extended: a user's images from an .npz are checked and loaded in tests/test_user_models.py, a model of another
+# input shape trains on every trainer in tests/test_gpt.py.
+@pytest.mark.extended
 def test_the_cnn_trains_the_same_from_its_own_images(tmp_path):
     images = str(tmp_path / "images.npz")
     subprocess.run([sys.executable, f"{HERE}/cnn_images.py", images], check=True)  # as its docstring says

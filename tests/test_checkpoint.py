@@ -339,6 +339,8 @@ EXPORTED = [
 ]  # (writer, exporting trainer, its mesh): one per trainer
 
 
+# extended: each trainer's export is checked against its own logits in test_compare_restores_checkpoints_and_exports
+@pytest.mark.extended
 def test_exports_serve_the_trainers_predictions_in_a_fresh_process(resumed):
     directories = {}
     for writer, trainer, mesh in EXPORTED:

@@ -181,7 +181,7 @@ def test_per_replica_loss_scaling_fails_sgd_parity(histories, uneven_slice, devi
     assert parity.max_abs_weight_diff > 10 * FLOAT32["loss"].atol
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("optimizer", [pytest.param("sgd", marks=pytest.mark.extended), "adam"])  # extended: adam's
 def test_per_replica_loss_scaling_is_a_float64_mismatch_at_step_0(
     histories, uneven_slice, devices, monkeypatch, optimizer
 ):

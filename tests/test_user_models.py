@@ -117,6 +117,9 @@ print(f"first losses {reference!r} {mirrored!r}")
 """
 
 
+# extended: the same mistake under MirroredStrategy is test_mirrored.py's per-replica loss scaling, and
+# check_model on a user's model file runs in test_randomness.py by default.
+@pytest.mark.extended
 def test_a_loss_averaged_over_the_local_batch_is_a_mismatch_at_step_0_under_mirrored_strategy():
     """tensorflow/tensorflow#55321's mistake in a per-label loss: each replica divides by the 32 examples it sees,
     so its loss and gradients are twice the reference's from the first step. DTensor's forward sees the global
