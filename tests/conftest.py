@@ -27,25 +27,28 @@ def embedded():
     return load_data("embedded")
 
 
-# Modules by their share of the suite's time (seconds in one worker, one full run on 2 cores), heaviest first:
+# Modules by their share of the suite's time (seconds in one worker, pytest --durations=0 on 2 cores), heaviest first:
 # pytest-xdist hands whole modules to its two workers in collection order, and a heavy module collected last
 # (test_vit.py, alphabetically) kept one worker busy ~30 s after the other had finished.
 HEAVIEST_FIRST = [
-    "test_dtensor.py",  # 166
-    "test_verdicts.py",  # 140
-    "test_mirrored.py",  # 112
-    "test_checkpoint.py",  # 97
-    "test_baseline.py",  # 80
-    "test_gpt.py",  # 60
-    "test_compare.py",  # 50
-    "test_user_models.py",  # 45
-    "test_multiclient.py",  # 40 (its heaviest runs: pytest -m extended)
-    "test_reproducibility.py",  # 36
-    "test_my_model.py",  # 31
-    "test_cnn_images.py",  # 20
-    "test_profile.py",  # 23
-    "test_traffic.py",  # 21
-    "test_releases.py",  # 19
+    "test_checkpoint.py",  # 100
+    "test_dtensor.py",  # 90
+    "test_mirrored.py",  # 75
+    "test_gpt.py",  # 50
+    "test_verdicts.py",  # 49
+    "test_compare.py",  # 42
+    "test_baseline.py",  # 36
+    "test_first_difference.py",  # 34
+    "test_multiclient.py",  # 33 (its heaviest runs: pytest -m extended)
+    "test_profile.py",  # 31
+    "test_randomness.py",  # 31
+    "test_reproducibility.py",  # 21
+    "test_packaging.py",  # 16
+    "test_traffic.py",  # 16
+    "test_reference.py",  # 16
+    "test_nccl.py",  # 16
+    "test_sharding.py",  # 14
+    "test_releases.py",  # 11
 ]
 
 

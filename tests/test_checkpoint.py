@@ -2,10 +2,10 @@
 checkpoint, mismatches are one line, and every trainer's SavedModel serves its predictions.
 
 Data: the first 236 training and 100 test embedded examples, global batch 64: 4 steps per
-epoch, the last of 44 examples (padded on DTensor batch=8). The DTensor (batch=8) and
-MirroredStrategy (8 replicas) trainers each train 2 epochs and checkpoint; every pair
-then trains the 3rd epoch from the other's checkpoint and is compared with one
-uninterrupted 3-epoch reference run.
+epoch, the last of 44 examples. DTensor (batch=4,model=2 with --shard-weights: every weight
+and Adam slot split over both axes) and MirroredStrategy (8 replicas) each train 2 epochs and
+checkpoint; every pair then trains the 3rd epoch from the other's checkpoint and is compared
+with one uninterrupted 3-epoch reference run.
 """
 
 import json
@@ -32,14 +32,15 @@ STEPS_PER_EPOCH = 4  # 3 x 64 + 44 (5 steps traced one more call shape: ~2 s a r
 BASE = Config(epochs=3, batch_size=64, quiet=True)
 TRAINERS = {"reference": reference, "dtensor": dtensor_trainer, "mirrored": mirrored_trainer}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# (written by, mesh, resumed by, mesh): the issue's pairs.
+WRITER_MESH = "batch=4,model=2"  # with --shard-weights
+# (written by, mesh, resumed by, mesh): the issues' pairs.
 PAIRS = [
-    ("dtensor", "batch=8", "mirrored", None),
+    ("dtensor", WRITER_MESH, "mirrored", None),
     ("mirrored", None, "dtensor", "batch=4,model=2"),
-    ("dtensor", "batch=8", "reference", None),
+    ("dtensor", WRITER_MESH, "reference", None),
     ("mirrored", None, "reference", None),
-    ("mirrored", None, "dtensor", "batch=1,model=8"),
-]  # unpadded into a mesh that pads 700 to 704
+    ("dtensor", WRITER_MESH, "dtensor", "batch=1,model=8"),
+]  # sharded into a mesh that pads 700 to 704 and shards on the model axis alone
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +61,12 @@ def uninterrupted(small, devices):
 def written(small, devices, tmp_path_factory):
     """{trainer: (its 2-epoch history, DIR/<trainer> holding epoch-0001 and epoch-0002)}."""
     directory = tmp_path_factory.mktemp("checkpoints")
-    config = BASE.replace(epochs=2, checkpoint_dir=str(directory), mesh="batch=8")
-    return {name: (train(name, config, small, devices), directory / name) for name in ("dtensor", "mirrored")}
+    config = BASE.replace(epochs=2, checkpoint_dir=str(directory))
+    sharded = config.replace(mesh=WRITER_MESH, shard_weights=True)
+    return {
+        "dtensor": (train("dtensor", sharded, small, devices), directory / "dtensor"),
+        "mirrored": (train("mirrored", config, small, devices), directory / "mirrored"),
+    }
 
 
 @pytest.fixture(scope="module")

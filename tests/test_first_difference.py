@@ -65,7 +65,7 @@ def test_a_replay_from_a_mid_run_state_agrees_where_the_run_agreed(devices):
 def test_batch_norm_with_running_statistics(tmp_path):
     report_path = tmp_path / "report.json"
     args = ["--model", BATCH_NORM, "--data", "embedded", "--train-examples", "256", "--test-examples", "128"]
-    args += ["--epochs", "1", "--dtype", "float64", "--quiet", "--json", report_path]
+    args += ["--epochs", "1", "--devices", "2", "--dtype", "float64", "--quiet", "--json", report_path]
     args += ["--checkpoint-dir", tmp_path / "ckpt", "--export", tmp_path / "export"]
     result = run_here(*args)
     out = result.stdout

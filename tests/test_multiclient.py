@@ -42,12 +42,15 @@ KILL_BOUND_S = 60  # the issue's bound from a client's death to the launcher's e
 
 
 @pytest.mark.parametrize(
-    "trainers",
-    ["dtensor", pytest.param("dtensor,mirrored", marks=pytest.mark.extended)],  # MultiWorkerMirrored too
+    "trainers, options",
+    [
+        ("dtensor", ["--shard-weights"]),  # each client holds its half of every weight and Adam slot
+        pytest.param("dtensor,mirrored", [], marks=pytest.mark.extended),  # replicated, MultiWorkerMirrored too
+    ],
 )
-def test_two_clients_match_the_reference_for_dtensor_and_multi_worker_mirrored(tmp_path, trainers):
+def test_two_clients_match_the_reference_for_dtensor_and_multi_worker_mirrored(tmp_path, trainers, options):
     report_path = tmp_path / "report.json"
-    result = run_compare(*TWO_CLIENTS, "--trainers", trainers, "--json", str(report_path))
+    result = run_compare(*TWO_CLIENTS, "--trainers", trainers, *options, "--json", str(report_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.rstrip().endswith("PARITY OK")
     names = trainers.split(",")
@@ -56,11 +59,20 @@ def test_two_clients_match_the_reference_for_dtensor_and_multi_worker_mirrored(t
         assert re.search(rf"^{name}\s+epoch 1/1  train_loss \d\.\d{{4}}", result.stdout, re.M)  # client 0's line
     report = read_report(report_path)
     assert report["ok"] is True and report["config"]["clients"] == 2
-    placements = {"dtensor": "mesh batch=4 over 2 clients x 2 CPU", "mirrored": "2 replicas on CPU (2 workers)"}
+    sharded = ", sharded" if options else ""
+    placements = {
+        "dtensor": f"mesh batch=4 over 2 clients x 2 CPU{sharded}",
+        "mirrored": "2 replicas on CPU (2 workers)",
+    }
     for name in names:
         assert report["trainers"][name]["placement"] == placements[name]
         assert len(report["trainers"][name]["step_losses"]) == 4  # 256 examples / batch 64, as the reference
         assert float(report["trainers"][name]["details"]["client_weight_spread"]) == 0.0  # both clients hold one model
+    if options:  # client 0's 2 devices: a quarter of each weight (the 10 logits' bias whole), Adam's slots alike
+        memory = report["trainers"]["dtensor"]["memory_per_device"]
+        assert [entry["device"] for entry in memory] == ["CPU:0", "CPU:1"]
+        assert all(entry["weight_bytes"] <= 4 * 905_010 // 4 + 4 * 10 for entry in memory)
+        assert all(entry["optimizer_bytes"] == 2 * entry["weight_bytes"] + 8 for entry in memory)
         parity = report["parity"][name]
         assert parity["ok"] is True and parity["verdict"] == "ok"
         assert parity["max_abs_loss_diff"] <= parity["tolerances"]["loss"][0]

@@ -106,8 +106,8 @@ def test_random_ops_names_what_a_forward_draws_and_not_the_helper():
 def test_a_forward_drawing_its_own_mask_is_named_and_located():
     """stateless_uniform under DTensor: each device draws its own slice (MISMATCH at step 0, the first
     difference is the dropout tap); the reason names the op and the helper."""
-    result = check_model(f"{OWN}:stateless", meshes=("batch=8",), **SMALL)
-    for name in ("dtensor batch=8", "mirrored"):
+    result = check_model(f"{OWN}:stateless", meshes=("batch=2",), devices=2, **SMALL)
+    for name in ("dtensor batch=2", "mirrored"):
         found = result.verdicts[name]
         assert found.verdict == "MISMATCH", result.summary()
         assert "StatelessRandomUniformV2" in found.reason and "context.dropout" in found.reason
@@ -117,11 +117,13 @@ def test_a_forward_drawing_its_own_mask_is_named_and_located():
 
 
 def test_a_stateful_random_op_fails_on_dtensor_with_the_helper_named():
-    result = check_model(f"{OWN}:stateful", meshes=("batch=8",), **SMALL)
-    assert "Stateful" in result.errors["dtensor batch=8"] and "context.dropout" in result.errors["dtensor batch=8"]
+    result = check_model(f"{OWN}:stateful", meshes=("batch=2",), devices=2, **SMALL)
+    assert "Stateful" in result.errors["dtensor batch=2"] and "context.dropout" in result.errors["dtensor batch=2"]
     assert result.verdicts["mirrored"].verdict == "MISMATCH" and "context.dropout" in result.verdicts["mirrored"].reason
 
 
+@pytest.mark.extended  # dropout through the helper agreeing on DTensor and MirroredStrategy, every tap and gradient:
+# tests/test_first_difference.py's mid-run replay
 def test_the_same_model_through_the_helper_passes():
     result = check_model(f"{OWN}:with_helper", meshes=("batch=2,model=4",), **SMALL)
     assert result.ok, result.summary()

@@ -50,7 +50,8 @@ def test_declared_range_is_exactly_the_matrix_releases():
     assert all(specifier.contains(release) for release in releases)
 
 
-@pytest.mark.parametrize("combine", ["on", "off"])
+# Off, a read after an assign is what was assigned: every DTensor parity test runs that way (docs/parity.md).
+@pytest.mark.parametrize("combine", ["on", pytest.param("off", marks=pytest.mark.extended)])
 def test_stale_read_appears_only_with_all_reduce_combining(combine):
     done = subprocess.run(
         [sys.executable, "-m", "release_matrix.stale_read", "--combine", combine],

@@ -143,6 +143,9 @@ def test_a_loss_averaged_over_the_local_batch_is_a_mismatch_at_step_0_under_mirr
     assert mirrored == pytest.approx(2 * reference, rel=1e-12)
 
 
+# A trainer that fails while the others still run: tests/test_compare.py, in one process; trainer processes: its
+# full run.
+@pytest.mark.extended
 def test_a_forward_that_kills_its_dtensor_process_leaves_the_other_trainers_their_results():
     """`w[None]` on a replicated DVariable in a traced function kills the process (SIGSEGV, TF 2.21): in its own
     trainer process (the default on CPUs), that trainer is FAILED with what it was doing, the others finish, exit 1."""
