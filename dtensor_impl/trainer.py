@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl import combining, nccl
+from dtensor_impl import combining, gathering, nccl
 from dtensor_impl.layouts import LayoutPlan, plan_layouts
 from dtensor_impl.mesh import (
     BATCH_AXIS,
@@ -108,9 +108,10 @@ def build_model(
     """The model's variables as DVariables holding `values`, each in its planned layout on `mesh`.
 
     A weight split on the batch axis is left to DTensor's SPMD expansion, which for the MLP moves activations
-    rather than weights (an all-to-all of each input, 6.6 MB a step at batch=8, 2.3-3.0k examples/s).
+    as well as weights (all-to-alls of the inputs beside the all-gathers; batch=8: 3.9 MB a step, 6.6 MB
+    with TensorFlow's lowering of an all-gather, gathering.py).
     With `gather` the forward all-gathers each such weight where it reads it, as FSDP does (its gradient is
-    relayed back): DTensor lowers both to all-reduces on CPU, 12.2 MB a step, 1.9-2.1k examples/s; it is the
+    relayed back; 12.2 MB a step with TensorFlow's lowering, which all-reduces both); it is the
     fallback for a model DTensor cannot expand otherwise (the ViT: "EmitAllScatter was passed a
     desired_layout ... not more sharded than the original_layout")."""
     if plan is None:  # the model's own layouts on this mesh
@@ -441,6 +442,7 @@ class DTensorTrainer(Trainer):
         self.device_type = devices[0].split(":")[0]
         combining.settle(self.device_type)  # before anything starts DTensor in this process
         self.collectives = nccl.settle(self.device_type, len(devices), config.dtensor_nccl)  # compare.py's came first
+        self.all_gather = gathering.settle(self.device_type, spec.model or 1)  # before DTensor lowers this mesh's
         if config.clients > 1:  # multi-client: pack_batch then packs only this client's shards
             self.mesh = create_client_mesh(spec, self.device_type)
             self.placement = f"mesh {spec} over {config.clients} clients x {len(devices)} {self.device_type}"
@@ -480,6 +482,7 @@ class DTensorTrainer(Trainer):
             "dtensor_input": config.dtensor_input,
             "layouts": " ".join(layouts),
             "collectives": self.collectives.describe(),
+            "all_gather": self.all_gather,
         }
         if padding:
             self.details["padding"] = ", ".join(padding)
@@ -528,6 +531,8 @@ class DTensorTrainer(Trainer):
             split.append(f"{on[BATCH_AXIS]} of {count} variables split on the batch axis")
         if self.gathered:
             split.append("the forward all-gathers them: " + self.gathered)
+        if split:  # a layout that DTensor gathers: the lowering it gathers with
+            split.append(f"all-gathers as {self.all_gather}")
         text = f"{self.collectives.describe()}; " + ("; ".join(split) or "every variable replicated")
         return text + (f"; padded with zero units: {self.details['padding']}" if "padding" in self.details else "")
 

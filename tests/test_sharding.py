@@ -8,8 +8,11 @@ Data: 236 training and 100 test embedded examples, global batch 64 (4 steps an e
 ~60 s on 2 cores.
 """
 
+import os
+
 import pytest
 
+from dtensor_impl import gathering
 from dtensor_impl import trainer as dtensor_trainer
 from dtensor_impl.layouts import plan_layouts
 from shared.config import Config
@@ -34,6 +37,31 @@ def small(embedded):
 
 
 # --- the layouts, without training ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "yours, lowerings",  # your LOWER_DTENSOR_GATHER_TO_COLLECTIVE_GATHER_V2 -> on CPU (no model axis, model=2), GPU
+    [
+        (None, (gathering.GATHER, gathering.ALL_REDUCE, gathering.ALL_REDUCE)),
+        ("0", (gathering.ALL_REDUCE,) * 3),
+        ("1", (gathering.GATHER,) * 3),
+    ],
+)
+def test_all_gathers_lower_to_collective_gather_on_a_data_parallel_cpu_mesh_unless_you_say(
+    monkeypatch, yours, lowerings
+):
+    """Set for each trainer as it starts, since every mesh's functions are lowered while its trainer runs: a
+    mesh with a model axis, after one without, gets TensorFlow's default again (gathering.py says why)."""
+    if yours is None:
+        monkeypatch.delenv(gathering.VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(gathering.VARIABLE, yours)
+    monkeypatch.setattr(gathering, "_yours", None)
+    found = (gathering.settle("CPU", 1), gathering.settle("CPU", 2), gathering.settle("GPU", 1))
+    assert found == lowerings
+    assert (os.environ.get(gathering.VARIABLE) is not None) == (found[-1] == gathering.GATHER)
+    if yours is None:
+        assert gathering.settle("CPU", 1) == gathering.GATHER and os.environ[gathering.VARIABLE] == gathering.OURS
 
 
 def test_every_mlp_weight_but_the_last_bias_splits_on_the_batch_axis_padding_the_widths_it_needs():

@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from dtensor_impl import gathering
 from dtensor_impl.layouts import plan_layouts
 from dtensor_impl.traffic import group_axes
 from shared.config import Config
@@ -114,10 +115,11 @@ def test_dtensor_bytes_per_device_match_the_layouts(devices, small, model, batch
 
 def test_sharded_weights_are_all_gathered_forward_and_their_gradients_reduced_backward(devices, small):
     """--shard-weights with the forward's all-gather (FSDP's; the ViT's, whose einsums DTensor cannot expand
-    otherwise): each weight split on the batch axis is gathered whole once a step, which DTensor lowers on CPU
-    to an all-reduce of the padded weight, and its gradient is all-reduced whole, then sliced; a weight that
-    stays whole all-reduces its gradient as on a replicated mesh. Left to DTensor's own expansion, the MLP
-    moves activations instead (all-to-all; docs/throughput.md)."""
+    otherwise): each weight split on the batch axis is gathered whole once a step, which DTensor lowers on a
+    data-parallel mesh on CPUs to CollectiveGatherV2, an eighth of it from each device (TensorFlow's default:
+    an all-reduce of the zero-padded weight; dtensor_impl/gathering.py), and its gradient is all-reduced whole,
+    then sliced; a weight that stays whole all-reduces its gradient as on a replicated mesh. Left to DTensor's
+    own expansion, the MLP moves activations instead (all-to-all; docs/throughput.md)."""
     from dtensor_impl.trainer import DTensorTrainer
 
     config = Config(trainers=("dtensor",), mesh="batch=8", shard_weights=True, epochs=1, quiet=True)
@@ -132,11 +134,17 @@ def test_sharded_weights_are_all_gathered_forward_and_their_gradients_reduced_ba
     split = [v.name for v, spec in zip(definition.variables, plan.specs) if "batch" in spec]
     whole = [name for name in sizes if name not in split]
     assert whole == ["layers/2/b"]
-    expected_bytes = (2 * sum(sizes[name] for name in split) + sum(sizes[name] for name in whole) + SCALARS) * FLOAT32
-    assert {(c.kind, c.group, c.group_size): (c.count, c.payload_bytes) for c in traffic.collectives} == {
-        ("all-reduce", "batch", 8): (2 * len(split) + len(whole) + SCALARS, expected_bytes)
-    }
-    assert expected_bytes == (2 * 913_000 + 10 + SCALARS) * FLOAT32  # the split weights with 704 and 504 units, padded
+    split_bytes = sum(sizes[name] for name in split) * FLOAT32
+    gradients = (
+        len(split) + len(whole) + SCALARS,
+        split_bytes + (sum(sizes[name] for name in whole) + SCALARS) * FLOAT32,
+    )
+    if trainer.all_gather == gathering.GATHER:  # each device's eighth of every split weight, passed on
+        expected = {("all-gather", "batch", 8): (len(split), split_bytes // 8), ("all-reduce", "batch", 8): gradients}
+    else:  # the weights, zero-padded and all-reduced, beside their gradients
+        expected = {("all-reduce", "batch", 8): (gradients[0] + len(split), gradients[1] + split_bytes)}
+    assert {(c.kind, c.group, c.group_size): (c.count, c.payload_bytes) for c in traffic.collectives} == expected
+    assert split_bytes == 913_000 * FLOAT32  # the split weights with 704 and 504 units, padded
 
 
 @pytest.mark.parametrize("update", ["primary", "replicas"])
