@@ -7,8 +7,9 @@ LOWER_DTENSOR_GATHER_TO_COLLECTIVE_GATHER_V2 set, to any value, DTensor lowers i
 passes on each shard once (tensorflow/dtensor/cc/dtensor_utils.cc reads it whenever it lowers a function or an
 eager op). On 8 logical CPUs it took the sharded batch=8 step from 48 to 36 ms (docs/throughput.md).
 
-Only on a mesh without a model axis: on batch=4,model=2 it gathered a tensor split on both axes (a weight read
-back whole) in the wrong order (first-step gradients 0.017 off in float64, while every loss agreed). A mesh's
+Only on a mesh without a model axis: on batch=4,model=2 it gathers a tensor laid out [model, batch] (the MLP's
+second weight, sharded) out of order when reading it back whole: a 16x8 tensor of 0..127 came back up to 62 off,
+[batch, model] exact (TensorFlow 2.21); in a run, first-step gradients 0.017 off in float64. A mesh's
 functions are lowered while its trainer runs, so `settle` sets the variable for each trainer as it starts.
 GPUs keep TensorFlow's default: not measured there. Your own value wins: any value is on, 0 is off.
 """
