@@ -46,6 +46,12 @@ class Verdict:
         """What is printed under a table whose row shows the verdict's keyword: "" for ok."""
         return self.summary or self.reason
 
+    def add_reason(self, text: str) -> None:
+        """`text` after the reason, and after the printed summary where there is one."""
+        self.reason += f"; {text}"
+        if self.summary:
+            self.summary += f"; {text}"
+
 
 def diverged(
     history: History,

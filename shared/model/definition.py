@@ -11,6 +11,7 @@ vit.py, gpt.py; `--model FILE.py:FUNCTION` loads yours (shared/model/registry.py
 """
 
 import dataclasses
+import functools
 import math
 import re
 from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
@@ -156,7 +157,7 @@ class ModelDefinition:
     def trainable_labels(self) -> List[str]:
         return [variable.label or variable.name for variable in self.trainable_variables]
 
-    @property
+    @functools.cached_property  # Model.__call__ asks on every forward; the signature is read once
     def takes_context(self) -> bool:
         return takes_context(self.forward)
 

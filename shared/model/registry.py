@@ -117,7 +117,7 @@ def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
     fed = f"inputs {list(shape)} {dtype}"
     with tf.device("/CPU:0"):
         model = Model(definition, definition.initial_values(seed=0))
-        context = model.training_context(tf.constant(0, tf.int64), tf.range(2, dtype=tf.int64))
+        context = first_step_context(model)
         try:
             with tf.GradientTape() as tape:
                 logits = model(tf.zeros(shape, dtype), context)
@@ -144,13 +144,18 @@ def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
     return definition
 
 
+def first_step_context(model: Model):
+    """A training context of step 0 for the two examples the checks here feed a forward."""
+    return model.training_context(tf.constant(0, tf.int64), tf.range(2, dtype=tf.int64))
+
+
 def random_ops(definition: ModelDefinition) -> List[str]:
     """The random ops (tf.random.*, tf.nn.dropout) that the forward runs in training, by type, in graph order:
     each trainer draws them differently (shared/model/forward.py). ForwardContext.dropout runs none."""
 
     @tf.function
     def training_forward(model, inputs):
-        return model(inputs, model.training_context(tf.constant(0, tf.int64), tf.range(2, dtype=tf.int64)))
+        return model(inputs, first_step_context(model))
 
     with tf.device("/CPU:0"):
         model = Model(definition, definition.initial_values(seed=0))

@@ -242,9 +242,7 @@ def locate_differences(config, data, devices, verdicts, entries, results, train:
             entry, entry.config, data, devices[0], train, step, float64_config
         )
         log(f"{entry.key}: {found.first_difference.line()} ({found.first_difference.seconds:.1f} s)")
-        found.reason += f"; {found.first_difference.line()}"
-        if found.summary:
-            found.summary += f"; {found.first_difference.line()}"
+        found.add_reason(found.first_difference.line())
 
 
 def name_random_ops(config, verdicts, results) -> None:
@@ -264,9 +262,7 @@ def name_random_ops(config, verdicts, results) -> None:
         if result.failed and key != "reference":
             result.error += f"; {hint}"
         elif key in verdicts and verdicts[key].verdict == verdict.MISMATCH:
-            verdicts[key].reason += f"; {hint}"
-            if verdicts[key].summary:
-                verdicts[key].summary += f"; {hint}"
+            verdicts[key].add_reason(hint)
 
 
 def train_all(
