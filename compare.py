@@ -19,7 +19,9 @@ bad input.
 
 import argparse
 import dataclasses
+import json
 import sys
+from typing import Optional, Tuple
 
 from shared.config import Config, flag
 from shared.console import hide_tensorflow_messages
@@ -57,8 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--client-config", help=argparse.SUPPRESS)  # the --clients launcher's Config, as JSON
     groups = {}
     for field in dataclasses.fields(Config):
-        if "help" not in field.metadata:
-            continue  # result_file: the launcher sets it in the Config that --client-config hands a client
         group = field.metadata["group"]
         if group not in groups:
             groups[group] = parser.add_argument_group(group)
@@ -78,20 +78,22 @@ def _keywords(field: dataclasses.Field) -> dict:
     return {**keywords, "metavar": declared["metavar"]} if declared["metavar"] else keywords
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """The Config that the flags describe (every flag's dest is a Config field); UsageError if bad."""
+def config_from_args(args: argparse.Namespace) -> Tuple[Config, Optional[str]]:
+    """The Config that the flags describe (every flag's dest is a Config field), and where a --clients client
+    writes its result (None for any other process); UsageError if bad."""
     if args.client_config:  # a client of the --clients launcher: its whole configuration, as the launcher made it
         with open(args.client_config) as file:
-            return Config.from_json(file.read())
+            handed = json.load(file)
+        return Config.from_json(json.dumps(handed["config"])), handed["result_file"]
     fields = {field.name for field in dataclasses.fields(Config)}
-    return Config(**{name: value for name, value in vars(args).items() if name in fields})
+    return Config(**{name: value for name, value in vars(args).items() if name in fields}), None
 
 
 def main(argv=None) -> int:
     """compare.py's exit code: 0 parity holds (or --help), 1 it does not, 2 bad input (one line on stderr).
     Never raises SystemExit, so a Python caller gets the same codes as the command line."""
     try:
-        config = config_from_args(build_parser().parse_args(argv))
+        config, result_file = config_from_args(build_parser().parse_args(argv))
     except _ParserExit as done:
         print(done.message, end="", file=sys.stderr)
         return done.status
@@ -105,7 +107,7 @@ def main(argv=None) -> int:
 
     try:
         if config.clients > 1:  # several processes: the launcher starts them, or this is one of them
-            return clients.run(config)
+            return clients.run(config, result_file)
         return comparison.run(config)
     except UsageError as error:
         print(f"compare.py: error: {error}", file=sys.stderr)

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Dict, List, Optional, Tuple
 
 from shared.model.definition import BATCH_AXIS, MODEL_AXIS, UNSHARDED, ModelDefinition, Variable
+from shared.model.registry import definition_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,3 +61,8 @@ def plan_layouts(
                 spec[dim] = BATCH_AXIS
         specs.append(tuple(spec))
     return LayoutPlan(tuple(specs), definition.padded_sizes(specs, axis_sizes), tuple(not_split))
+
+
+def layout_plan(config, spec) -> LayoutPlan:
+    """The run's model laid out on mesh `spec` (a dtensor_impl.mesh.MeshSpec), --shard-weights applied."""
+    return plan_layouts(definition_for(config), spec.batch, spec.model, config.shard_weights)

@@ -24,8 +24,9 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from dtensor_impl.combining import VARIABLE as COMBINE_ALL_REDUCES
+from dtensor_impl.inputs import pack_batch
 from dtensor_impl.mesh import MeshSpec, create_mesh
-from dtensor_impl.trainer import build_model, pack_batch
+from dtensor_impl.variables import build_model
 from shared.devices import configure_devices
 from shared.model.mlp import mlp
 from shared.training.data import load_data

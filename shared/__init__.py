@@ -1,12 +1,13 @@
-"""Everything the trainers share, in layers, one sentence a folder; imports run down this list, never up.
+"""Everything the trainers share, in layers, one sentence a folder, lowest first. Imports run one way, down the
+layers: a module imports its own layer and lower ones, never a higher one.
 
 config.py, errors.py, console.py, files.py, devices.py: the process (one Config, the error a user can fix,
     what is printed, files written atomically, logical devices).
 model/     What is trained: named variables, initial values, one forward and a layout each; imports no training.
 measure/   What is measured: the history a run fills, memory, bytes per device, step profile, checksums.
 judge/     What is decided: numbers in, verdicts out, and which runs are needed in float64; it never trains.
-training/  How one trainer trains: the shared loop, the trainer contract, the reference, data, optimizer,
-    loss, checkpoints and export (dtensor_impl/ and mirrored_impl/ sit here, reached by name).
+training/  How one trainer trains: the shared loop and step, the trainer contract and registry, the reference,
+    data, optimizer, loss, checkpoints, export (dtensor_impl/, mirrored_impl/ sit here, each with its spec).
 report/    What is printed and written: the header, the tables, the JSON report and its schema, plots.
 run/       What sequences a run: the only layer that trains and judges (compare.py's run, sweep, clients).
 api.py     check_model, for your own tests; export.py: `python -m shared.export`.

@@ -23,10 +23,10 @@ from shared.judge.parity import Parity
 from shared.judge.verdict import Verdict
 from shared.model.definition import ModelDefinition
 from shared.model.registry import register
-from shared.run.comparison import check_config
+from shared.run.comparison import check_config, check_trainer_options
 from shared.run.sequence import Entry, RunResult, train_and_judge, trained_by
 from shared.training.data import load_run_data
-from shared.training.registry import distributed, trainer_module
+from shared.training.registry import distributed, trainer_spec
 
 
 @dataclasses.dataclass
@@ -72,11 +72,12 @@ def check_model(
     if unknown or not trainers:
         raise UsageError(f"trainers {list(trainers)}: choose from {', '.join(known)}")
     config = Config(model=model, devices=devices, data=data, quiet=True, trainers=("reference", *trainers), **options)
+    check_trainer_options(config)
     entries = [Entry("reference", "reference", config)]
     for name in trainers:
         entries += [
             Entry(variant.key, name, variant.config)
-            for variant in trainer_module(name).variants(config, devices, False, meshes)
+            for variant in trainer_spec(name).variants(config, devices, False, meshes)
         ]
     for entry in entries[1:]:
         check_config(entry.config.replace(trainers=(entry.trainer,)), all_devices)

@@ -15,7 +15,11 @@ from typing import Optional, Tuple
 
 from shared.errors import UsageError
 
+# The trainers (shared/training/registry.py registers each one's spec; a test keeps the two equal) and the
+# built-in models (shared/model/registry.py): named here, at the bottom, where every layer can read them.
 TRAINER_NAMES = ("reference", "dtensor", "mirrored")
+BUILT_IN_MODELS = ("mlp", "vit", "gpt")
+TUTORIAL_HIDDEN = (700, 500)  # the MLP's hidden layers, --hidden's default (None)
 # --help's groups; the fields' order is their order, and the options' order within each.
 WHERE = "what trains where"
 MODEL = "the model"
@@ -99,7 +103,7 @@ class Config:
         MODEL,
     )
     hidden: Optional[Tuple[int, ...]] = option(
-        None, "the MLP's hidden layer sizes (default: 700,500)", MODEL, parse=_int_list
+        None, f"the MLP's hidden layer sizes (default: {','.join(map(str, TUTORIAL_HIDDEN))})", MODEL, parse=_int_list
     )
     dropout: float = option(
         0.0,
@@ -325,13 +329,6 @@ class Config:
         PRINTED,
     )
 
-    # Not an option: a --clients client writes its result here for the launcher, which sets it in the Config
-    # it hands the client (--client-config).
-    result_file: Optional[str] = None
-    # Not an option: the first-difference replay (shared/run/replay.py) sets it; the trainer records the taps of
-    # this step (0-based) from --restore's state, or the initial one, and trains nothing.
-    replay_step: Optional[int] = None
-
     def __post_init__(self):
         check(self)
 
@@ -400,13 +397,11 @@ def check(config: Config) -> None:
 def check_combinations(config: Config) -> None:
     if config.device_memory_mb is not None and not config.sweep_devices:
         raise UsageError("--device-memory-mb names the sweep's configurations that fit; add --sweep-devices")
-    if config.shard_weights and "dtensor" not in config.trainers:
-        raise UsageError("--shard-weights lays out DTensor's weights; add dtensor to --trainers, or drop it")
     if config.link_gbps and not config.profile:
         raise UsageError("--link-gbps turns the bytes that --profile counts into time; add --profile")
     if not 0 <= config.dropout < 1:
         raise UsageError(f"--dropout {config.dropout}: a rate is at least 0 and below 1, e.g. 0.1")
-    if config.dropout and config.model not in ("mlp", "vit", "gpt"):
+    if config.dropout and config.model not in BUILT_IN_MODELS:
         raise UsageError(
             f"--dropout sets the built-in models' dropout; your model ({config.model}) calls context.dropout in its "
             f"forward itself (docs/models.md): drop --dropout"
@@ -441,14 +436,4 @@ def check_combinations(config: Config) -> None:
         if files:
             raise UsageError(
                 f"{', '.join(files)} with --clients {config.clients} is not supported yet; use --clients 1"
-            )
-        if config.mirrored_update == "primary" and "mirrored" in config.trainers:
-            raise UsageError(
-                f"--mirrored-update primary needs one process, not --clients {config.clients}; "
-                f"use --mirrored-update replicas (or auto)"
-            )
-        if config.dtensor_input != "pack" and "dtensor" in config.trainers:
-            raise UsageError(
-                f"--dtensor-input {config.dtensor_input} is not supported with --clients "
-                f"{config.clients}; use --dtensor-input pack (each client packs its own shards)"
             )

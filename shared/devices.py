@@ -5,7 +5,7 @@ TensorFlow fixes its device list when it first initialises its runtime, so
 largest count you need once; meshes and strategies then use the first N of them.
 """
 
-from typing import List
+from typing import Dict, List
 
 import tensorflow as tf
 
@@ -75,3 +75,10 @@ def op_determinism_enabled() -> bool:
     from tensorflow.python.framework import config as framework_config
 
     return bool(framework_config.is_op_determinism_enabled())
+
+
+def one_intra_op_thread(config) -> Dict[str, str]:
+    """A distributed trainer's process environment: one intra-op thread on logical CPUs, where N devices on few
+    cores otherwise share TensorFlow's default pool of one thread per core and every op waits for its turn
+    (docs/throughput.md, "Threads"); nothing on GPUs."""
+    return {"TF_NUM_INTRAOP_THREADS": "1"} if config.device_type == "CPU" else {}

@@ -18,19 +18,18 @@ import time
 import numpy as np
 import pytest
 
-from dtensor_impl import trainer as dtensor_trainer
-from mirrored_impl import trainer as mirrored_trainer
 from shared.config import Config
 from shared.errors import UsageError
 from shared.judge.parity import TOLERANCES
 from shared.model.mlp import mlp
-from shared.training import checkpoint, export, reference
+from shared.report.progress import Printed
+from shared.training import checkpoint, export
+from shared.training.registry import fit
 from tests.cli import data_slice, run_here, unwrapped
 
 TRAIN_EXAMPLES, TEST_EXAMPLES = 236, 100
 STEPS_PER_EPOCH = 4  # 3 x 64 + 44 (5 steps traced one more call shape: ~2 s a run)
 BASE = Config(epochs=3, batch_size=64, quiet=True)
-TRAINERS = {"reference": reference, "dtensor": dtensor_trainer, "mirrored": mirrored_trainer}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER_MESH = "batch=4,model=2"  # with --shard-weights
 # (written by, mesh, resumed by, mesh): the issues' pairs.
@@ -49,12 +48,12 @@ def small(embedded):
 
 
 def train(trainer, config, data, devices):
-    return TRAINERS[trainer].fit(config, data, devices[:1] if trainer == "reference" else devices)
+    return fit(trainer, config, data, devices[:1] if trainer == "reference" else devices)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(small, devices):
-    return reference.fit(BASE, small, devices[:1])
+    return fit("reference", BASE, small, devices[:1])
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +154,7 @@ def test_a_padded_mesh_checkpoints_the_unpadded_model_that_others_resume(
 @pytest.fixture(scope="module")
 def sgd_checkpoint(small, devices, tmp_path_factory):
     directory = tmp_path_factory.mktemp("sgd")
-    reference.fit(BASE.replace(epochs=1, optimizer="sgd", checkpoint_dir=str(directory)), small, devices[:1])
+    fit("reference", BASE.replace(epochs=1, optimizer="sgd", checkpoint_dir=str(directory)), small, devices[:1])
     return directory / "reference" / "epoch-0001"
 
 
@@ -170,7 +169,7 @@ def test_mismatched_architecture_is_one_line(written, small, devices):
         checkpoint.check_config(config)
     assert str(raised.value) == expected
     with pytest.raises(UsageError, match="^" + expected + "$"):  # the trainers check too, before training
-        dtensor_trainer.fit(config.replace(mesh="batch=4,model=2"), small, devices)
+        fit("dtensor", config.replace(mesh="batch=4,model=2"), small, devices)
 
 
 def test_mismatched_optimizer_is_one_line(written, sgd_checkpoint, small, devices):
@@ -185,7 +184,7 @@ def test_mismatched_optimizer_is_one_line(written, sgd_checkpoint, small, device
         match=r"^checkpoint .*/mirrored/epoch-0001 holds adam state but --optimizer sgd "
         r"was given \(sgd vs adam\); use --optimizer adam$",
     ):
-        mirrored_trainer.fit(BASE.replace(restore=str(adam_checkpoint), optimizer="sgd"), small, devices)
+        fit("mirrored", BASE.replace(restore=str(adam_checkpoint), optimizer="sgd"), small, devices)
 
 
 def test_a_checkpoint_restores_only_into_its_own_dtype(written, small, devices):
@@ -296,14 +295,13 @@ def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
 def test_only_the_newest_checkpoints_are_kept_and_they_honour_the_umask(small, devices, tmp_path):
     config = BASE.replace(epochs=4, checkpoint_dir=str(tmp_path), keep_checkpoints=2, hidden=(16, 8))
     logged = []
-    reference.fit(config, small, devices[:1], log=logged.append)
+    fit("reference", config, small, devices[:1], Printed(logged.append, config.quiet))
     assert logged == []  # --quiet: no line per checkpoint
     directory = tmp_path / "reference"
     assert sorted(os.listdir(directory)) == ["epoch-0003", "epoch-0004"]
     # Without --quiet, one line per checkpoint written, naming what --keep-checkpoints removed.
-    reference.fit(
-        config.replace(quiet=False, checkpoint_dir=str(tmp_path / "said")), small, devices[:1], log=logged.append
-    )
+    said_config = config.replace(quiet=False, checkpoint_dir=str(tmp_path / "said"))
+    fit("reference", said_config, small, devices[:1], Printed(logged.append))
     said = tmp_path / "said" / "reference"
     assert [line for line in logged if " checkpoint " in line] == [
         f"reference  checkpoint {said}/epoch-0001",
@@ -317,7 +315,7 @@ def test_only_the_newest_checkpoints_are_kept_and_they_honour_the_umask(small, d
         expected = (0o777 if path.is_dir() else 0o666) & ~umask
         assert path.stat().st_mode & 0o777 == expected, path
     # 0 keeps every epoch.
-    reference.fit(config.replace(keep_checkpoints=0, checkpoint_dir=str(tmp_path / "all")), small, devices[:1])
+    fit("reference", config.replace(keep_checkpoints=0, checkpoint_dir=str(tmp_path / "all")), small, devices[:1])
     assert sorted(os.listdir(tmp_path / "all" / "reference")) == [f"epoch-000{e}" for e in (1, 2, 3, 4)]
 
 

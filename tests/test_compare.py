@@ -184,16 +184,16 @@ def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devic
     """The failure path of compare.py in-process: the trainer's error becomes one table cell."""
     import io
 
-    from mirrored_impl import trainer as mirrored_trainer
+    from mirrored_impl.trainer import MirroredTrainer
     from shared.config import Config
     from shared.report import document
     from shared.report import tables as report
     from shared.run import sequence
 
-    def broken_fit(*args, **kwargs):
+    def broken_epoch(*args, **kwargs):
         raise RuntimeError("replica 3 lost its device\nsecond line that must not show")
 
-    monkeypatch.setattr(mirrored_trainer, "fit", broken_fit)
+    monkeypatch.setattr(MirroredTrainer, "train_epoch", broken_epoch)
     small = embedded.__class__(
         embedded.x_train[:128],
         embedded.y_train[:128],

@@ -72,9 +72,7 @@ HELP_GROUPS = [  # --help's sections in order; README and docs name them alike
 
 def test_every_option_is_declared_once_on_its_config_field():
     """The parser is made from the fields: a new field without a help text and a group fails here."""
-    # result_file is the launcher's, in the Config it hands a client (--client-config); replay_step the
-    # first-difference replay's (shared/run/replay.py): not flags
-    options = [field for field in dataclasses.fields(Config) if field.name not in ("result_file", "replay_step")]
+    options = dataclasses.fields(Config)  # every field is a user's option: run plumbing is RunControl's
     undeclared = [field.name for field in options if not (field.metadata.get("help") and field.metadata.get("group"))]
     assert undeclared == []
     parser = compare.build_parser()
@@ -97,7 +95,8 @@ def test_the_flags_fill_the_config_and_a_client_gets_it_whole_as_json():
         ["--model", "vit", "--json", "r.json", "--sweep-devices", "2,8", "--trainers", "reference,dtensor", "--verbose"]
         + ["--device-type", "gpu", "--no-explain", "--no-dtensor-nccl"]
     )
-    config = compare.config_from_args(args)
+    config, result_file = compare.config_from_args(args)
+    assert result_file is None
     assert (config.model, config.json, config.sweep_devices, config.trainers, config.verbose) == (
         "vit",
         "r.json",
@@ -106,5 +105,5 @@ def test_the_flags_fill_the_config_and_a_client_gets_it_whole_as_json():
         True,
     )
     assert (config.device_type, config.explain, config.dtensor_nccl) == ("GPU", False, False)
-    assert compare.config_from_args(compare.build_parser().parse_args([])) == Config()
+    assert compare.config_from_args(compare.build_parser().parse_args([])) == (Config(), None)
     assert Config.from_json(config.to_json()) == config

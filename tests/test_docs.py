@@ -2,6 +2,7 @@
 tolerance, the header of "What a run prints", and --help's groups in docs/options.md. The README stays a
 first screen (at most 200 lines) that links every file of docs/, and every relative link resolves."""
 
+import dataclasses
 import os
 import re
 
@@ -115,11 +116,12 @@ def documented_parts(title: str) -> list:
 
 
 def test_the_trainer_contract_in_the_docs_is_the_one_in_the_code():
-    from shared.training.protocol import Trainer, TrainerModule
+    from shared.training.protocol import Cluster, Trainer, TrainerSpec
 
     trainer_parts = set(Trainer.__annotations__) | {
         name for name, value in vars(Trainer).items() if callable(value) and not name.startswith("_")
     }
-    module_parts = {name for name, value in vars(TrainerModule).items() if callable(value) and not name.startswith("_")}
     assert sorted(documented_parts("a trainer is a `Trainer`")) == sorted(trainer_parts)
-    assert sorted(documented_parts("A trainer module is a `TrainerModule`")) == sorted(module_parts)
+    spec_fields = [field.name for field in dataclasses.fields(TrainerSpec)]
+    assert documented_parts("Each trainer package registers a `TrainerSpec`") == spec_fields
+    assert documented_parts("its `Cluster`") == [field.name for field in dataclasses.fields(Cluster)]

@@ -16,13 +16,18 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
+from dtensor_impl import combining
+from dtensor_impl import inputs as dtensor_inputs
+from dtensor_impl import spec as dtensor_spec
 from dtensor_impl import trainer as dtensor_trainer
+from dtensor_impl import variables as dtensor_variables
 from dtensor_impl.mesh import parse_mesh
 from shared.config import Config
 from shared.errors import UsageError
 from shared.judge.parity import TOLERANCES, check_parity
-from shared.training import reference
+from shared.training.registry import fit
 from tests.cli import data_slice
 
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
@@ -51,14 +56,14 @@ FLOAT32_RUNS += [(PADDED_MESH, "adam")]
 
 def lacks_float64_collectives(mesh: str) -> bool:
     """2.12's and 2.13's DTensor collectives have no float64 on some meshes."""
-    return dtensor_trainer.tensorflow_release() < dtensor_trainer.float64_collectives_since(parse_mesh(mesh, 8))
+    return dtensor_spec.tensorflow_release() < dtensor_spec.float64_collectives_since(parse_mesh(mesh, 8))
 
 
 def skip_without_float64_collectives(mesh: str) -> None:
     """Skip where this release lacks them (the test below shows they really fail and that the
     trainer refuses them first)."""
     if lacks_float64_collectives(mesh):
-        needed = dtensor_trainer.float64_collectives_since(parse_mesh(mesh, 8))
+        needed = dtensor_spec.float64_collectives_since(parse_mesh(mesh, 8))
         pytest.skip(
             f"float64 on {mesh} needs TensorFlow {needed[0]}.{needed[1]}: this release's DTensor "
             "collectives have none (docs/releases.md)"
@@ -81,10 +86,10 @@ def run(devices, small):
             config = config.replace(mesh=None, dtensor_input="pack")  # ignored by the reference
         if (trainer, config) not in histories:
             if trainer == "reference":
-                histories[trainer, config] = reference.fit(config, small, devices[:1])
+                histories[trainer, config] = fit("reference", config, small, devices[:1])
             else:
                 mesh_devices = devices[: parse_mesh(config.mesh, len(devices)).device_count]
-                histories[trainer, config] = dtensor_trainer.fit(config, small, mesh_devices)
+                histories[trainer, config] = fit("dtensor", config, small, mesh_devices)
         return histories[trainer, config]
 
     return run
@@ -126,11 +131,11 @@ def test_float64_is_refused_exactly_where_this_releases_dtensor_collectives_reje
     float64 = dict(dtype="float64", hidden=SMALL_HIDDEN, epochs=1)
     refused = [mesh for mesh in FLOAT64_MESHES if lacks_float64_collectives(mesh)]
     if not refused:
-        pytest.skip(f"TensorFlow {dtensor_trainer.tf.__version__}: DTensor's collectives have float64 on every mesh")
+        pytest.skip(f"TensorFlow {tf.__version__}: DTensor's collectives have float64 on every mesh")
     for mesh in refused:
         with pytest.raises(UsageError, match=f"--dtype float64 on DTensor mesh {mesh} needs TensorFlow 2.1[34]"):
             run("dtensor", mesh=mesh, **float64)
-    monkeypatch.setattr(dtensor_trainer, "check_float64_collectives", lambda dtype, spec: None)
+    monkeypatch.setattr(dtensor_spec, "check_float64_collectives", lambda dtype, spec, shard_weights=False: None)
     for mesh in refused:
         with pytest.raises(Exception, match=r"tf\.DTensorAll(Reduce|Gather)' op operand #0 must be"):
             run("dtensor", mesh=mesh, **float64)
@@ -149,8 +154,8 @@ def test_a_long_tensor_parallel_run_matches_in_float64_on_every_step(devices, em
         y_test=embedded.y_test[:16],
     )
     config = Config(epochs=8, batch_size=16, hidden=SMALL_HIDDEN, dtype="float64", quiet=True)
-    expected = reference.fit(config, data, devices[:1])
-    history = dtensor_trainer.fit(config.replace(mesh="batch=2,model=4"), data, devices)
+    expected = fit("reference", config, data, devices[:1])
+    history = fit("dtensor", config.replace(mesh="batch=2,model=4"), data, devices)
     parity = check_parity(history, expected)
     assert parity.ok, parity.reason
     assert parity.steps == 104 and parity.state_judged
@@ -206,19 +211,18 @@ def test_padded_units_stay_exactly_zero(devices, small, optimizer):
     spec, definition = parse_mesh(PADDED_MESH, 8), mlp((60, 32))
     mesh = create_mesh(spec, devices)
     values = definition.pad(definition.initial_values(22), definition.split_sizes(spec.model))
-    model = dtensor_trainer.build_model(definition, values, mesh)
-    optimizer_state = dtensor_trainer.build_optimizer(BASE.replace(optimizer=optimizer, hidden=(60, 32)), model, mesh)
+    model = dtensor_variables.build_model(definition, values, mesh)
+    optimizer_state = dtensor_variables.build_optimizer(BASE.replace(optimizer=optimizer, hidden=(60, 32)), model, mesh)
     batches = [
-        dtensor_trainer.pack_batch(small.x_train[i : i + 64], small.y_train[i : i + 64], mesh)
-        for i in range(0, 256, 64)
+        dtensor_inputs.pack_batch(small.x_train[i : i + 64], small.y_train[i : i + 64], mesh) for i in range(0, 256, 64)
     ]
     dtensor_trainer.train_steps(model, optimizer_state, batches)
-    w0, b0, w1 = (dtensor_trainer.to_numpy(v) for v in model.weights[:3])
+    w0, b0, w1 = (dtensor_variables.to_numpy(v) for v in model.weights[:3])
     assert w0.shape == (784, 64) and np.abs(w0[:, :60]).max() > 0
     assert not w0[:, 60:].any() and not b0[60:].any() and not w1[60:, :].any()
     if optimizer == "adam":
         for slot in (optimizer_state.m[0], optimizer_state.v[0]):
-            assert dtensor_trainer.to_numpy(slot).any() and not dtensor_trainer.to_numpy(slot)[:, 60:].any()
+            assert dtensor_variables.to_numpy(slot).any() and not dtensor_variables.to_numpy(slot)[:, 60:].any()
 
 
 @pytest.mark.parametrize("mesh", ["batch=2,model=2"])  # with a model axis (data parallel: tests/test_verdicts.py)
@@ -237,7 +241,7 @@ def test_tutorial_adam_diverges_far_beyond_the_tolerance(run, mesh):
 
 def test_all_reduce_combining_is_off_on_cpu(run):
     run("dtensor", mesh="batch=2")
-    assert os.environ[dtensor_trainer.COMBINE_ALL_REDUCES] == "0"
+    assert os.environ[combining.VARIABLE] == "0"
     assert dtensor_trainer.steps_per_call("CPU") == dtensor_trainer.STEPS_PER_CALL
     # A step of more graph than UNROLL_MAX_OPERATIONS (the ViT's: 2,199) is not unrolled: tracing costs more.
     assert dtensor_trainer.steps_per_call("CPU", dtensor_trainer.UNROLL_MAX_OPERATIONS + 1) == 1
@@ -257,10 +261,11 @@ from dtensor_impl import combining, trainer
 from shared.training import reference
 from shared.config import Config
 from shared.training.data import load_data
+from shared.training.registry import fit
 data = load_data("embedded", 512, 64)
 config = Config(epochs=1, quiet=True)
-expected = reference.fit(config, data, devices[:1]).step_losses
-losses = trainer.fit(config, data, devices).step_losses
+expected = fit("reference", config, data, devices[:1]).step_losses
+losses = fit("dtensor", config, data, devices).step_losses
 print(json.dumps({"steps_per_call": trainer.steps_per_call("CPU"), "variable": os.environ.get(combining.VARIABLE),
                   "max_abs_loss_diff": max(abs(a - b) for a, b in zip(losses, expected))}))
 """
@@ -277,7 +282,7 @@ def test_dtensor_started_before_the_trainer_leaves_the_combining_on_and_the_trai
     from tensorflow.dtensor.python import api
 
     assert hasattr(api, "_dtensor_singleton")  # what combining._dtensor_started reads, on this release
-    env = {key: value for key, value in os.environ.items() if key != dtensor_trainer.COMBINE_ALL_REDUCES}
+    env = {key: value for key, value in os.environ.items() if key != combining.VARIABLE}
     done = subprocess.run(
         [sys.executable, "-c", STARTED_BEFORE],
         cwd=os.path.dirname(os.path.dirname(__file__)),

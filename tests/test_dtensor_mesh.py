@@ -8,11 +8,14 @@ import pytest
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl import trainer
+from dtensor_impl import inputs as dtensor_inputs
+from dtensor_impl import spec as dtensor_spec
+from dtensor_impl import variables as dtensor_variables
 from dtensor_impl.mesh import MeshSpec, create_mesh, every_mesh, mesh_spec, parse_mesh
 from shared.config import Config
 from shared.errors import UsageError
 from shared.model.mlp import mlp
+from shared.training.registry import fit
 
 U = dtensor.UNSHARDED
 MLP = mlp()
@@ -71,7 +74,7 @@ def test_every_mesh_lists_each_batch_by_model_factorisation():
 )
 def test_bad_mesh_is_one_line_that_says_what_works(devices, embedded, mesh, batch_size, message):
     with pytest.raises(UsageError) as error:
-        trainer.fit(Config(mesh=mesh, batch_size=batch_size, quiet=True), embedded, devices)
+        fit("dtensor", Config(mesh=mesh, batch_size=batch_size, quiet=True), embedded, devices)
     assert str(error.value) == message
     assert "\n" not in str(error.value)
 
@@ -88,7 +91,8 @@ def test_unknown_input_mode_is_refused_when_the_config_is_made():
 def test_dataset_input_on_part_of_the_devices_is_refused(devices, embedded):
     """DTensorDataset sizes its sharding from all the process's devices; on fewer it repeats batches."""
     with pytest.raises(UsageError) as error:
-        trainer.fit(Config(mesh="batch=2", batch_size=64, dtensor_input="dataset", quiet=True), embedded, devices[:2])
+        config = Config(mesh="batch=2", batch_size=64, dtensor_input="dataset", quiet=True)
+        fit("dtensor", config, embedded, devices[:2])
     assert str(error.value) == (
         "--dtensor-input dataset needs a mesh over all 8 logical CPUs of this process, not 2 "
         "(DTensorDataset would repeat batches); use --dtensor-input pack, or --devices 2 in a new process"
@@ -99,8 +103,13 @@ def build(devices, mesh_text, optimizer="adam", hidden=(700, 500)):
     mesh = make_mesh(devices, mesh_text)
     definition = mlp(hidden)
     values = definition.initial_values(seed=22)
-    model = trainer.build_model(definition, values, mesh)
-    return mesh, values, model, trainer.build_optimizer(Config(optimizer=optimizer, hidden=hidden), model, mesh)
+    model = dtensor_variables.build_model(definition, values, mesh)
+    return (
+        mesh,
+        values,
+        model,
+        dtensor_variables.build_optimizer(Config(optimizer=optimizer, hidden=hidden), model, mesh),
+    )
 
 
 def specs(variable):
@@ -159,7 +168,7 @@ def test_initial_values_reach_every_layout_unchanged(devices):
     """Copied whole and sliced, not re-drawn under the sharded layout."""
     _, values, model, _ = build(devices, "batch=2,model=4")
     for variable, value in zip(model.weights, values):
-        np.testing.assert_array_equal(trainer.to_numpy(variable), value)
+        np.testing.assert_array_equal(dtensor_variables.to_numpy(variable), value)
     first_column_shard = dtensor.unpack(model.layers[0].w.read_value())[1].numpy()  # device 1: batch 0, model 1
     np.testing.assert_array_equal(first_column_shard, values[0][:, 700 // 4 : 2 * 700 // 4])
 
@@ -167,12 +176,12 @@ def test_initial_values_reach_every_layout_unchanged(devices):
 def test_partial_batch_is_padded_with_zero_weight_examples():
     x = np.arange(45 * 3, dtype=np.float32).reshape(45, 3) + 1
     y = np.arange(45) % 10
-    x_padded, y_padded, weights = trainer.pad_batch(x, y, batch_shards=8)
+    x_padded, y_padded, weights = dtensor_inputs.pad_batch(x, y, batch_shards=8)
     assert x_padded.shape == (48, 3) and y_padded.shape == (48,)
     np.testing.assert_array_equal(x_padded[:45], x)
     np.testing.assert_array_equal(y_padded[:45], y)
     np.testing.assert_array_equal(weights, [1.0] * 45 + [0.0] * 3)
-    _, _, unpadded_weights = trainer.pad_batch(x[:40], y[:40], batch_shards=8)
+    _, _, unpadded_weights = dtensor_inputs.pad_batch(x[:40], y[:40], batch_shards=8)
     assert unpadded_weights.shape == (40,) and unpadded_weights.min() == 1.0
 
 
@@ -180,7 +189,7 @@ def test_pack_batch_gives_each_device_its_batch_shard(devices):
     mesh = make_mesh(devices, "batch=4,model=2")
     x = np.arange(45 * 2, dtype=np.float32).reshape(45, 2)
     y = np.arange(45, dtype=np.int64)
-    x_batch, y_batch, weights = trainer.pack_batch(x, y, mesh)
+    x_batch, y_batch, weights = dtensor_inputs.pack_batch(x, y, mesh)
     assert x_batch.shape == (48, 2)
     assert dtensor.fetch_layout(x_batch) == dtensor.Layout(["batch", U], mesh)
     components = [c.numpy() for c in dtensor.unpack(y_batch)]
@@ -193,15 +202,15 @@ def test_float64_on_a_multi_device_mesh_needs_a_release_whose_collectives_have_f
     """Measured by the release matrix: 2.12's DTensor all-reduce and 2.13's all-gather reject float64."""
     config = Config(dtype="float64", mesh="batch=2")
     devices = [f"CPU:{i}" for i in range(4)]
-    monkeypatch.setattr(trainer, "tensorflow_release", lambda: (2, 14))
-    assert trainer.check_config(config, devices[:2])
-    assert trainer.check_config(config.replace(mesh="batch=2,model=2"), devices)
-    monkeypatch.setattr(trainer, "tensorflow_release", lambda: (2, 12))
+    monkeypatch.setattr(dtensor_spec, "tensorflow_release", lambda: (2, 14))
+    assert dtensor_spec.check_config(config, devices[:2])
+    assert dtensor_spec.check_config(config.replace(mesh="batch=2,model=2"), devices)
+    monkeypatch.setattr(dtensor_spec, "tensorflow_release", lambda: (2, 12))
     with pytest.raises(UsageError, match="--dtype float64 on DTensor mesh batch=2 needs TensorFlow 2.13"):
-        trainer.check_config(config, devices[:2])
-    trainer.check_config(config.replace(mesh="batch=1"), devices[:1])  # one device: no collective
-    trainer.check_config(config.replace(dtype="float32"), devices[:2])
-    monkeypatch.setattr(trainer, "tensorflow_release", lambda: (2, 13))
-    trainer.check_config(config, devices[:2])
+        dtensor_spec.check_config(config, devices[:2])
+    dtensor_spec.check_config(config.replace(mesh="batch=1"), devices[:1])  # one device: no collective
+    dtensor_spec.check_config(config.replace(dtype="float32"), devices[:2])
+    monkeypatch.setattr(dtensor_spec, "tensorflow_release", lambda: (2, 13))
+    dtensor_spec.check_config(config, devices[:2])
     with pytest.raises(UsageError, match="mesh batch=2,model=2 needs TensorFlow 2.14"):
-        trainer.check_config(config.replace(mesh="batch=2,model=2"), devices)
+        dtensor_spec.check_config(config.replace(mesh="batch=2,model=2"), devices)

@@ -55,8 +55,9 @@ def test_a_replay_from_a_mid_run_state_agrees_where_the_run_agreed(devices):
     data = load_data("embedded", 256, 64)
     for trainer, mesh in (("mirrored", "batch=8"), ("dtensor", "batch=2,model=4")):
         config = Config(trainers=(trainer,), mesh=mesh, hidden=(70, 50), dropout=0.2, epochs=2, batch_size=64)
+        reference = Entry("reference", "reference", config)
         found = replay.first_difference(
-            Entry(trainer, trainer, config), config, data, devices[0], in_process(data, devices), 3, float64_config
+            Entry(trainer, trainer, config), reference, config, in_process(data, devices), 3, float64_config
         )
         assert found.step == 3 and found.tap == "" and not found.note, found.line()
         assert found.agreed[:2] == ["layers/0", "layers/1"] and len(found.agreed) == 6

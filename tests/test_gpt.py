@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dtensor_impl import trainer as dtensor_trainer
+from dtensor_impl import spec as dtensor_spec
 from dtensor_impl.mesh import parse_mesh
-from mirrored_impl import trainer as mirrored_trainer
 from shared.config import Config
 from shared.judge.parity import check_parity
 from shared.model.gpt import CONTEXT, VOCABULARY, gpt
-from shared.training import checkpoint, export, reference
+from shared.training import checkpoint, export
 from shared.training.data import load_data
+from shared.training.registry import fit
 from shared.training.text import excerpt
 
 MESH = "batch=2,model=2"
@@ -35,22 +35,22 @@ def data():
 
 @pytest.fixture(scope="module")
 def runs(data, devices, tmp_path_factory):
-    if dtensor_trainer.tensorflow_release() < dtensor_trainer.float64_collectives_since(parse_mesh(MESH, 8)):
+    if dtensor_spec.tensorflow_release() < dtensor_spec.float64_collectives_since(parse_mesh(MESH, 8)):
         pytest.skip(f"this TensorFlow's DTensor collectives have no float64 on {MESH} (docs/releases.md)")
     directory = tmp_path_factory.mktemp("gpt")
     sharded = BASE.replace(
         mesh=MESH, devices=4, shard_weights=True, checkpoint_dir=str(directory / "ckpt"), export=str(directory / "x")
     )
     histories = {
-        "reference": reference.fit(BASE, data, devices[:1]),
-        "dtensor": dtensor_trainer.fit(sharded, data, devices[:4]),
+        "reference": fit("reference", BASE, data, devices[:1]),
+        "dtensor": fit("dtensor", sharded, data, devices[:4]),
     }
     return histories, directory
 
 
 @pytest.fixture(scope="module")
 def mirrored(data, devices):
-    return mirrored_trainer.fit(BASE.replace(devices=2), data, devices[:2])
+    return fit("mirrored", BASE.replace(devices=2), data, devices[:2])
 
 
 def test_the_windows_are_the_next_character_at_every_position(data):

@@ -1,11 +1,10 @@
-"""Imports run one way, down shared/'s layers (shared/__init__.py says each folder's rule): no module imports
-a module of a higher layer, directly or inside a function, and none reaches back to itself. The trainer
-packages sit at the training layer; the run layer reaches them only through shared/training/registry.py."""
+"""Imports run one way, down the layers: a module imports its own layer and lower ones, never a higher one
+(shared/__init__.py says each folder's rule), directly, inside a function or by name (`importlib.import_module`,
+a `-m shared...` command, a registry's module names), and none reaches back to itself. The trainer packages sit
+at the training layer; the run layer reaches them only through shared/training/registry.py."""
 
 import ast
 import os
-
-from shared.training.protocol import Trainer, TrainerModule
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("shared", "dtensor_impl", "mirrored_impl", "release_matrix")
@@ -36,16 +35,30 @@ def project_modules() -> dict:
     return modules
 
 
-def imported_project_modules(path: str, modules: dict) -> set:
-    """Project modules that `path` imports anywhere in its code (`from shared.report import tables` counts)."""
+def imported_project_modules(path: str, modules: dict, source: str = "") -> set:
+    """Project modules that `path` (or `source`) imports anywhere in its code (`from shared.report import tables`
+    counts), and those it names in a string: an `importlib.import_module("...")` argument, a `-m` command's
+    module, a registry's module names. A module naming itself (its own `-m` command) does not count."""
     found = set()
-    for node in ast.walk(ast.parse(open(path).read(), path)):
+    tree = ast.parse(source or open(path).read(), path)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in found if name in modules}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            found.add(node.value)
+    own = {name for name, module_path in modules.items() if module_path == path}
+    return {name for name in found if name in modules} - own
 
 
 def import_graph() -> dict:
@@ -166,13 +179,70 @@ def test_nothing_under_shared_asks_a_trainer_for_an_optional_part():
     assert offenders == []
 
 
-def test_every_trainer_module_offers_the_whole_contract():
-    from shared.training.registry import TRAINER_MODULES, trainer_module
+def test_every_trainer_is_registered_by_its_spec_and_offers_the_whole_contract():
+    from shared.config import TRAINER_NAMES
+    from shared.training.protocol import Trainer
+    from shared.training.registry import SPEC_MODULES, trainer_spec
 
-    for name in TRAINER_MODULES:
-        module = trainer_module(name)
-        assert isinstance(module, TrainerModule), name
-    assert {"begin", "before_save", "finish", "gradients", "train_epoch"} <= set(vars(Trainer))
+    assert tuple(SPEC_MODULES) == TRAINER_NAMES  # --trainers' choices are the registry's names
+    for name in TRAINER_NAMES:
+        spec = trainer_spec(name)
+        assert spec.name == name and issubclass(spec.trainer, Trainer)
+        assert not spec.trainer.__abstractmethods__, (name, spec.trainer.__abstractmethods__)
+        assert (spec.cluster is None) == (not spec.distributes)  # every distributed trainer runs as --clients
+    assert {"begin", "before_save", "finish", "gradients", "train_epoch", "test_step"} <= set(vars(Trainer))
+
+
+def test_a_trainer_that_leaves_an_attribute_unset_cannot_be_made():
+    from shared.training.reference import ReferenceTrainer
+
+    class Forgetful(ReferenceTrainer):
+        def __init__(self):
+            self.name = "forgetful"
+
+    try:
+        Forgetful()
+    except TypeError as error:
+        assert str(error) == (
+            "Forgetful sets no placement, details, collectives, model, optimizer, checkpointed "
+            "(shared.training.protocol.Trainer)"
+        )
+    else:
+        raise AssertionError("a trainer without its attributes was made")
+
+
+def test_the_run_layer_imports_no_trainer_package():
+    graph = import_graph()
+    reached = {
+        target
+        for module, targets in graph.items()
+        if module.startswith("shared.run")
+        for target in targets
+        if target.startswith(("dtensor_impl", "mirrored_impl", "shared.training.reference"))
+    }
+    assert reached == set()
+    assert {"dtensor_impl.spec", "mirrored_impl.spec"} <= graph["shared.training.registry"]  # found by name
+
+
+def test_a_module_named_in_a_string_is_an_import():
+    """`importlib.import_module("shared.run.sequence")` in a judge module is a wrong-way import, as is a `-m`
+    command; a docstring that names a module is not."""
+    modules = project_modules()
+    path = modules["shared.judge.verdict"]
+    source = (
+        '"""Mentions shared.run.sequence in its docstring."""\n'
+        "import importlib\n"
+        'importlib.import_module("shared.run.sequence")\n'
+        'COMMAND = ["python", "-m", "shared.run.worker"]\n'
+    )
+    named = imported_project_modules(path, modules, source)
+    assert named == {"shared.run.sequence", "shared.run.worker"}
+    graph = import_graph()
+    graph["shared.judge.verdict"] = graph["shared.judge.verdict"] | named
+    assert wrong_way(graph) == [
+        ("shared.judge.verdict", "shared.run.sequence"),
+        ("shared.judge.verdict", "shared.run.worker"),
+    ]
 
 
 def test_module_docstrings_say_what_and_where_in_at_most_15_lines():
@@ -184,3 +254,20 @@ def test_module_docstrings_say_what_and_where_in_at_most_15_lines():
         if lines > 15 and name.split(".")[0] in ("shared", "dtensor_impl", "mirrored_impl"):
             long[name] = lines
     assert long == {}
+
+
+MAX_FUNCTION_LINES = 50  # a function longer than this is split where its parts have names of their own
+MAX_TRAINER_LINES = 450  # a trainer file says where tensors live and how gradients combine; the rest is shared
+
+
+def test_no_product_function_runs_past_50_lines_and_no_trainer_file_past_450():
+    long = {}
+    for name, path in project_modules().items():
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long[f"{name}.{node.name}"] = lines
+    assert long == {}
+    for trainer in ("dtensor_impl/trainer.py", "mirrored_impl/trainer.py", "shared/training/reference.py"):
+        assert len(open(os.path.join(ROOT, trainer)).read().splitlines()) <= MAX_TRAINER_LINES, trainer

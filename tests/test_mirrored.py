@@ -12,17 +12,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from mirrored_impl import trainer
+from mirrored_impl import inputs as mirrored_inputs
+from mirrored_impl import spec as mirrored_spec
+from mirrored_impl.trainer import MirroredTrainer
 from shared.config import Config
 from shared.errors import UsageError
 from shared.judge.parity import TOLERANCES, check_parity
 from shared.judge.verdict import mismatch
-from shared.measure.history import format_epoch_line
 from shared.model.mlp import summarise_state
-from shared.training import reference
+from shared.report.progress import Printed, format_epoch_line
+from shared.training import step as training_step
 from shared.training.batches import epoch_batches
 from shared.training.data import load_data
 from shared.training.losses import loss_sum
+from shared.training.reference import ReferenceTrainer
+from shared.training.registry import fit
 
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
 
@@ -60,11 +64,10 @@ def histories(uneven_slice, devices):
     def get(trainer_name: str, num_replicas: int, optimizer: str, update: str = "auto", dtype: str = "float32"):
         key = (trainer_name, num_replicas, optimizer, update, dtype)
         if key not in cache:
-            fit = reference.fit if trainer_name == "reference" else trainer.fit
             config = small_config(optimizer=optimizer, mirrored_update=update, dtype=dtype)
             if dtype == "float64":
                 config = config.replace(hidden=SMALL_HIDDEN)
-            cache[key] = fit(config, uneven_slice, devices[:num_replicas])
+            cache[key] = fit(trainer_name, config, uneven_slice, devices[:num_replicas])
         return cache[key]
 
     return get
@@ -127,7 +130,7 @@ def test_history_record(histories, uneven_slice, devices):
     ] + [(f"CPU:{i}", weights, 0) for i in range(1, 8)]
 
     lines = []
-    logged = trainer.fit(small_config(epochs=1, quiet=False), uneven_slice, devices[:1], log=lines.append)
+    logged = fit("mirrored", small_config(epochs=1, quiet=False), uneven_slice, devices[:1], Printed(lines.append))
     assert lines == [
         "mirrored   1 replica on CPU; cross-device ops ReductionToOneDevice; update primary; "
         "per-replica batch 60; input distribute_datasets_from_function, one element per replica "
@@ -141,7 +144,7 @@ def test_replicas_get_each_global_batch_in_order(uneven_slice, devices):
     """One element per replica per epoch; step s's pieces, replica 0 first, make up global batch s."""
     strategy = tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
     x, y = uneven_slice.x_train, uneven_slice.y_train
-    chunks = iter(trainer.distribute_batches(strategy, x, y, BATCH_SIZE, [0, 1], shuffle=True, seed=5))
+    chunks = iter(mirrored_inputs.distribute_batches(strategy, x, y, BATCH_SIZE, [0, 1], shuffle=True, seed=5))
     for epoch in (0, 1):
         x_chunks, y_chunks, sizes, global_counts, starts = (
             [part.numpy() for part in strategy.experimental_local_results(value)] for value in next(chunks)
@@ -174,8 +177,8 @@ def test_per_replica_loss_scaling_fails_sgd_parity(histories, uneven_slice, devi
     (0.013 against SGD's 0.003, from MNIST's near-zero border gradients, where Adam's epsilon
     matters), and the loss and gradient checks catch it with any optimizer.
     """
-    monkeypatch.setattr(trainer, "mean_loss", per_replica_mean)
-    faulty = trainer.fit(small_config(optimizer="sgd"), uneven_slice, devices[:8])
+    monkeypatch.setattr(training_step, "mean_loss", per_replica_mean)  # the reference's one piece is its global batch
+    faulty = fit("mirrored", small_config(optimizer="sgd"), uneven_slice, devices[:8])
     parity = check_parity(faulty, histories("reference", 1, "sgd"))
     assert not parity.ok
     # 8 replicas each report about the global mean, so the summed loss and gradients are ~8x.
@@ -190,9 +193,9 @@ def test_per_replica_loss_scaling_is_a_float64_mismatch_at_step_0(
 ):
     """The verdict names step 0: its loss and gradients, and after its update every weight and bias
     (and with Adam every slot: m and v take the 8x gradients)."""
-    monkeypatch.setattr(trainer, "mean_loss", per_replica_mean)
-    faulty = trainer.fit(
-        small_config(optimizer=optimizer, dtype="float64", hidden=SMALL_HIDDEN), uneven_slice, devices[:8]
+    monkeypatch.setattr(training_step, "mean_loss", per_replica_mean)  # the reference's one piece is its global batch
+    faulty = fit(
+        "mirrored", small_config(optimizer=optimizer, dtype="float64", hidden=SMALL_HIDDEN), uneven_slice, devices[:8]
     )
     verdict = mismatch(check_parity(faulty, histories("reference", 1, optimizer, "auto", "float64")), summarise_state)
     assert verdict.first_disagreeing_step == 0
@@ -206,13 +209,13 @@ def test_tutorial_adam_reads_mirrored_variables_after_assign(devices):
     trace-time step count at 1 in both trainers (see the mirrored_impl.trainer docstring)."""
     data = load_data("embedded", 240, TEST_EXAMPLES)
     config = small_config(optimizer="adam", adam="tutorial")
-    parity = check_parity(trainer.fit(config, data, devices[:1]), reference.fit(config, data, devices[:1]))
+    parity = check_parity(fit("mirrored", config, data, devices[:1]), fit("reference", config, data, devices[:1]))
     assert parity.ok, parity.reason
 
 
 def test_batch_smaller_than_replicas_is_one_line_error(uneven_slice, devices):
     with pytest.raises(UsageError) as error:
-        trainer.fit(small_config(batch_size=4), uneven_slice, devices[:8])
+        fit("mirrored", small_config(batch_size=4), uneven_slice, devices[:8])
     assert str(error.value) == (
         "--batch-size 4 is smaller than the 8 replicas, so some replicas would never "
         "see an example; use --batch-size 8 or more, or --devices 4 or fewer"
@@ -221,15 +224,40 @@ def test_batch_smaller_than_replicas_is_one_line_error(uneven_slice, devices):
 
 def test_devices_beyond_those_configured_are_rejected(uneven_slice, devices):
     with pytest.raises(UsageError) as error:
-        trainer.fit(small_config(), uneven_slice, list(devices) + ["CPU:8"])
+        fit("mirrored", small_config(), uneven_slice, list(devices) + ["CPU:8"])
     assert str(error.value) == (
         "--devices 9: CPU:8 not configured; TensorFlow has 8 logical CPUs, use --devices 8 or fewer"
     )
 
 
-def test_primary_update_needs_one_process():
+def test_primary_update_needs_one_process(devices):
     with pytest.raises(UsageError) as error:
-        small_config(mirrored_update="primary", clients=2)
+        mirrored_spec.check_config(small_config(mirrored_update="primary", clients=2), devices[:2])
     assert str(error.value) == (
         "--mirrored-update primary needs one process, not --clients 2; use --mirrored-update replicas (or auto)"
     )
+
+
+def test_evaluation_and_gradients_use_the_arrays_they_are_given(uneven_slice, devices):
+    """MirroredStrategy evaluates the split it is handed (train or test, twice in a row) and takes gradients on
+    the batch it is handed, as the reference does: float64, 8 replicas, at the initial weights."""
+    config = small_config(dtype="float64", hidden=SMALL_HIDDEN)
+    data = uneven_slice
+    with tf.device(devices[0]):
+        reference = ReferenceTrainer(config, data, devices[:1])
+    mirrored = MirroredTrainer(config, data, devices[:8])
+    mirrored.begin(0)
+    figures = {}
+    for name, trainer in (("reference", reference), ("mirrored", mirrored)):
+        figures[name] = [
+            training_step.evaluate(trainer, x, y, int((y >= 0).sum()))
+            for x, y in [(data.x_train, data.y_train), (data.x_test, data.y_test), (data.x_train, data.y_train)]
+        ]
+    np.testing.assert_allclose(figures["mirrored"], figures["reference"], rtol=1e-12, atol=1e-12)
+    train, test, again = figures["mirrored"]
+    assert train == again and train != test  # each split's own figures, the same when asked again
+    x, y = data.x_train[120:180], data.y_train[120:180]  # the third global batch, not the first
+    for ours, theirs in zip(mirrored.gradients(x, y), reference.gradients(x, y)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    first = mirrored.gradients(data.x_train[:60], data.y_train[:60])
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(first, mirrored.gradients(x, y))) > 1e-6

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import compare
-from dtensor_impl import trainer as dtensor_trainer
+from dtensor_impl import spec as dtensor_spec
 from shared.config import Config
 from shared.errors import UsageError
 from shared.model import registry as models
@@ -112,7 +112,7 @@ def test_vit_layouts_split_heads_and_mlp_units_megatron_style():
     for axis in (1, 2, 4, 8):
         assert definition.split_sizes(axis) == {}
     with pytest.raises(UsageError) as error:
-        dtensor_trainer.check_config(
+        dtensor_spec.check_config(
             Config(model="vit", devices=6, mesh="batch=2,model=3", batch_size=64), [f"CPU:{i}" for i in range(6)]
         )
     assert str(error.value) == (

@@ -143,6 +143,6 @@ def test_a_cpu_trainer_says_it_has_no_nccl(devices, embedded):
 def test_mirrored_rows_name_what_summed_the_gradients(cross_device_ops, devices, update, expected):
     import tensorflow as tf
 
-    from mirrored_impl.trainer import implementation
+    from mirrored_impl.collectives import implementation
 
     assert implementation(getattr(tf.distribute, cross_device_ops)(), devices, update) == expected

@@ -9,7 +9,7 @@ import tensorflow as tf
 from shared.config import Config
 from shared.devices import configure_devices
 from shared.errors import UsageError
-from shared.training.reference import fit
+from shared.training.registry import fit
 
 # Measured: 3 epochs of Adam on the 4,000 embedded training images give test accuracy
 # 0.927 (train loss 0.700 -> 0.256 -> 0.150); 0.90 leaves room for other CPUs' rounding.
@@ -18,7 +18,7 @@ MIN_TEST_ACCURACY_AFTER_3_EPOCHS = 0.90
 
 @pytest.fixture(scope="module")
 def history(devices, embedded):
-    return fit(Config(epochs=3, quiet=True), embedded, devices)
+    return fit("reference", Config(epochs=3, quiet=True), embedded, devices)
 
 
 def test_reference_learns_on_embedded_data(history):
@@ -83,7 +83,7 @@ def test_reference_is_deterministic(devices, embedded):
         "embedded",
         "test slice",
     )
-    first, second = fit(config, small, devices), fit(config, small, devices[1:])
+    first, second = fit("reference", config, small, devices), fit("reference", config, small, devices[1:])
     assert first.step_losses == second.step_losses
     for a, b in zip(first.final_weights, second.final_weights):
         np.testing.assert_array_equal(a, b)

@@ -281,7 +281,7 @@ def test_the_committed_baseline_is_a_valid_report_of_the_float64_check_on_the_ba
     from tests.cli import read_report
 
     saved = read_report(os.path.join(ROOT, checks.BASELINE_PATH))
-    config = compare.config_from_args(compare.build_parser().parse_args(checks.FLOAT64_BASELINE_ARGS))
+    config, _ = compare.config_from_args(compare.build_parser().parse_args(checks.FLOAT64_BASELINE_ARGS))
     assert {name: saved["config"][name] for name in NUMERIC_OPTIONS} == {
         name: list(value) if isinstance(value, tuple) else value
         for name, value in dataclasses.asdict(config).items()

@@ -76,7 +76,8 @@ def minimal_report():
 
 def test_the_schema_is_a_json_schema_of_this_version():
     jsonschema.Draft202012Validator.check_schema(schema())
-    assert schema()["properties"]["schema_version"] == {"const": SCHEMA_VERSION}
+    versions = schema()["properties"]["schema_version"]["enum"]  # this one last; earlier minors it describes too
+    assert versions[-1] == SCHEMA_VERSION and all(major(version) == major(SCHEMA_VERSION) for version in versions)
     assert major(SCHEMA_VERSION) >= 1 and major("nonsense") == -1
 
 
@@ -92,6 +93,14 @@ def test_the_schema_knows_every_config_field():
     assert set(dataclasses.asdict(Config())) <= set(schema()["$defs"]["config"]["properties"])
 
 
+def test_the_schema_names_the_registered_trainers():
+    """The trainers' names are the registry's: a trainer registered without the schema fails here."""
+    from shared.training.registry import SPEC_MODULES, distributed
+
+    assert schema()["$defs"]["trainer_name"]["enum"] == list(SPEC_MODULES)
+    assert schema()["$defs"]["sweep_entry"]["properties"]["trainer"]["enum"] == distributed(list(SPEC_MODULES))
+
+
 def test_the_changelog_has_this_version_names_the_schema_and_the_readme_links_it():
     changelog = open(os.path.join(ROOT, "docs", "report-changelog.md")).read()
     assert re.search(rf"^## {re.escape(SCHEMA_VERSION)}\b", changelog, re.M)
@@ -99,6 +108,9 @@ def test_the_changelog_has_this_version_names_the_schema_and_the_readme_links_it
     assert "`schema_version`" in changelog and f"`{schema_file}`" in changelog, schema_file
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert "](docs/report-changelog.md)" in readme
+
+
+VERSIONS = ("2.3", SCHEMA_VERSION)  # the versions whose reports this schema describes
 
 
 def test_a_minimal_report_validates():
@@ -109,7 +121,7 @@ def test_a_minimal_report_validates():
     "change, where",
     [
         (lambda r: r.pop("schema_version"), "'schema_version' is a required property"),
-        (lambda r: r.update(schema_version="0.9"), f"'{SCHEMA_VERSION}' was expected"),
+        (lambda r: r.update(schema_version="0.9"), f"'0.9' is not one of [{', '.join(map(repr, VERSIONS))}]"),
         (lambda r: r.update(unknown_field=1), "Additional properties are not allowed ('unknown_field' was unexpected)"),
         (lambda r: r["config"].pop("seed"), "'seed' is a required property"),
         (lambda r: r["environment"].update(data_sha256="abc"), "'abc' does not match"),

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from dtensor_impl import gathering
-from dtensor_impl import trainer as dtensor_trainer
+from dtensor_impl import spec as dtensor_spec
 from dtensor_impl.layouts import plan_layouts
 from shared.config import Config
 from shared.errors import UsageError
@@ -22,7 +22,8 @@ from shared.measure.memory import largest_total_bytes
 from shared.model import BATCH_AXIS, ModelDefinition, Variable, check_definition
 from shared.model.mlp import mlp
 from shared.model.vit import vit
-from shared.training import reference
+from shared.run.comparison import check_trainer_options
+from shared.training.registry import fit
 from tests.cli import data_slice
 
 TRAIN_EXAMPLES, TEST_EXAMPLES = 236, 100
@@ -108,9 +109,9 @@ def test_a_layout_naming_an_axis_twice_is_refused():
 
 def test_sharding_needs_a_batch_axis_of_two_or_more_and_dtensor(devices):
     with pytest.raises(UsageError, match=r"mesh batch=1,model=8 has a batch axis of 1; use a mesh with batch > 1"):
-        dtensor_trainer.check_config(Config(mesh="batch=1,model=8", shard_weights=True), devices)
+        dtensor_spec.check_config(Config(mesh="batch=1,model=8", shard_weights=True), devices)
     with pytest.raises(UsageError, match="--shard-weights lays out DTensor's weights; add dtensor to --trainers"):
-        Config(trainers=("reference", "mirrored"), shard_weights=True)
+        check_trainer_options(Config(trainers=("reference", "mirrored"), shard_weights=True))
 
 
 # --- trained ---------------------------------------------------------------------------------------
@@ -123,7 +124,7 @@ def references(small, devices):
     def run(dtype="float32", model="mlp", epochs=2):
         key = (dtype, model, epochs)
         if key not in runs:
-            runs[key] = reference.fit(BASE.replace(dtype=dtype, model=model, epochs=epochs), small, devices[:1])
+            runs[key] = fit("reference", BASE.replace(dtype=dtype, model=model, epochs=epochs), small, devices[:1])
         return runs[key]
 
     return run
@@ -133,7 +134,7 @@ def references(small, devices):
 def test_float64_matches_the_reference_on_every_step_with_a_model_axis_too(small, devices, references):
     """The ViT's: tests/test_vit.py, on batch=2,model=4."""
     config = BASE.replace(dtype="float64", mesh="batch=4,model=2", shard_weights=True)
-    history = dtensor_trainer.fit(config, small, devices)
+    history = fit("dtensor", config, small, devices)
     parity = check_parity(history, references("float64"))
     print(f"\nmlp batch=4,model=2 sharded, float64: max |loss diff| {parity.max_abs_loss_diff:.3g}")
     assert parity.ok and parity.state_judged, parity.reason
@@ -142,7 +143,7 @@ def test_float64_matches_the_reference_on_every_step_with_a_model_axis_too(small
 
 
 def test_batch_8_sharded_matches_and_holds_an_eighth_of_the_weights_and_adam_slots(small, devices, references):
-    sharded = dtensor_trainer.fit(BASE.replace(mesh="batch=8", shard_weights=True), small, devices)
+    sharded = fit("dtensor", BASE.replace(mesh="batch=8", shard_weights=True), small, devices)
     assert check_parity(sharded, references()).ok
     replicated = 3 * 4 * mlp().parameter_count() + 8  # batch=8: every weight and both Adam slots, and the step
     ratio = largest_total_bytes(sharded.memory_per_device) / replicated

@@ -71,19 +71,20 @@ def formula(config: Config, batch: int, model: int):
 
 
 def dtensor_traffic(config: Config, small, devices) -> Traffic:
+    from dtensor_impl.spec import count_bytes
     from dtensor_impl.trainer import DTensorTrainer
 
     trainer = DTensorTrainer(config, small, devices)
     call = trainer.step_call()
     if config.mesh == "batch=8":  # DTensor lowers a function when it first runs it: before, nothing to count
-        traffic, missing = call.traffic()
+        traffic, missing = count_bytes(trainer)
         assert traffic is None and re.fullmatch(
             r"found 0 functions that DTensor lowered __inference_train_steps_\d+ "
             r"to, not one",
             missing,
         ), missing
     call.run(call.prepare())
-    traffic, missing = call.traffic()
+    traffic, missing = count_bytes(trainer)
     assert traffic is not None, missing
     return traffic
 
@@ -120,13 +121,14 @@ def test_sharded_weights_are_all_gathered_forward_and_their_gradients_reduced_ba
     an all-reduce of the zero-padded weight; dtensor_impl/gathering.py), and its gradient is all-reduced whole,
     then sliced; a weight that stays whole all-reduces its gradient as on a replicated mesh. Left to DTensor's
     own expansion, the MLP moves activations instead (all-to-all; docs/throughput.md)."""
+    from dtensor_impl.spec import count_bytes
     from dtensor_impl.trainer import DTensorTrainer
 
     config = Config(trainers=("dtensor",), mesh="batch=8", shard_weights=True, epochs=1, quiet=True)
     trainer = DTensorTrainer(config, small, devices, gather=True)
     call = trainer.step_call()
     call.run(call.prepare())
-    traffic, missing = call.traffic()
+    traffic, missing = count_bytes(trainer)
     assert traffic is not None, missing
     definition = definition_for(config)
     plan = plan_layouts(definition, 8, None, shard_weights=True)
@@ -151,13 +153,14 @@ def test_sharded_weights_are_all_gathered_forward_and_their_gradients_reduced_ba
 def test_mirrored_bytes_are_a_reduce_to_one_device_and_what_comes_back(devices, small, update):
     """ReductionToOneDevice: every replica's gradients (and its loss and correct count) go to CPU:0; back come
     the weights the `primary` update made there, or the summed gradients (`replicas`): the same sizes."""
+    from mirrored_impl.spec import count_bytes
     from mirrored_impl.trainer import MirroredTrainer
 
     trainer = MirroredTrainer(
         Config(trainers=("mirrored",), mirrored_update=update, epochs=1, quiet=True), small, devices
     )
     trainer.begin(0)
-    traffic, missing = trainer.step_call().traffic()
+    traffic, missing = count_bytes(trainer)
     assert traffic is not None, missing
     parameters = definition_for(Config()).parameter_count()  # 905,010
     up, down = (parameters + 2) * FLOAT32, parameters * FLOAT32

@@ -13,14 +13,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from dtensor_impl import trainer as dtensor_trainer
+from dtensor_impl import spec as dtensor_spec
 from dtensor_impl.layouts import plan_layouts
 from dtensor_impl.mesh import parse_mesh
-from mirrored_impl import trainer as mirrored_trainer
 from shared.config import Config
 from shared.judge.parity import check_parity
 from shared.model.vit import vit
-from shared.training import checkpoint, export, reference
+from shared.training import checkpoint, export
+from shared.training.registry import fit
 
 MESH = "batch=2,model=2"  # on 4 devices: a trace on 8 took ~30% longer for the same layouts
 BASE = Config(model="vit", epochs=2, batch_size=64, dtype="float64", quiet=True)
@@ -44,12 +44,13 @@ def small(embedded):
 
 @pytest.fixture(scope="module")
 def runs(small, devices, tmp_path_factory):
-    if dtensor_trainer.tensorflow_release() < dtensor_trainer.float64_collectives_since(parse_mesh(MESH, 8)):
+    if dtensor_spec.tensorflow_release() < dtensor_spec.float64_collectives_since(parse_mesh(MESH, 8)):
         pytest.skip(f"this TensorFlow's DTensor collectives have no float64 on {MESH} (docs/releases.md)")
     directory = tmp_path_factory.mktemp("vit")
     histories = {
-        "reference": reference.fit(BASE, small, devices[:1]),
-        "dtensor": dtensor_trainer.fit(
+        "reference": fit("reference", BASE, small, devices[:1]),
+        "dtensor": fit(
+            "dtensor",
             BASE.replace(
                 mesh=MESH,
                 devices=4,
@@ -61,9 +62,7 @@ def runs(small, devices, tmp_path_factory):
             devices[:4],
         ),
         # MirroredStrategy on 2 replicas: 8 trace 3-4 times slower (51 against 17 s) and split the same way.
-        "mirrored primary": mirrored_trainer.fit(
-            BASE.replace(mirrored_update="primary", devices=2), small, devices[:2]
-        ),
+        "mirrored primary": fit("mirrored", BASE.replace(mirrored_update="primary", devices=2), small, devices[:2]),
     }
     return histories, directory
 

@@ -15,12 +15,11 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from shared.config import NUMERIC_OPTIONS, Config
+from shared.config import NUMERIC_OPTIONS, TUTORIAL_HIDDEN, Config
 from shared.errors import UsageError
 from shared.judge.digest import SUMS, digests, same_bytes
 from shared.judge.parity import Tolerance, beyond, tolerances
 from shared.measure.history import History
-from shared.model.registry import option_value
 
 SAME, FLOAT_NOISE, CHANGED, NOT_COMPARED = "same", "float noise", "CHANGED", "not compared"
 SAVE_FLOAT64 = "save the baseline with --with-float64"
@@ -38,6 +37,12 @@ def _shown(value) -> str:
 
 def _comparable(value):
     return tuple(value) if isinstance(value, list) else value
+
+
+def option_value(name: str, value):
+    """A model option as a run takes it: --hidden's default (None) is the tutorial's 700,500, as reports
+    from before --model recorded it."""
+    return list(TUTORIAL_HIDDEN) if name == "hidden" and value is None else value
 
 
 def check_options(report: dict, config: Config, data, data_sha256: str, path: str) -> None:
@@ -122,7 +127,33 @@ def compare(
     worst = int(np.nanargmax(diffs)) if steps and not np.all(np.isnan(diffs)) else 0
     max_loss = float(diffs[worst]) if steps else 0.0
     first_loss = int(np.flatnonzero(loss_beyond)[0]) if np.any(loss_beyond) else None
+    weights_beyond, max_sample, max_sum = _weights_beyond(weight_digests, baseline_digests, bounds)
+    identical = (
+        len(ours) == len(theirs)
+        and bool(np.all((ours == theirs) | (np.isnan(ours) & np.isnan(theirs))))
+        and same_bytes(weight_digests, baseline_digests)
+    )
+    if len(ours) != len(theirs):
+        reason = f"{len(ours)} steps, the baseline has {len(theirs)}"
+    elif first_loss is not None:
+        reason = (
+            f"at step {first_loss}: loss {ours[first_loss]:.8g}, baseline {theirs[first_loss]:.8g} "
+            f"(diff {diffs[first_loss]:.2g})"
+            + (f"; up to {max_loss:.2g} at step {worst}" if worst != first_loss else "")
+        )
+    elif weights_beyond:
+        reason = (
+            f"in the final weights: {', '.join(weights_beyond[:3])}{' ...' if len(weights_beyond) > 3 else ''} "
+            f"(samples up to {max_sample:.2g} apart, sums rel {max_sum:.2g})"
+        )
+    else:
+        reason = ""
+    return Difference(dtype, steps, identical, max_loss, worst, first_loss, max_sample, max_sum, weights_beyond, reason)
 
+
+def _weights_beyond(weight_digests, baseline_digests, bounds: Dict[str, Tolerance]):
+    """(the arrays whose digest left its bound, the largest sample difference, the largest relative sum
+    difference): samples at the weight tolerance, sums relatively at the state tolerance."""
     weights_beyond, max_sample, max_sum = [], 0.0, 0.0
     for ours_digest, theirs_digest in zip(weight_digests, baseline_digests):
         if ours_digest["shape"] != theirs_digest["shape"]:
@@ -149,28 +180,7 @@ def compare(
             weights_beyond.append(ours_digest["name"])
     if len(weight_digests) != len(baseline_digests):
         weights_beyond.append(f"{len(weight_digests)} weight arrays, baseline has {len(baseline_digests)}")
-
-    identical = (
-        len(ours) == len(theirs)
-        and bool(np.all((ours == theirs) | (np.isnan(ours) & np.isnan(theirs))))
-        and same_bytes(weight_digests, baseline_digests)
-    )
-    if len(ours) != len(theirs):
-        reason = f"{len(ours)} steps, the baseline has {len(theirs)}"
-    elif first_loss is not None:
-        reason = (
-            f"at step {first_loss}: loss {ours[first_loss]:.8g}, baseline {theirs[first_loss]:.8g} "
-            f"(diff {diffs[first_loss]:.2g})"
-            + (f"; up to {max_loss:.2g} at step {worst}" if worst != first_loss else "")
-        )
-    elif weights_beyond:
-        reason = (
-            f"in the final weights: {', '.join(weights_beyond[:3])}{' ...' if len(weights_beyond) > 3 else ''} "
-            f"(samples up to {max_sample:.2g} apart, sums rel {max_sum:.2g})"
-        )
-    else:
-        reason = ""
-    return Difference(dtype, steps, identical, max_loss, worst, first_loss, max_sample, max_sum, weights_beyond, reason)
+    return weights_beyond, max_sample, max_sum
 
 
 @dataclasses.dataclass

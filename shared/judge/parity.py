@@ -205,8 +205,7 @@ def state_atol(checksums: np.ndarray, names: Sequence[str], sizes: Sequence[int]
 
 def check_parity(candidate: History, reference: History, tolerance: Optional[float] = None) -> Parity:
     """Judge `candidate` against `reference` (same dtype) with TOLERANCES[dtype], or --tolerance T."""
-    dtype = reference.dtype
-    bounds = tolerances(dtype, tolerance)
+    bounds = tolerances(reference.dtype, tolerance)
     losses, reference_losses = (np.asarray(h.step_losses, np.float64) for h in (candidate, reference))
     reasons = []
     if candidate.dtype != reference.dtype:
@@ -214,85 +213,111 @@ def check_parity(candidate: History, reference: History, tolerance: Optional[flo
     if len(losses) != len(reference_losses):
         reasons.append(f"{len(losses)} steps, reference has {len(reference_losses)}")
     steps = min(len(losses), len(reference_losses))
-    losses, reference_losses = losses[:steps], reference_losses[:steps]
+    loss = _loss_figures(losses[:steps], reference_losses[:steps], bounds["loss"])
+    same_shapes = [np.shape(a) for a in candidate.final_weights] == [np.shape(a) for a in reference.final_weights]
+    if not same_shapes:
+        reasons.append("final weight shapes differ from the reference's")
+    gradients_judged = bool(reference.first_step_gradients)
+    grads_beyond = arrays_beyond(candidate.first_step_gradients, reference.first_step_gradients, bounds["gradient"])
+    weights_beyond = same_shapes and arrays_beyond(candidate.final_weights, reference.final_weights, bounds["weight"])
+    state_beyond = _state_beyond(candidate, reference, bounds["state"])
+    first_step, differing = first_step_beyond(loss.beyond, grads_beyond, state_beyond, reference.state_names)
+    reasons += _reasons(candidate, reference, loss, grads_beyond, state_beyond, weights_beyond, first_step, steps)
+    return Parity(
+        dtype=reference.dtype,
+        steps=steps,
+        max_abs_loss_diff=loss.max_diff,
+        loss_diff_step=loss.worst_step,
+        max_rel_loss_diff=loss.max_relative,
+        max_abs_grad_diff=max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients)
+        if gradients_judged
+        else float("nan"),
+        max_abs_weight_diff=max_abs_diff(candidate.final_weights, reference.final_weights)
+        if same_shapes
+        else float("nan"),
+        tolerances={name: (bound.atol, bound.rtol) for name, bound in bounds.items()},
+        ok=not reasons,
+        reason="; ".join(reasons),
+        first_loss_step_beyond=loss.first_beyond,
+        first_step_beyond=first_step,
+        differing=differing,
+        state_judged=state_beyond is not None,
+        state_names=list(reference.state_names) if state_beyond is not None else [],
+        state_first_steps=_state_first_steps(state_beyond, reference.state_names),
+        gradients_judged=gradients_judged,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _LossFigures:
+    beyond: np.ndarray  # per step: left its bound
+    worst_step: int  # of the largest difference (the first NaN's, if any)
+    max_diff: float
+    max_relative: float
+    first_beyond: Optional[int]  # the first step that left its bound; None when none did
+
+
+def _loss_figures(losses: np.ndarray, reference_losses: np.ndarray, bound: Tolerance) -> _LossFigures:
+    steps = len(losses)
     with np.errstate(invalid="ignore", divide="ignore"):
         loss_diffs = np.abs(losses - reference_losses)
         relative = loss_diffs / np.abs(reference_losses)
-    loss_beyond = beyond(losses, reference_losses, bounds["loss"])
+    loss_beyond = beyond(losses, reference_losses, bound)
     if np.any(np.isnan(loss_diffs)):
         worst_step, max_loss = int(np.flatnonzero(np.isnan(loss_diffs))[0]), float("nan")
     else:
         worst_step = int(np.argmax(loss_diffs)) if steps else 0
         max_loss = float(loss_diffs[worst_step]) if steps else 0.0
     max_relative = float(np.nanmax(relative)) if steps and not np.all(np.isnan(relative)) else 0.0
+    first = int(np.flatnonzero(loss_beyond)[0]) if np.any(loss_beyond) else None
+    return _LossFigures(loss_beyond, worst_step, max_loss, max_relative, first)
 
-    shapes = [np.shape(a) for a in candidate.final_weights], [np.shape(a) for a in reference.final_weights]
-    if shapes[0] != shapes[1]:
-        reasons.append("final weight shapes differ from the reference's")
-    gradients_judged = bool(reference.first_step_gradients)
-    grads_beyond = arrays_beyond(candidate.first_step_gradients, reference.first_step_gradients, bounds["gradient"])
-    weights_beyond = shapes[0] == shapes[1] and arrays_beyond(
-        candidate.final_weights, reference.final_weights, bounds["weight"]
-    )
-    state_judged = bool(
+
+def _state_beyond(candidate: History, reference: History, bound: Tolerance) -> Optional[np.ndarray]:
+    """[entries, variables]: which state checksums left their bound; None when the state is not judged (not both
+    float64 runs with the same state)."""
+    if not (
         candidate.step_state_checksums
         and reference.step_state_checksums
         and candidate.state_names == reference.state_names
-    )
-    state_beyond = None
-    if state_judged:
-        entries = min(len(candidate.step_state_checksums), len(reference.step_state_checksums))
-        references = np.asarray(reference.step_state_checksums[:entries], np.float64)
-        state_bound = dataclasses.replace(
-            bounds["state"],
-            atol=state_atol(references, reference.state_names, reference.state_sizes, bounds["state"].rtol),
-        )
-        state_beyond = beyond(candidate.step_state_checksums[:entries], references, state_bound)
-    first_step, differing = first_step_beyond(loss_beyond, grads_beyond, state_beyond, reference.state_names)
-    state_first_steps = {}
-    if state_beyond is not None:
-        for row, name in enumerate(reference.state_names):
-            entries = np.flatnonzero(state_beyond[:, row])
-            if entries.size:
-                state_first_steps[name] = int(entries[0]) - 1
+    ):
+        return None
+    entries = min(len(candidate.step_state_checksums), len(reference.step_state_checksums))
+    references = np.asarray(reference.step_state_checksums[:entries], np.float64)
+    atol = state_atol(references, reference.state_names, reference.state_sizes, bound.rtol)
+    return beyond(candidate.step_state_checksums[:entries], references, dataclasses.replace(bound, atol=atol))
 
-    first_loss = int(np.flatnonzero(loss_beyond)[0]) if np.any(loss_beyond) else None
-    if first_loss is not None:
+
+def _state_first_steps(state_beyond: Optional[np.ndarray], names) -> Dict[str, int]:
+    """Per state variable that left its bound: the step whose update first made it differ (-1: the initial state)."""
+    if state_beyond is None:
+        return {}
+    found = {}
+    for row, name in enumerate(names):
+        entries = np.flatnonzero(state_beyond[:, row])
+        if entries.size:
+            found[name] = int(entries[0]) - 1
+    return found
+
+
+def _reasons(candidate, reference, loss, grads_beyond, state_beyond, weights_beyond, first_step, steps) -> List[str]:
+    """What left its bound, in one phrase each, in the order the reason line gives them."""
+    reasons = []
+    if loss.first_beyond is not None:
         reasons.append(
-            f"loss differs from step {first_loss} on (by up to {max_loss:.3g} at step {worst_step}, "
-            f"rel {max_relative:.2g})"
+            f"loss differs from step {loss.first_beyond} on (by up to {loss.max_diff:.3g} at step {loss.worst_step}, "
+            f"rel {loss.max_relative:.2g})"
         )
     if grads_beyond:
         reasons.append(
             "first-step gradients differ by "
             f"{max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients):.3g}"
         )
-    if state_beyond is not None and np.any(state_beyond) and first_loss is None:
+    state_differs = state_beyond is not None and bool(np.any(state_beyond))
+    if state_differs and loss.first_beyond is None:
         reasons.append(f"state differs from step {first_step} on")
-    if steps == 0 and state_beyond is not None and np.any(state_beyond):
+    if steps == 0 and state_differs:
         reasons.append("state differs")
     if weights_beyond:
         reasons.append(f"final weights differ by {max_abs_diff(candidate.final_weights, reference.final_weights):.3g}")
-    return Parity(
-        dtype=dtype,
-        steps=steps,
-        max_abs_loss_diff=max_loss,
-        loss_diff_step=worst_step,
-        max_rel_loss_diff=max_relative,
-        max_abs_grad_diff=max_abs_diff(candidate.first_step_gradients, reference.first_step_gradients)
-        if gradients_judged
-        else float("nan"),
-        max_abs_weight_diff=max_abs_diff(candidate.final_weights, reference.final_weights)
-        if shapes[0] == shapes[1]
-        else float("nan"),
-        tolerances={name: (bound.atol, bound.rtol) for name, bound in bounds.items()},
-        ok=not reasons,
-        reason="; ".join(reasons),
-        first_loss_step_beyond=first_loss,
-        first_step_beyond=first_step,
-        differing=differing,
-        state_judged=state_judged,
-        state_names=list(reference.state_names) if state_judged else [],
-        state_first_steps=state_first_steps,
-        gradients_judged=gradients_judged,
-    )
+    return reasons

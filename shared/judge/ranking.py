@@ -68,7 +68,7 @@ class SweepEntry:
 
 
 def mark_fastest(entries: List[SweepEntry]) -> List[SweepEntry]:
-    """Mark, at each device count, the DTensor mesh with the best ratio and the faster approach.
+    """Mark, at each device count, the mesh with the best ratio (DTensor's) and the faster approach.
 
     Only configurations that matched the reference and have a ratio from enough measured steps compete.
     Ratios, not raw figures: each is to its own reference, so the machine's drift between them cancels.
@@ -81,11 +81,19 @@ def mark_fastest(entries: List[SweepEntry]) -> List[SweepEntry]:
             timed = [e for e in entries if e.devices == count and e.trainer == trainer and e.ranked]
             if timed:
                 best[trainer] = max(timed, key=lambda e: e.ratio_to_reference)
-        if "dtensor" in best:
-            best["dtensor"].fastest_mesh = True
-        if len(best) == 2:
+        for entry in best.values():
+            entry.fastest_mesh = bool(entry.mesh)  # a trainer of meshes (DTensor): its fastest one
+        if len(best) > 1:
             max(best.values(), key=lambda e: e.ratio_to_reference).faster_approach = True
     return entries
+
+
+def best_against_one_device(entries: List[SweepEntry]) -> Optional[SweepEntry]:
+    """The configuration with the best ratio to its reference among those that matched it, when none beat one
+    device (ratio above 1); None when one did, or none has a ratio."""
+    timed = [e for e in entries if e.parity_ok and e.ratio_to_reference is not None]
+    best = max(timed, key=lambda e: e.ratio_to_reference, default=None)
+    return best if best is not None and best.ratio_to_reference <= 1 else None
 
 
 @dataclasses.dataclass

@@ -1,16 +1,14 @@
-"""The result record that every trainer's `fit` returns, and the per-epoch line.
+"""The result record that every trainer's training returns, and the meter that fills it each epoch.
 
-Values are returned here, never only printed: compare.py builds its tables, plots
-and JSON report from these records.
+Values are recorded here, never printed (shared/report/progress.py prints the epoch line): compare.py builds
+its tables, plots and JSON report from these records.
 """
 
 import dataclasses
-import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from tqdm import tqdm
 
 
 @dataclasses.dataclass
@@ -54,7 +52,7 @@ class History:
     step_profile: Optional[object] = None
     traffic: Optional[object] = None
     traffic_missing: str = ""
-    taps: Optional[object] = None  # shared.measure.taps.Taps: a replay's (config.replay_step), else None
+    taps: Optional[object] = None  # shared.measure.taps.Taps: a replay's (RunControl.replay_step), else None
 
     def add_final_state(self, checksums) -> None:
         """The state checksums after the last step (float64 runs; shared/measure/checksums.py)."""
@@ -121,15 +119,6 @@ def step_time_percentiles_ms(history) -> Optional[Tuple[float, float]]:
     return float(p50), float(p95)
 
 
-def format_epoch_line(trainer: str, record: EpochRecord, epochs: int) -> str:
-    """One fixed-format line, the same keys for every trainer."""
-    return (
-        f"{trainer:<10} epoch {record.epoch}/{epochs}  train_loss {record.train_loss:.4f}  "
-        f"train_acc {record.train_accuracy:.4f}  test_loss {record.test_loss:.4f}  "
-        f"test_acc {record.test_accuracy:.4f}  time {record.train_seconds:.2f}s"
-    )
-
-
 class EpochMeter:
     """Accumulates per-step tensors without a host sync; `finish` syncs once per epoch.
 
@@ -139,19 +128,12 @@ class EpochMeter:
     earlier, so that trainer waits for the call's last loss first.
     """
 
-    def __init__(self, label: str = "", total_steps: int = 0):
+    def __init__(self, on_steps: Callable[[int], None] = lambda count: None):
         self.losses, self.corrects, self.counts, self.step_times_ms = [], [], [], []
         self.call_seconds = []  # the wall time of each add: a trainer's call of one or more steps
         self.state_checksums = []  # per call: [steps] of [variables], each at a step's start (float64 runs)
         self.start = self._last = time.perf_counter()
-        # A progress bar on a terminal only (tqdm); logs and pipes get the epoch lines alone.
-        self.progress = tqdm(
-            total=total_steps,
-            desc=label,
-            unit="step",
-            leave=False,
-            disable=not (label and total_steps and sys.stderr.isatty()),
-        )
+        self.on_steps = on_steps  # told each call's step count (the progress bar)
 
     def add(self, mean_loss, correct, count: int, state_checksums=None):
         self.add_steps([mean_loss], [correct], [count], None if state_checksums is None else [state_checksums])
@@ -172,7 +154,7 @@ class EpochMeter:
         self.losses.append(mean_losses)
         self.corrects.append(corrects)
         self.counts += list(counts)
-        self.progress.update(len(counts))
+        self.on_steps(len(counts))
 
     def finish(self):
         """(step_losses, mean loss, accuracy, seconds) for what was added."""
@@ -180,7 +162,6 @@ class EpochMeter:
         counts = np.array(self.counts, dtype=np.float64)
         correct = float(sum(_host(c).sum() for c in self.corrects))
         seconds = time.perf_counter() - self.start
-        self.progress.close()
         return losses.tolist(), float((losses * counts).sum() / counts.sum()), float(correct / counts.sum()), seconds
 
 

@@ -42,7 +42,6 @@ class StepCall:
     steps: int  # train steps the call runs
     prepare: Callable[[], object]  # the host work that makes the call's inputs (counted as input)
     run: Callable[[object], None]  # the call on those inputs; returns when its last step has run
-    traffic: Callable[[], Tuple[Optional[Traffic], str]]  # (bytes per step, "") or (None, why); after a run
     notes: str = ""  # what the profiled call does otherwise than training's (e.g. pack for DTensorDataset)
 
 
@@ -69,10 +68,13 @@ def part_of(op_name: str, op_type: str) -> str:
     return "other"
 
 
-def measure(call: StepCall) -> Tuple[StepProfile, Optional[Traffic], str]:
-    """(the step profile, bytes per step or None, why not) of `call`, traced over whole calls."""
+def measure(
+    call: StepCall, count_bytes: Callable[[], Tuple[Optional[Traffic], str]]
+) -> Tuple[StepProfile, Optional[Traffic], str]:
+    """(the step profile, bytes per step or None, why not) of `call`, traced over whole calls; `count_bytes`
+    counts them in the functions the warm call traced."""
     call.run(call.prepare())  # warm: every function it calls is traced, lowered and compiled
-    traffic, why = call.traffic()
+    traffic, why = count_bytes()
     calls = max(1, math.ceil(PROFILED_STEPS / call.steps))
     with tempfile.TemporaryDirectory(prefix="step-profile-") as logdir:
         tf.profiler.experimental.start(

@@ -19,6 +19,7 @@ from typing import Sequence, Tuple
 
 import tensorflow as tf
 
+from shared.config import TUTORIAL_HIDDEN
 from shared.model.definition import (
     MODEL_AXIS,
     UNSHARDED,
@@ -28,8 +29,6 @@ from shared.model.definition import (
     zeros,
 )
 from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
-
-TUTORIAL_HIDDEN = (700, 500)
 
 
 def layer_sizes(hidden: Sequence[int]) -> Tuple[int, ...]:

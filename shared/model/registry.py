@@ -21,13 +21,13 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
+from shared.config import BUILT_IN_MODELS, TUTORIAL_HIDDEN
 from shared.errors import UsageError
 from shared.model.definition import Model, ModelDefinition, check_definition
 from shared.model.gpt import gpt
-from shared.model.mlp import TUTORIAL_HIDDEN, mlp
+from shared.model.mlp import mlp
 from shared.model.vit import vit
 
-BUILT_IN = ("mlp", "vit", "gpt")
 REGISTERED: dict = {}  # spec -> a definition handed over in this process (shared.api.check_model)
 
 
@@ -62,7 +62,7 @@ def load(spec: str, hidden: Optional[Sequence[int]] = None, dropout: float = 0.0
         return REGISTERED[spec]
     path, colon, function_name = spec.rpartition(":")
     if not colon or not path.endswith(".py") or not function_name.isidentifier():
-        raise UsageError(f"--model {spec!r} is unknown; use {', '.join(BUILT_IN)} or FILE.py:FUNCTION")
+        raise UsageError(f"--model {spec!r} is unknown; use {', '.join(BUILT_IN_MODELS)} or FILE.py:FUNCTION")
     return check_forward(check_definition(call_user_function(path, function_name, spec), spec), spec)
 
 
@@ -82,12 +82,6 @@ def model_mismatch(written: str, wanted: str) -> str:
 def hidden_text(model_name: str) -> str:
     """ "mlp 784-700-500-10" -> "700,500", as --hidden takes it."""
     return ",".join(model_name.split(" ", 1)[1].split("-")[1:-1])
-
-
-def option_value(name: str, value):
-    """A model option as a run takes it: --hidden's default (None) is the tutorial's 700,500, as reports
-    from before --model recorded it."""
-    return list(TUTORIAL_HIDDEN) if name == "hidden" and value is None else value
 
 
 def call_user_function(path: str, function_name: str, spec: str):

@@ -56,46 +56,22 @@ def compute_facts(run) -> dict:
 
 def report_dict(run, sweep) -> dict:
     link_gbps = run.config.link_gbps
-    train_examples = len(run.data.y_train)
-    trainers = {}
-    for name, result in run.results.items():
-        history = result.history
-        if history is None:
-            trainers[name] = {"failed": True, "error": result.error, "traceback": result.traceback}
-            continue
-        median, low, high = throughput(history, train_examples) or (None, None, None)  # None: below the floor
-        p50, p95 = step_time_percentiles_ms(history) or (None, None)
-        trainers[name] = {
-            "failed": False,
-            "placement": history.placement,
-            "step_losses": [float(v) for v in history.step_losses],
-            "epochs": [dataclasses.asdict(record) for record in history.epochs],
-            "throughput_examples_per_s": median,
-            "throughput_spread_examples_per_s": None if low is None else [low, high],
-            "step_time_ms_p50": p50,
-            "step_time_ms_p95": p95,
-            "trace_seconds": history.trace_seconds,
-            "peak_memory_mb": result.peak_memory_mb,
-            "memory_per_device": [dataclasses.asdict(record) for record in history.memory_per_device],
-            "details": history.details,
-            "final_weights": digests(history),  # shared/judge/digest.py: what --baseline compares
-            "collectives": profile_report.implementation_dict(history.collectives),
-            "step_profile": profile_report.profile_dict(history.step_profile),  # --profile
-            "traffic": profile_report.traffic_dict(history.traffic, link_gbps),
-            "traffic_missing": history.traffic_missing,
-        }
-    config = dataclasses.asdict(run.config)
+    trainers = {name: trainer_dict(result, len(run.data.y_train), link_gbps) for name, result in run.results.items()}
+    sweep_entries = [
+        {**dataclasses.asdict(entry), "traffic": profile_report.traffic_dict(entry.traffic, link_gbps)}
+        for entry in sweep
+    ]
     return {
         "schema_version": SCHEMA_VERSION,  # shared/report.schema.json; docs/report-changelog.md
         "ok": exit_ok(run, sweep),  # compare.py's exit code was 0
-        "config": config,
+        "config": dataclasses.asdict(run.config),
         "environment": {
             "tensorflow": tf.__version__,
             "data_source": run.data.source,
             "data_reason": run.data.reason,
             "data_fallback": run.data.fallback or None,
             "devices": run.devices,
-            "train_examples": train_examples,
+            "train_examples": len(run.data.y_train),
             "test_examples": len(run.data.y_test),
             "data_sha256": data_sha256(run.data),
             "op_determinism": op_determinism_enabled(),
@@ -107,16 +83,35 @@ def report_dict(run, sweep) -> dict:
         "baseline": baseline_dict(run.baseline),
         "model": model_facts(definition_for(run.config)),
         "compute": compute_facts(run),
-        **(
-            {
-                "sweep": [
-                    {**dataclasses.asdict(entry), "traffic": profile_report.traffic_dict(entry.traffic, link_gbps)}
-                    for entry in sweep
-                ]
-            }
-            if sweep
-            else {}
-        ),
+        **({"sweep": sweep_entries} if sweep else {}),
+    }
+
+
+def trainer_dict(result, train_examples: int, link_gbps) -> dict:
+    """One trainer's entry: its failure, or every figure its history holds."""
+    history = result.history
+    if history is None:
+        return {"failed": True, "error": result.error, "traceback": result.traceback}
+    median, low, high = throughput(history, train_examples) or (None, None, None)  # None: below the floor
+    p50, p95 = step_time_percentiles_ms(history) or (None, None)
+    return {
+        "failed": False,
+        "placement": history.placement,
+        "step_losses": [float(v) for v in history.step_losses],
+        "epochs": [dataclasses.asdict(record) for record in history.epochs],
+        "throughput_examples_per_s": median,
+        "throughput_spread_examples_per_s": None if low is None else [low, high],
+        "step_time_ms_p50": p50,
+        "step_time_ms_p95": p95,
+        "trace_seconds": history.trace_seconds,
+        "peak_memory_mb": result.peak_memory_mb,
+        "memory_per_device": [dataclasses.asdict(record) for record in history.memory_per_device],
+        "details": history.details,
+        "final_weights": digests(history),  # shared/judge/digest.py: what --baseline compares
+        "collectives": profile_report.implementation_dict(history.collectives),
+        "step_profile": profile_report.profile_dict(history.step_profile),  # --profile
+        "traffic": profile_report.traffic_dict(history.traffic, link_gbps),
+        "traffic_missing": history.traffic_missing,
     }
 
 

@@ -15,11 +15,15 @@ import numpy as np
 from matplotlib import pyplot as plt
 from matplotlib.patches import Patch
 
+from shared.config import TRAINER_NAMES
 from shared.files import write_atomically
 from shared.measure.history import throughput
 
 FIGURE_SIZE = (9, 6)  # the tutorial's rcParams['figure.figsize']
 DPI = 100  # 900 x 600 pixels
+# Each trainer's colour, in --trainers' order: the reference grey, then matplotlib's first two.
+TRAINER_COLOURS = dict(zip(TRAINER_NAMES, ("#555555", "#1f77b4", "#ff7f0e")))
+OTHER_COLOUR = "#777777"
 EXACT_FLOOR = 1e-10  # where a zero loss difference is drawn when no step differs at all
 
 
@@ -76,38 +80,7 @@ def _loss_diff_plot(run, directory: str) -> None:
     """Each trainer's per-step |loss - reference loss| in the run's dtype and, if float32 failed, in the
     float64 rerun; each dtype's tolerance (atol + rtol |reference loss|); each trainer's verdict."""
     figure, axes = plt.subplots(figsize=FIGURE_SIZE)
-    series = []  # (label, diffs, marker, colour index)
-    for rank, (name, parity) in enumerate(run.parity.items()):
-        verdict = run.verdicts[name]
-        series.append(
-            (
-                f"{name} {parity.dtype}: {verdict.verdict}",
-                _loss_diffs(run.results[name].history, run.results["reference"].history),
-                "o",
-                rank,
-            )
-        )
-        if name in run.float64_histories and "reference" in run.float64_histories:
-            series.append(
-                (
-                    f"{name} float64 rerun",
-                    _loss_diffs(run.float64_histories[name], run.float64_histories["reference"]),
-                    "x",
-                    rank,
-                )
-            )
-    tolerances = [(run.results["reference"].history, parity, ":") for parity in list(run.parity.values())[:1]]
-    explained = next((v.float64 for v in run.verdicts.values() if v.float64 is not None), None)
-    if explained is not None and "reference" in run.float64_histories:
-        tolerances.append((run.float64_histories["reference"], explained, "--"))
-    bounds = [
-        (
-            parity,
-            style,
-            parity.tolerances["loss"][0] + parity.tolerances["loss"][1] * np.abs(np.asarray(reference.step_losses)),
-        )
-        for reference, parity, style in tolerances
-    ]
+    series, bounds = _loss_diff_series(run), _loss_bounds(run)
     # Exact agreement would vanish on a log axis; it is drawn on a floor line below everything else.
     positive = [
         values[np.isfinite(values) & (values > 0)]
@@ -144,10 +117,38 @@ def _loss_diff_plot(run, directory: str) -> None:
     _save(figure, directory, "loss_diff.png")
 
 
+def _loss_diff_series(run) -> list:
+    """(label, per-step |loss diff|, marker, colour index) of each trainer, and of its float64 rerun if any."""
+    series = []
+    for rank, (name, parity) in enumerate(run.parity.items()):
+        diffs = _loss_diffs(run.results[name].history, run.results["reference"].history)
+        series.append((f"{name} {parity.dtype}: {run.verdicts[name].verdict}", diffs, "o", rank))
+        if name in run.float64_histories and "reference" in run.float64_histories:
+            diffs = _loss_diffs(run.float64_histories[name], run.float64_histories["reference"])
+            series.append((f"{name} float64 rerun", diffs, "x", rank))
+    return series
+
+
+def _loss_bounds(run) -> list:
+    """(parity, line style, per-step loss bound) of the run's dtype and, if a float64 rerun explained, float64's."""
+    tolerances = [(run.results["reference"].history, parity, ":") for parity in list(run.parity.values())[:1]]
+    explained = next((v.float64 for v in run.verdicts.values() if v.float64 is not None), None)
+    if explained is not None and "reference" in run.float64_histories:
+        tolerances.append((run.float64_histories["reference"], explained, "--"))
+    return [
+        (
+            parity,
+            style,
+            parity.tolerances["loss"][0] + parity.tolerances["loss"][1] * np.abs(np.asarray(reference.step_losses)),
+        )
+        for reference, parity, style in tolerances
+    ]
+
+
 def _sweep_plot(axes, sweep) -> None:
     """Every configuration's ratio to the reference trained beside it, grouped by device count;
     the fastest DTensor mesh and the faster approach at each count marked."""
-    colours = {"dtensor": "#1f77b4", "mirrored": "#ff7f0e"}
+    colours = TRAINER_COLOURS
     position, ticks, labels, seen = 0.0, [], [], set()
     for count in dict.fromkeys(entry.devices for entry in sweep):
         for entry in (e for e in sweep if e.devices == count):
@@ -157,7 +158,7 @@ def _sweep_plot(axes, sweep) -> None:
             axes.bar(
                 position,
                 ratio,
-                color=colours.get(entry.trainer, "#777777"),
+                color=colours.get(entry.trainer, OTHER_COLOUR),
                 label=legend,
                 edgecolor="black",
                 linewidth=2.5 if entry.faster_approach else 0.5,
@@ -198,13 +199,14 @@ def _throughput_plot(run, sweep, directory: str) -> None:
     if sweep:
         _sweep_plot(axes, sweep)
     else:
-        names, values, errors = [], [], []
+        names, values, errors, colours = [], [], [], []
         for name, result in run.results.items():
             figures = throughput(result.history, train_examples) if result.history is not None else None
             if figures is None:  # failed, or below the timing floor
                 continue
             median, low, high = figures
             names.append(f"{name}\n{result.history.placement}")
+            colours.append(TRAINER_COLOURS.get(name.split(" ")[0], OTHER_COLOUR))  # the API's keys add a mesh
             values.append(median)
             errors.append((median - low, high - median))
         axes.bar(
@@ -212,7 +214,7 @@ def _throughput_plot(run, sweep, directory: str) -> None:
             values,
             yerr=np.array(errors).T if errors else None,
             capsize=6,
-            color=["#555555", "#1f77b4", "#ff7f0e"][: len(names)],
+            color=colours,
             label="median over epochs 2..",
         )
         axes.set_title("Training throughput (first epoch excluded; bars show min-max)")

@@ -5,6 +5,7 @@ from collections import Counter
 from typing import List, Sequence
 
 from shared.config import Config
+from shared.judge import ranking
 from shared.judge.ranking import MIN_RANKED_STEPS, SweepEntry, conclude
 from shared.measure.memory import MB
 
@@ -64,11 +65,8 @@ def sweep_notes(entries: Sequence[SweepEntry]) -> List[str]:
 
 def best_against_one_device(entries: Sequence[SweepEntry]) -> str:
     """One line when no configuration that matched the reference beat it (ratio above 1); "" otherwise."""
-    timed = [e for e in entries if e.parity_ok and e.ratio_to_reference is not None]
-    if not timed:
-        return ""
-    best = max(timed, key=lambda e: e.ratio_to_reference)
-    if best.ratio_to_reference > 1:
+    best = ranking.best_against_one_device(list(entries))
+    if best is None:
         return ""
     return (
         f"No configuration beat one device on this machine; the best: {best.trainer} {best.label} at "

@@ -129,6 +129,21 @@ def print_tables(run, sweep, out=None) -> None:
         print(tabulate(parity_rows(run), PARITY_HEADERS, tablefmt="github"), file=out)
         for note in parity_notes(run):
             print(fit_width(note), file=out)
+    below_floor = print_results(run, out)
+    for line in export_lines(run):
+        print(fit_width(line), file=out)
+    print_profile(run, run.config.link_gbps, out)
+    if sweep:
+        print_sweep(run, sweep, below_floor, out)
+    print_repeats_and_baseline(run, out)
+    print(f"\n{last_line(run, passed(run, sweep))}", file=out)
+    if run.baseline is not None:
+        print(baseline_report.last_line(run.baseline), file=out)
+
+
+def print_results(run, out) -> bool:
+    """The results table, the speed and memory table and the GFLOP/s line; True when a figure was below the
+    timing floor."""
     rows = result_rows(run)
     print("\nResults after the last epoch", file=out)
     print(
@@ -168,33 +183,28 @@ def print_tables(run, sweep, out=None) -> None:
         )
     if below_floor:
         print(BELOW_FLOOR, file=out)
-    for line in export_lines(run):
-        print(fit_width(line), file=out)
-    print_profile(run, run.config.link_gbps, out)
-    if sweep:
-        print("\nThroughput against device count: every configuration, each beside its own reference", file=out)
-        print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
-        print(
-            "(dev: devices; ex/s: training examples per second, each one's fastest epoch after the first; (ref.): "
-            "the same of the\nreference trained just before it; ratio: the two's (?: too few measured steps to rank); "
-            "MB/dev: weights + optimizer\nstate on the busiest device; MB/step: what the busiest device sends or "
-            "receives per step; mark, the fastest at that\ncount by ratio: M the DTensor mesh, A the approach)",
-            file=out,
-        )
-        model = describe_model_short(run.config)
-        conclusion = conclusion_lines(sweep, model, run.config.device_memory_mb)
-        for line in (
-            [sweep_collectives_line(sweep)] + sweep_notes(sweep) + [best_against_one_device(sweep)] + conclusion
-        ):
-            if line:
-                print(fit_width(line, indent=2), file=out)
-        if not below_floor and any(e.throughput_examples_per_s is None and not e.skipped for e in sweep):
-            print(BELOW_FLOOR, file=out)
-        print_sweep_profile(sweep, run.config.link_gbps, out)
-    print_repeats_and_baseline(run, out)
-    print(f"\n{last_line(run, passed(run, sweep))}", file=out)
-    if run.baseline is not None:
-        print(baseline_report.last_line(run.baseline), file=out)
+    return below_floor
+
+
+def print_sweep(run, sweep, below_floor: bool, out) -> None:
+    """The sweep's table, its legend, the lines under it and its conclusion."""
+    print("\nThroughput against device count: every configuration, each beside its own reference", file=out)
+    print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
+    print(
+        "(dev: devices; ex/s: training examples per second, each one's fastest epoch after the first; (ref.): "
+        "the same of the\nreference trained just before it; ratio: the two's (?: too few measured steps to rank); "
+        "MB/dev: weights + optimizer\nstate on the busiest device; MB/step: what the busiest device sends or "
+        "receives per step; mark, the fastest at that\ncount by ratio: M the DTensor mesh, A the approach)",
+        file=out,
+    )
+    model = describe_model_short(run.config)
+    conclusion = conclusion_lines(sweep, model, run.config.device_memory_mb)
+    for line in [sweep_collectives_line(sweep)] + sweep_notes(sweep) + [best_against_one_device(sweep)] + conclusion:
+        if line:
+            print(fit_width(line, indent=2), file=out)
+    if not below_floor and any(e.throughput_examples_per_s is None and not e.skipped for e in sweep):
+        print(BELOW_FLOOR, file=out)
+    print_sweep_profile(sweep, run.config.link_gbps, out)
 
 
 def describe_model_short(config) -> str:

@@ -12,6 +12,7 @@ does not start ends its group, and the trainer is FAILED in one line. docs/multi
 import atexit
 import ctypes
 import dataclasses
+import json
 import os
 import pickle
 import shutil
@@ -34,7 +35,8 @@ from shared.report.header import header
 from shared.run.comparison import prepare
 from shared.run.sequence import Entry, TrainerResult, in_process, lineup, train_and_judge, train_one
 from shared.training.data import load_run_data
-from shared.training.registry import TRAINER_MODULES, describe_runs, trainer_module
+from shared.training.protocol import PLAIN_RUN
+from shared.training.registry import describe_runs, distributed, specs, trainer_spec
 
 COMPARE_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "compare.py")
 HOST = "127.0.0.1"
@@ -64,8 +66,7 @@ def _shown(variables) -> str:
 
 def role_from_environment(config: Config, environ=os.environ) -> Optional[ClientRole]:
     """This process's place in a cluster, from the variables of the trainer whose are set; None when none is."""
-    clustered = {name: trainer_module(name).cluster_variables() for name in TRAINER_MODULES}
-    clustered = {name: variables for name, variables in clustered.items() if variables}
+    clustered = {spec.name: spec.cluster.variables for spec in specs() if spec.cluster is not None}
     present = [name for name, variables in clustered.items() if any(v in environ for v in variables)]
     if len(present) > 1:
         named = [(_shown(clustered[name]), name) for name in present]
@@ -76,7 +77,7 @@ def role_from_environment(config: Config, environ=os.environ) -> Optional[Client
     if not present:
         return None
     trainer = present[0]
-    found = trainer_module(trainer).cluster_role(config, environ)
+    found = trainer_spec(trainer).cluster.role(config, environ)
     role = ClientRole(trainer, found.client_id, found.num_clients, found.source, found.address, found.addresses_in)
     if role.num_clients != config.clients:
         raise UsageError(
@@ -90,7 +91,7 @@ def role_from_environment(config: Config, environ=os.environ) -> Optional[Client
 
 def client_environment(trainer: str, client_id: int, ports: Sequence[int]) -> Dict[str, str]:
     """The variables that make a process client `client_id` of len(ports) on this host."""
-    return trainer_module(trainer).client_environment(client_id, [f"{HOST}:{port}" for port in ports])
+    return trainer_spec(trainer).cluster.environment(client_id, [f"{HOST}:{port}" for port in ports])
 
 
 def free_ports(count: int) -> List[int]:
@@ -107,49 +108,47 @@ def free_ports(count: int) -> List[int]:
             sock.close()
 
 
-def run(config: Config) -> int:
-    """compare.py --clients C: a client when the environment names one, else the launcher."""
+def run(config: Config, result_file: Optional[str] = None) -> int:
+    """compare.py --clients C: a client when the environment names one, else the launcher. `result_file`: where a
+    client that the launcher started writes its result (the launcher hands it over with the Config)."""
     role = role_from_environment(config)
     if role is None:
-        if config.result_file:
+        if result_file:
             raise UsageError("--client-config is for the clients that --clients starts; drop it")
         return run_launcher(config)
-    return run_client(config, role)
+    return run_client(config, role, result_file)
+
+
+def write_client_config(path: str, config: Config, result_file: str) -> None:
+    """What --client-config hands a client: the run's Config and where to write its result."""
+    write_atomically(path, json.dumps({"config": json.loads(config.to_json()), "result_file": result_file}).encode())
 
 
 # --- a client -------------------------------------------------------------------------------
 
 
-def run_client(config: Config, role: ClientRole) -> int:
+def run_client(config: Config, role: ClientRole, result_file: Optional[str] = None) -> int:
     """Train `role.trainer` as one client; under the launcher, write the result file."""
-    others = [name for name in config.trainers if name not in ("reference", role.trainer)]
+    others = [name for name in distributed(config.trainers) if name != role.trainer]
     if others:
         raise UsageError(
             f"this process is {role.trainer} client {role.client_id} ({role.source} is set) "
             f"and runs one distributed trainer; use --trainers {role.trainer} here and run "
             f"{','.join(others)} as its own job"
         )
-    if not config.result_file:
+    if not result_file:
         outputs.check_outputs(config)
     configure_determinism(config.deterministic)  # before any op runs
     devices = configure_devices(config.devices, config.device_type)
-    if config.result_file:
-        write_atomically(config.result_file + ".started", b"")
-    try:
-        trainer_module(role.trainer).join_cluster(config)  # blocks until every client has joined
-    except Exception as error:  # re-raised unless it is the port: TensorFlow says only "Could not start gRPC server"
-        if "could not start grpc server" not in str(error).lower():
-            raise
-        raise UsageError(
-            f"{role.trainer} client {role.client_id}: could not listen on {role.address} (port in use?); "
-            f"free it or give this client another port in {role.addresses_in}"
-        ) from None
+    if result_file:
+        write_atomically(result_file + ".started", b"")
+    join_cluster(config, role)
     data = load_run_data(config)
-    if not config.result_file and role.client_id == 0:
+    if not result_file and role.client_id == 0:
         print(header(config, devices, data, describe_runs(config)))
     result = train_one(role.trainer, config, data, devices, log=print_fitted)
-    if config.result_file:
-        write_atomically(config.result_file, pickle.dumps(result))
+    if result_file:
+        write_atomically(result_file, pickle.dumps(result))
         return 1 if result.failed else 0
     if role.client_id != 0:
         print(
@@ -159,8 +158,8 @@ def run_client(config: Config, role: ClientRole) -> int:
         return 1 if result.failed else 0
     trained_here = in_process(data, devices)
 
-    def train(entry: Entry, run_config: Config) -> TrainerResult:  # this client's result is the one trained
-        return result if entry.trainer == role.trainer else trained_here(entry, run_config)
+    def train(entry: Entry, run_config: Config, control=PLAIN_RUN) -> TrainerResult:  # this client's is trained
+        return result if entry.trainer == role.trainer else trained_here(entry, run_config, control)
 
     run = train_and_judge(
         config,
@@ -171,6 +170,19 @@ def run_client(config: Config, role: ClientRole) -> int:
         no_float64_reason="this client cannot restart the others; run every client again with --dtype float64",
     )
     return outputs.publish(config, run)
+
+
+def join_cluster(config: Config, role: ClientRole) -> None:
+    """Join the cluster (it blocks until every client has); a port taken is one line."""
+    try:
+        trainer_spec(role.trainer).cluster.join(config)
+    except Exception as error:  # re-raised unless it is the port: TensorFlow says only "Could not start gRPC server"
+        if "could not start grpc server" not in str(error).lower():
+            raise
+        raise UsageError(
+            f"{role.trainer} client {role.client_id}: could not listen on {role.address} (port in use?); "
+            f"free it or give this client another port in {role.addresses_in}"
+        ) from None
 
 
 # --- the launcher ---------------------------------------------------------------------------
@@ -191,9 +203,9 @@ def run_launcher(config: Config) -> int:
     workdir = tempfile.mkdtemp(prefix="compare-clients-")
     trained_here, launched = in_process(data, devices), []
 
-    def train(entry: Entry, run_config: Config) -> TrainerResult:  # the reference here, the others as clients
-        if entry.trainer == "reference":
-            return trained_here(entry, run_config)
+    def train(entry: Entry, run_config: Config, control=PLAIN_RUN) -> TrainerResult:  # the others as clients
+        if not trainer_spec(entry.trainer).distributes:
+            return trained_here(entry, run_config, control)
         launched.append(entry.key)  # each launch's files apart: a float64 rerun's from the float32 run's
         directory = os.path.join(workdir, f"launch-{len(launched)}")
         os.makedirs(directory)
@@ -245,15 +257,13 @@ class ClientGroup:
         ports = free_ports(self.count)
         _live_groups.add(self)
         for client in range(self.count):
-            cluster = {v for name in TRAINER_MODULES for v in trainer_module(name).cluster_variables()}
+            cluster = {v for spec in specs() if spec.cluster is not None for v in spec.cluster.variables}
             env = {name: value for name, value in os.environ.items() if name not in cluster}
             env.update(client_environment(self.trainer, client, ports), PYTHONUNBUFFERED="1")
             # The run's configuration whole: this trainer only, the data source already resolved.
-            client_config = config.replace(
-                trainers=(self.trainer,), data=data_source, result_file=self.result_files[client]
-            )
+            client_config = config.replace(trainers=(self.trainer,), data=data_source)
             config_file = self.result_files[client] + ".config.json"
-            write_atomically(config_file, client_config.to_json().encode())
+            write_client_config(config_file, client_config, self.result_files[client])
             command = [sys.executable, COMPARE_PY, "--client-config", config_file]
             with open(self.stdout_files[client], "wb") as out, open(self.stderr_files[client], "wb") as err:
                 self.processes.append(

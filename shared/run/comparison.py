@@ -8,8 +8,9 @@ arguments. The training and judging themselves: shared/run/sequence.py.
 
 from typing import List, Optional, Sequence, Tuple
 
-from shared.config import Config
+from shared.config import Config, flag
 from shared.devices import configure_determinism, configure_devices
+from shared.errors import UsageError
 from shared.judge.baseline import check_options
 from shared.judge.digest import data_sha256
 from shared.measure.history import throughput
@@ -22,15 +23,24 @@ from shared.run import sweep
 from shared.run.sequence import RunResult, describe_processes, train_all
 from shared.training import checkpoint
 from shared.training.data import Dataset, load_run_data
-from shared.training.registry import describe_runs, trainer_module
+from shared.training.registry import describe_runs, specs
 
 
 def check_config(config: Config, devices: Sequence[str]) -> None:
     """Each chosen trainer's own checks (a mesh, a batch over replicas) before anything trains."""
     definition_for(config)  # --model: a user's definition is loaded and checked here, once
-    for name in config.trainers:
-        trainer_module(name).check_config(config, devices)
+    for spec in specs(config.trainers):
+        spec.check_config(config, devices)
     checkpoint.check_config(config)  # --restore, --checkpoint-dir, --export
+
+
+def check_trainer_options(config: Config) -> None:
+    """One line for an option that only a trainer not chosen reads (its spec's `options`)."""
+    defaults = Config()
+    for spec in specs():
+        for field, what in spec.options.items():
+            if spec.name not in config.trainers and getattr(config, field) != getattr(defaults, field):
+                raise UsageError(f"{flag(field)} {what}; add {spec.name} to --trainers, or drop it")
 
 
 def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str], Dataset]:
@@ -38,10 +48,11 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str
 
     The sweep's configurations are checked when it is planned (a sweep configuration that
     cannot run is skipped, with the reason, rather than stopping the run)."""
+    check_trainer_options(config)
     configure_determinism(config.deterministic)  # before any op runs
     device_count = max([config.devices, *sweep_devices])
-    for name in config.trainers:  # e.g. DTensor's NCCL: before anything starts TensorFlow's runtime
-        trainer_module(name).before_runtime(config, device_count)
+    for spec in specs(config.trainers):  # e.g. DTensor's NCCL: before anything starts TensorFlow's runtime
+        spec.before_runtime(config, device_count)
     all_devices = configure_devices(device_count, config.device_type)
     check_config(config, all_devices[: config.devices])
     data = load_run_data(config)

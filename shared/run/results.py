@@ -13,8 +13,10 @@ from shared.config import Config
 from shared.errors import UsageError
 from shared.measure.history import History
 from shared.measure.memory import with_peaks
+from shared.report.progress import Printed
 from shared.training.data import Dataset
-from shared.training.registry import trainer_module
+from shared.training.protocol import PLAIN_RUN, RunControl
+from shared.training.registry import fit
 
 
 @dataclasses.dataclass
@@ -37,13 +39,16 @@ def peak_memory_mb(config: Config, devices: Sequence[str]) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def train_one(name: str, config: Config, data: Dataset, devices: Sequence[str], log) -> TrainerResult:
-    """Run one trainer in this process; an exception becomes a failed result with a one-line reason."""
+def train_one(
+    name: str, config: Config, data: Dataset, devices: Sequence[str], log, control: RunControl = PLAIN_RUN
+) -> TrainerResult:
+    """Run one trainer in this process, its lines to `log`; an exception becomes a failed result with a one-line
+    reason."""
     if config.device_type == "GPU":
         for device in devices:
             tf.config.experimental.reset_memory_stats(device)
     try:
-        history = trainer_module(name).fit(config, data, devices, log=log)
+        history = fit(name, config, data, devices, Printed(log, config.quiet), control)
     except UsageError:
         raise
     except Exception as error:  # noqa: BLE001 - any trainer failure is reported, the others still run

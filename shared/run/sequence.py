@@ -27,7 +27,8 @@ from shared.run.results import TrainerResult, train_one
 from shared.training import checkpoint
 from shared.training.batches import batch_slices
 from shared.training.data import Dataset
-from shared.training.registry import trainer_module
+from shared.training.protocol import PLAIN_RUN, RunControl
+from shared.training.registry import distributed, trainer_spec
 
 
 @dataclasses.dataclass
@@ -68,8 +69,9 @@ class Entry:
     config: Config
 
 
-# How one entry is trained with a given configuration (its own, or its float64 rerun's).
-Train = Callable[[Entry, Config], TrainerResult]
+# How one entry is trained with a given configuration (its own, or its float64 rerun's), and the run control
+# (the replay's); an implementation takes the control as an optional third argument.
+Train = Callable[..., TrainerResult]
 
 
 def lineup(config: Config) -> List[Entry]:
@@ -81,8 +83,8 @@ def lineup(config: Config) -> List[Entry]:
 def in_process(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train:
     """Train each entry in this process, on the first `devices` its configuration asks for."""
 
-    def train(entry: Entry, config: Config) -> TrainerResult:
-        result = train_one(entry.trainer, config, data, devices[: config.devices], log)
+    def train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
+        result = train_one(entry.trainer, config, data, devices[: config.devices], log, control)
         result.name = entry.key
         return result
 
@@ -98,12 +100,12 @@ def own_process(config: Config) -> bool:
 
 def describe_processes(config: Config) -> str:
     """The header's line on where each trainer trains and with which threads; "" when all train here."""
-    names = [name for name in config.trainers if name != "reference"]
+    names = distributed(config.trainers)
     if not names or not own_process(config):
         return ""
     settings = {}
     for name in names:
-        environment = trainer_module(name).process_environment(config)
+        environment = trainer_spec(name).process_environment(config)
         settings.setdefault(" ".join(f"{k}={v}" for k, v in sorted(environment.items())), []).append(name)
     own = "; ".join(
         f"{' and '.join(group)} in a trainer process" + (f" ({setting})" if setting else "")
@@ -117,14 +119,14 @@ def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train
     (own_process), with its environment (its module's `process_environment`)."""
     here = in_process(data, devices, log)
 
-    def train(entry: Entry, config: Config) -> TrainerResult:
-        if entry.trainer == "reference" or not own_process(config):
-            return here(entry, config)
-        module = trainer_module(entry.trainer)
+    def train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
+        spec = trainer_spec(entry.trainer)
+        if not spec.distributes or not own_process(config):
+            return here(entry, config, control)
         # As many logical devices as this process has: one trainer process serves every count of a sweep.
         count = max(len(devices), len(tf.config.list_logical_devices(config.device_type)))
-        process = worker.trainer_process(module.process_environment(config), config, count)
-        result = process.train(entry.trainer, config, data, log)
+        process = worker.trainer_process(spec.process_environment(config), config, count)
+        result = process.train(entry.trainer, config, data, log, control)
         result.name = entry.key
         return result
 
@@ -181,21 +183,9 @@ def train_and_judge(
         for key, history in histories.items()
         if key != "reference" and history is not None and histories["reference"] is not None
     }
-    summarise = definition_for(config).summarise_state
-    judgement = verdict.judge(config, histories, parity, summarise, no_float64_reason)
-    if judgement.needs_float64:
-        for key in judgement.needs_float64:
-            log(verdict.rerun_line(key, parity[key]))
-        started = time.perf_counter()
-        reruns = {
-            entry.key: train_float64(train, entry)
-            for entry in [reference] + others
-            if entry.key in ["reference", *judgement.needs_float64]
-        }
-        seconds = time.perf_counter() - started
-        log(f"float64 rerun of reference, {', '.join(judgement.needs_float64)}: {seconds:.1f} s")
-        verdict.explain(judgement, parity, reruns, summarise, seconds)
-    locate_differences(config, data, devices, judgement.verdicts, [reference, *others], results, train, log)
+    judgement = verdict.judge(config, histories, parity, definition_for(config).summarise_state, no_float64_reason)
+    explain(config, judgement, parity, entries, train, log)
+    locate_differences(config, judgement.verdicts, entries, results, train, log)
     name_random_ops(config, judgement.verdicts, results)
     run = RunResult(
         config,
@@ -207,6 +197,31 @@ def train_and_judge(
         float64_histories=judgement.float64_histories,
         explain_seconds=judgement.explain_seconds,
     )
+    more_runs(run, entries, train, saved_baseline)
+    return run
+
+
+def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: Train, log) -> None:
+    """The float64 reruns the judge asks for, of the reference and each trainer whose float32 parity failed, and
+    the judge's verdicts from them."""
+    if not judgement.needs_float64:
+        return
+    for key in judgement.needs_float64:
+        log(verdict.rerun_line(key, parity[key]))
+    started = time.perf_counter()
+    reruns = {
+        entry.key: train_float64(train, entry)
+        for entry in entries
+        if entry.key in ["reference", *judgement.needs_float64]
+    }
+    seconds = time.perf_counter() - started
+    log(f"float64 rerun of reference, {', '.join(judgement.needs_float64)}: {seconds:.1f} s")
+    verdict.explain(judgement, parity, reruns, definition_for(config).summarise_state, seconds)
+
+
+def more_runs(run: RunResult, entries: Sequence[Entry], train: Train, saved_baseline: Optional[dict]) -> None:
+    """--repeat's runs, --with-float64's and --baseline's, into `run`."""
+    config, results = run.config, run.results
     if config.repeat > 1:
         run.reproducibility = {
             entry.key: compare_runs(
@@ -220,16 +235,15 @@ def train_and_judge(
         float64_runs(run, [entry for entry in entries if not results[entry.key].failed], train)
     if saved_baseline is not None:
         judge_baseline(run, entries, train, saved_baseline)
-    return run
 
 
-def locate_differences(config, data, devices, verdicts, entries, results, train: Train, log) -> None:
+def locate_differences(config, verdicts, entries, results, train: Train, log) -> None:
     """Each MISMATCH's first differing tap: its first mismatching step replayed in float64 (shared/run/replay.py),
     into the verdict and its reason. Not with --no-explain or --restore (no float64 run), nor for a difference
     only in the final weights, nor for a forward without a context (it taps nothing)."""
     if why_no_float64(config) or not definition_for(config).takes_context:
         return
-    for entry in entries:
+    for entry in entries[1:]:
         found = verdicts.get(entry.key)
         steps = len(results[entry.key].history.step_losses) if not results[entry.key].failed else 0
         if found is None or found.verdict != verdict.MISMATCH or found.first_disagreeing_step is None:
@@ -238,9 +252,7 @@ def locate_differences(config, data, devices, verdicts, entries, results, train:
         if step >= steps:
             continue
         log(f"replaying step {step} of {entry.key} and the reference in float64 to find the first tap that differs")
-        found.first_difference = replay.first_difference(
-            entry, entry.config, data, devices[0], train, step, float64_config
-        )
+        found.first_difference = replay.first_difference(entry, entries[0], entry.config, train, step, float64_config)
         log(f"{entry.key}: {found.first_difference.line()} ({found.first_difference.seconds:.1f} s)")
         found.add_reason(found.first_difference.line())
 

@@ -22,7 +22,7 @@ from shared.measure.memory import largest_total_bytes
 from shared.report.sweep import format_entry_line, rerun_summary
 from shared.run.sequence import lineup, train_and_judge, trained_by
 from shared.training.data import Dataset
-from shared.training.registry import distributed, trainer_module
+from shared.training.registry import distributed, trainer_spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,9 +42,9 @@ class SweepPoint:
         return label(self.mesh, self.update, self.shard_weights)
 
 
-def _skip_reason(module, config: Config, devices: Sequence[str]) -> str:
+def _skip_reason(spec, config: Config, devices: Sequence[str]) -> str:
     try:
-        module.check_config(config, devices)
+        spec.check_config(config, devices)
     except UsageError as error:
         return str(error)
     return ""
@@ -69,9 +69,9 @@ def plan_sweep(config: Config, all_devices: Sequence[str]) -> List[SweepPoint]:
     points = []
     for count in config.sweep_devices or ():
         for name in distributed(config.trainers):
-            module = trainer_module(name)
-            for variant in module.variants(base.replace(trainers=(name,)), count, config.sweep_meshes == "all"):
-                skipped = _skip_reason(module, variant.config, all_devices[:count])
+            spec = trainer_spec(name)
+            for variant in spec.variants(base.replace(trainers=(name,)), count, config.sweep_meshes == "all"):
+                skipped = _skip_reason(spec, variant.config, all_devices[:count])
                 points.append(
                     SweepPoint(
                         count, name, variant.config, variant.mesh, variant.update, skipped, variant.shard_weights

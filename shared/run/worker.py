@@ -59,15 +59,16 @@ class TrainerProcess:
             start_new_session=True,  # a Ctrl-C in the terminal reaches the run, which stops this process
         )
 
-    def train(self, name: str, config, data, log: Callable[[str], None]):
-        """Train `name` there; a TrainerResult, FAILED with the signal and the last status if the process died."""
+    def train(self, name: str, config, data, log: Callable[[str], None], control=None):
+        """Train `name` there (`control`: shared.training.protocol.RunControl, None for a plain run); a TrainerResult,
+        FAILED with the signal and the last status if the process died."""
         from shared.errors import UsageError
         from shared.run.results import TrainerResult
 
         if self.process is None or self.process.poll() is not None:
             self.start()
         status = "starting TensorFlow"
-        send(self.process.stdin, ("train", name, config, data, self.device_count))
+        send(self.process.stdin, ("train", name, config, data, self.device_count, control))
         while True:
             message = receive(self.process.stdout)
             if message is None:
@@ -144,15 +145,17 @@ def serve(jobs, replies) -> None:
         job = receive(jobs)
         if job is None:
             return
-        _, name, config, data, device_count = job
+        _, name, config, data, device_count, control = job
         if not started:
             start_tensorflow(config, device_count)
             started = True
         from shared.run.results import train_one
+        from shared.training.protocol import PLAIN_RUN
 
         devices = [f"{config.device_type}:{index}" for index in range(config.devices)]
         try:
-            result = train_one(name, config, data, devices, log=lambda line: send(replies, ("line", line)))
+            log = lambda line: send(replies, ("line", line))  # noqa: E731 - each line to the parent as it comes
+            result = train_one(name, config, data, devices, log, control or PLAIN_RUN)
         except UsageError as error:  # the parent raises it, as train_one would have there
             send(replies, ("usage", str(error)))
             continue
@@ -163,11 +166,11 @@ def start_tensorflow(config, device_count: int) -> None:
     """What the run's own process does before anything trains: determinism, the trainers' pre-runtime
     settings, the logical devices."""
     from shared.devices import configure_determinism, configure_devices
-    from shared.training.registry import trainer_module
+    from shared.training.registry import specs
 
     configure_determinism(config.deterministic)
-    for name in config.trainers:
-        trainer_module(name).before_runtime(config, device_count)
+    for spec in specs(config.trainers):
+        spec.before_runtime(config, device_count)
     configure_devices(device_count, config.device_type)
 
 

@@ -101,8 +101,9 @@ def read_progress(prefix: str) -> dict:
         raise UsageError(f"--restore {prefix}: not a checkpoint of this project ({reason})") from None
 
 
-def check_restore(config: Config) -> Tuple[str, dict]:
-    """(prefix, progress) of --restore; UsageError if it is for another model or optimizer, or has no epochs left."""
+def check_restore(config: Config, mid_epoch: bool = False) -> Tuple[str, dict]:
+    """(prefix, progress) of --restore; UsageError if it is for another model or optimizer, or has no epochs left;
+    `mid_epoch`: the replay's restore of a state written inside an epoch (a step's, shared/run/replay.py)."""
     prefix = resolve(config.restore)
     progress = read_progress(prefix)
     shown = os.path.dirname(prefix)
@@ -121,6 +122,8 @@ def check_restore(config: Config) -> Tuple[str, dict]:
             f"checkpoint {shown} holds {written_dtype} state but --dtype {config.dtype} was given; "
             f"use --dtype {written_dtype}"
         )
+    if mid_epoch:
+        return prefix, progress
     if int(progress["batch"]) != 0:
         raise UsageError(
             f"checkpoint {shown} was written {int(progress['batch'])} batches into an epoch; "
@@ -157,11 +160,12 @@ class TrainingState:
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, progress=self.progress)
         self.trained_state = tf.train.Checkpoint(model=model, optimizer=optimizer)  # what restore reads
 
-    def restore(self) -> int:
-        """Restore --restore, if given; returns the number of epochs already trained (0 without)."""
+    def restore(self, mid_epoch: bool = False) -> int:
+        """Restore --restore, if given; returns the number of epochs already trained (0 without). `mid_epoch`: a
+        replayed step's state may be written inside an epoch."""
         if not self.config.restore:
             return 0
-        prefix, progress = check_restore(self.config)
+        prefix, progress = check_restore(self.config, mid_epoch)
         self.trained_state.read(prefix).expect_partial().assert_existing_objects_matched()  # all but progress
         # Progress from the file, not through the object graph: when a DTensor mesh is involved,
         # TensorFlow restores inside a function on the DTensor device, and these plain host variables
@@ -178,11 +182,16 @@ class TrainingState:
 
     def save(self, directory: str, epoch: int) -> str:
         """Write the state after `epoch` (1-based) epochs to directory/epoch-NNNN, atomically; returns it."""
-        final = os.path.join(directory, f"epoch-{epoch:04d}")
+        return self.write(os.path.join(directory, f"epoch-{epoch:04d}"), epoch * self.steps_per_epoch)
+
+    def write(self, final: str, step: int) -> str:
+        """Write the state after `step` optimizer steps to directory `final`, atomically, its progress saying which
+        epoch and batch that is (the replay's step may be inside an epoch); returns `final`."""
         partial = partial_path(final)
+        epoch, batch = divmod(step, self.steps_per_epoch)
         self.progress.epoch.assign(epoch)
-        self.progress.batch.assign(0)
-        self.progress.step.assign(epoch * self.steps_per_epoch)
+        self.progress.batch.assign(batch)
+        self.progress.step.assign(step)
         self.checkpoint.write(os.path.join(partial, PREFIX))
         publish_directory(partial, final)
         return final

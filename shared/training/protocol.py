@@ -1,24 +1,36 @@
-"""The trainer contract: what a trainer object gives the shared loop (`Trainer`), and what a trainer module
-gives the run (`TrainerModule`). The reference, dtensor_impl and mirrored_impl supply every part; the
-registry (registry.py) checks each module against `TrainerModule`, and docs/trainers.md's tables are
-tested against both."""
+"""The trainer contract: what a trainer object gives the shared loop (`Trainer`), and what a trainer package
+registers with the run (`TrainerSpec`, its `Cluster` for --clients). The registry (registry.py) holds one spec a
+trainer; docs/trainers.md's tables are tested against both."""
 
 import abc
+import contextlib
 import dataclasses
-from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
 from shared.config import Config
 from shared.measure.history import History
-from shared.measure.memory import DeviceMemory
 from shared.measure.profile import StepCall
 from shared.measure.taps import Taps
-from shared.measure.traffic import Implementation
+from shared.measure.traffic import Implementation, Traffic
+
+# What every trainer object must set in its __init__: a trainer that leaves one out cannot be made.
+ATTRIBUTES = ("name", "placement", "details", "collectives", "model", "optimizer", "checkpointed")
 
 
-class Trainer(abc.ABC):
-    """The parts shared/training/loop.py's `fit` calls: what distributing changes, nothing else."""
+class _Checked(abc.ABCMeta):
+    def __call__(cls, *args, **kwargs):
+        trainer = super().__call__(*args, **kwargs)
+        missing = [name for name in ATTRIBUTES if not hasattr(trainer, name)]
+        if missing:
+            raise TypeError(f"{cls.__name__} sets no {', '.join(missing)} (shared.training.protocol.Trainer)")
+        return trainer
+
+
+class Trainer(metaclass=_Checked):
+    """The parts shared/training/loop.py's `fit` calls: what distributing changes, nothing else. The step's
+    arithmetic they share is shared/training/step.py's."""
 
     name: str  # "reference", "dtensor", "mirrored": the tables' row and the checkpoint directory
     placement: str  # e.g. "mesh batch=8 over 8 x CPU", for the results table
@@ -30,12 +42,16 @@ class Trainer(abc.ABC):
 
     @abc.abstractmethod
     def gradients(self, x: np.ndarray, y: np.ndarray) -> List[np.ndarray]:
-        """The first step's gradients of the global mean loss at the current weights, unpadded arrays."""
+        """The gradients of the global mean loss on the global batch x, y at the current weights, unpadded arrays."""
 
     @abc.abstractmethod
     def taps(self, x: np.ndarray, y: np.ndarray) -> Taps:
         """The forward's tapped values and their gradients on the global batch x, y at the current state, in float64
         runs' replay of a mismatching step (no update)."""
+
+    @abc.abstractmethod
+    def step(self, x: np.ndarray, y: np.ndarray) -> None:
+        """One optimizer step on the global batch x, y (the replay trains the reference up to a step with it)."""
 
     @abc.abstractmethod
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool) -> None:
@@ -48,11 +64,15 @@ class Trainer(abc.ABC):
 
     @abc.abstractmethod
     def step_call(self) -> StepCall:
-        """--profile: the steady train call a measured epoch makes."""
+        """--profile and the bytes per step: the steady train call a measured epoch makes."""
 
     @abc.abstractmethod
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> Tuple[float, float]:
-        """(mean loss, accuracy) over a whole split."""
+    def test_batches(self, x: np.ndarray, y: np.ndarray) -> Iterable:
+        """The split x, y as `test_step`'s inputs, one global batch each, in order."""
+
+    @abc.abstractmethod
+    def test_step(self, batch) -> Tuple[object, object]:
+        """(summed loss, correct count) of one of `test_batches`; the loop adds them up (step.evaluate)."""
 
     @abc.abstractmethod
     def state(self) -> list:
@@ -63,21 +83,39 @@ class Trainer(abc.ABC):
         """The weights as unpadded arrays."""
 
     @abc.abstractmethod
-    def memory_per_device(self) -> List[DeviceMemory]:
-        """Bytes of weights and optimizer state on each device, from the live variables."""
-
-    @abc.abstractmethod
     def predict_logits(self, x: np.ndarray) -> np.ndarray:
-        """The trainer's own logits for host images, which --export checks its SavedModel against."""
+        """The trainer's own logits for host inputs, which --export checks its SavedModel against."""
 
-    def begin(self, start_epoch: int) -> None:  # noqa: B027 - optional: overridden where needed
+    def per_device(self, variables: Iterable) -> list:
+        """Each variable's per-device values, for the memory tally (step.memory_per_device): one device, itself."""
+        return list(variables)
+
+    def held_variables(self) -> Tuple[list, list]:
+        """(weights, optimizer state) that the trainer holds, whose bytes the memory tally counts."""
+        return list(self.model.weights), list(self.optimizer.variables)
+
+    def begin(self, start_epoch: int) -> None:
         """After --restore (or none) and before the first step."""
 
-    def before_save(self) -> None:  # noqa: B027 - optional: overridden where needed
+    def before_save(self) -> None:
         """Before each checkpoint."""
 
-    def finish(self, history: History) -> None:  # noqa: B027 - optional: overridden where needed
+    def finish(self, history: History) -> None:
         """After the last epoch: facts only the trainer knows, into history.details."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunControl:
+    """Run plumbing that is no user's option: what the run layer asks of one training besides its Config."""
+
+    # The first-difference replay (shared/run/replay.py): record the taps of this step (0-based) from --restore's
+    # state (which may be mid-epoch), or the initial one, and train nothing...
+    replay_step: Optional[int] = None
+    # ...or, given a directory, train the steps before it first and write the state there (the reference's side).
+    replay_state: Optional[str] = None
+
+
+PLAIN_RUN = RunControl()  # a training run as its Config describes it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,38 +148,72 @@ class ClusterRole:
     addresses_in: str  # the variable that lists every client's address, for messages
 
 
-@runtime_checkable
-class TrainerModule(Protocol):
-    """What a trainer module offers the run (shared/run/), reached through the registry by name."""
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """How a trainer runs as --clients processes: the variables that make a process one of its clients."""
 
-    def fit(self, config: Config, data, devices: Sequence[str], log: Callable) -> History:
-        """Train on exactly `devices` and return the history record."""
+    variables: Tuple[str, ...]  # the environment variables that make a process one of its clients
+    role: Callable[[Config, Mapping[str, str]], Optional[ClusterRole]]  # None when none is set; UsageError if wrong
+    environment: Callable[[int, Sequence[str]], Dict[str, str]]  # (client id, every client's address) -> variables
+    join: Callable[[Config], None]  # join the cluster before anything else starts TensorFlow's runtime
 
-    def check_config(self, config: Config, devices: Sequence[str]) -> None:
-        """Raise UsageError (one line) for a configuration it cannot run, before anything trains."""
 
-    def before_runtime(self, config: Config, device_count: int) -> None:
-        """What must be fixed before TensorFlow's runtime starts in this process."""
+def _nothing(*args) -> None:
+    return None
 
-    def process_environment(self, config: Config) -> Dict[str, str]:
-        """The environment its trainer process starts with (e.g. TF_NUM_INTRAOP_THREADS); the reference's is {}:
-        it trains in the run's own process."""
 
-    def describe_run(self, config: Config) -> RunFacts:
-        """The header's facts."""
+@dataclasses.dataclass(frozen=True)
+class TrainerSpec:
+    """What a trainer package registers (shared/training/registry.py): the run reaches a trainer only through it."""
 
-    def variants(self, config: Config, count: int, every_layout: bool, meshes: Sequence[str] = ()) -> List[Variant]:
-        """Its configurations at `count` devices: every layout for the sweep, or the run's own (`meshes`: the
-        API's DTensor meshes)."""
+    name: str  # "dtensor": --trainers' name, the tables' row
+    trainer: Callable[..., Trainer]  # (config, data, devices, log) -> the Trainer that loop.fit trains
+    # (config, devices) -> None, or UsageError (one line) for a configuration it cannot run, before anything trains
+    check_config: Callable[[Config, Sequence[str]], None] = _nothing
+    # (config, device count, every layout?, the API's meshes) -> its configurations: the sweep's, the API's
+    variants: Callable[[Config, int, bool, Sequence[str]], List[Variant]] = lambda *args: []
+    # The environment its trainer process starts with (e.g. TF_NUM_INTRAOP_THREADS); {}: no process of its own.
+    process_environment: Callable[[Config], Dict[str, str]] = lambda config: {}
+    before_runtime: Callable[[Config, int], None] = _nothing  # what must be fixed before TensorFlow's runtime starts
+    describe_run: Callable[[Config], RunFacts] = lambda config: RunFacts()  # the header's facts
+    cluster: Optional[Cluster] = None  # None: it never runs as --clients processes
+    # (trainer) -> (bytes per step, "") or (None, why): counted in the functions its steady call ran
+    count_bytes: Callable[[Trainer], Tuple[Optional[Traffic], str]] = lambda trainer: (None, "not counted")
+    # (devices) -> what the trainer is made and trained under: the reference's device; nothing for the others
+    scope: Callable[[Sequence[str]], ContextManager] = lambda devices: contextlib.nullcontext()
+    distributes: bool = True  # False for the reference: the ground truth, trained beside every other
+    # Config fields only this trainer reads -> what they do, e.g. {"shard_weights": "lays out DTensor's weights"}:
+    # set without this trainer chosen, one line says so (shared/run/comparison.py).
+    options: Dict[str, str] = dataclasses.field(default_factory=dict)
 
-    def cluster_variables(self) -> Tuple[str, ...]:
-        """The environment variables that make a process one of its --clients (none: it runs in one process)."""
 
-    def cluster_role(self, config: Config, environ: Mapping[str, str]) -> Optional[ClusterRole]:
-        """This process's role from `environ`; None when its variables are not set; UsageError when wrong."""
+class Progress(Protocol):
+    """What the loop and a trainer tell as they train; shared/report/progress.py prints it, `Silent` does not."""
 
-    def client_environment(self, client_id: int, addresses: Sequence[str]) -> Dict[str, str]:
-        """The variables that make a process client `client_id` of len(addresses)."""
+    def line(self, text: str) -> None:
+        """A line of its own: the trainer's placement, a checkpoint written."""
 
-    def join_cluster(self, config: Config) -> None:
-        """--clients: join the cluster before anything else starts TensorFlow's runtime."""
+    def epoch_started(self, label: str, steps: int) -> None:
+        """An epoch of `steps` steps begins (a progress bar, on a terminal)."""
+
+    def steps_done(self, count: int) -> None:
+        """`count` more steps of the epoch have run."""
+
+    def epoch_done(self, trainer: str, record, epochs: int) -> None:
+        """The epoch's record (shared.measure.history.EpochRecord): the epoch line."""
+
+
+class Silent:
+    """A Progress that tells nothing."""
+
+    def line(self, text: str) -> None:
+        pass
+
+    def epoch_started(self, label: str, steps: int) -> None:
+        pass
+
+    def steps_done(self, count: int) -> None:
+        pass
+
+    def epoch_done(self, trainer: str, record, epochs: int) -> None:
+        pass

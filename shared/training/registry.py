@@ -1,40 +1,60 @@
-"""The trainers by name: the one place that maps "dtensor" to dtensor_impl.trainer.
+"""The trainers by name: one `TrainerSpec` each, registered by its package (shared/training/reference.py,
+dtensor_impl/spec.py, mirrored_impl/spec.py), and the one `fit` that trains any of them.
 
-The run layer (shared/run/) reaches a trainer only through this registry, so no module of shared/ imports
-a trainer package (tests/test_imports.py). Each module offers every part of
-shared.training.protocol.TrainerModule; `trainer_module` checks that it does.
+The run layer (shared/run/) reaches a trainer only through this registry, so no module of shared/ imports a
+trainer package (tests/test_imports.py resolves the module names below as imports).
 """
 
 import importlib
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
 
-from shared.training.protocol import RunFacts, TrainerModule
+from shared.config import Config
+from shared.measure.history import History
+from shared.training import loop
+from shared.training.data import Dataset
+from shared.training.protocol import Progress, RunControl, RunFacts, Silent, TrainerSpec
 
-TRAINER_MODULES = {
+SPEC_MODULES = {  # each module's SPEC; shared.config.TRAINER_NAMES lists the same names (a test keeps them equal)
     "reference": "shared.training.reference",
-    "dtensor": "dtensor_impl.trainer",
-    "mirrored": "mirrored_impl.trainer",
+    "dtensor": "dtensor_impl.spec",
+    "mirrored": "mirrored_impl.spec",
 }
 
 
-def trainer_module(name: str) -> TrainerModule:
-    module = importlib.import_module(TRAINER_MODULES[name])
-    missing = [part for part in TRAINER_PARTS if not callable(vars(module).get(part))]
-    if missing:
-        raise TypeError(f"{TRAINER_MODULES[name]} lacks {', '.join(missing)} of shared.training.protocol.TrainerModule")
-    return module
+def trainer_spec(name: str) -> TrainerSpec:
+    spec = importlib.import_module(SPEC_MODULES[name]).SPEC
+    if not isinstance(spec, TrainerSpec) or spec.name != name:
+        raise TypeError(f"{SPEC_MODULES[name]}.SPEC is not the TrainerSpec of {name}")
+    return spec
 
 
-TRAINER_PARTS = tuple(
-    name for name in vars(TrainerModule) if not name.startswith("_") and callable(vars(TrainerModule)[name])
-)
+def specs(names: Sequence[str] = tuple(SPEC_MODULES)) -> List[TrainerSpec]:
+    return [trainer_spec(name) for name in names]
 
 
-def distributed(names) -> List[str]:
+def distributed(names: Sequence[str]) -> List[str]:
     """The trainers of `names` that distribute: every one but the reference."""
-    return [name for name in names if name != "reference"]
+    return [name for name in names if trainer_spec(name).distributes]
 
 
-def describe_runs(config) -> Dict[str, RunFacts]:
+def fit(
+    name: str,
+    config: Config,
+    data: Dataset,
+    devices: Sequence[str],
+    progress: Optional[Progress] = None,
+    control: Optional[RunControl] = None,
+) -> History:
+    """Train trainer `name` on exactly `devices` (every client's with --clients) and return its history;
+    `progress`: what it prints as it trains (shared/report/progress.py; None: nothing)."""
+    spec = trainer_spec(name)
+    progress = progress or Silent()
+    spec.check_config(config, devices)
+    with spec.scope(devices):
+        trainer = spec.trainer(config, data, devices, progress.line)
+        return loop.fit(trainer, config, data, progress, spec.count_bytes, control or RunControl())
+
+
+def describe_runs(config: Config) -> Dict[str, RunFacts]:
     """{trainer: facts the header prints before anything trains}, e.g. DTensor's mesh and per-replica batch."""
-    return {name: trainer_module(name).describe_run(config) for name in config.trainers}
+    return {name: trainer_spec(name).describe_run(config) for name in config.trainers}

@@ -1,0 +1,116 @@
+"""The model and optimizer as DVariables on a mesh, and their values back on the host.
+
+Initial values are drawn once on the host and copied whole to every device, then sliced to each layout (a
+random op under a sharded layout would draw other numbers than the reference). A width an axis does not
+divide gets zero units where the model allows (dtensor_impl/layouts.py); checkpoints hold the unpadded model,
+so with padding an unpadded copy on the host is what they read and write.
+"""
+
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.experimental import dtensor
+
+from dtensor_impl.layouts import LayoutPlan, plan_layouts
+from dtensor_impl.mesh import BATCH_AXIS
+from shared.config import Config
+from shared.model.definition import MODEL_AXIS, UNSHARDED, Model
+from shared.training.optim import make_optimizer
+
+
+def on_mesh(value: np.ndarray, layout: dtensor.Layout):
+    """`value` copied whole to every device, then sliced to `layout`: the same numbers for any layout."""
+    replicated = dtensor.copy_to_mesh(tf.constant(value), dtensor.Layout.replicated(layout.mesh, layout.rank))
+    return dtensor.relayout(replicated, layout)
+
+
+def to_numpy(tensor) -> np.ndarray:
+    """A DTensor (or DVariable) as one array; a sharded one is all-gathered first (`.numpy()` reads one device's
+    copy of a replicated DTensor and is refused for a sharded one)."""
+    tensor = tf.convert_to_tensor(tensor)
+    layout = dtensor.fetch_layout(tensor)
+    return dtensor.relayout(tensor, dtensor.Layout.replicated(layout.mesh, layout.rank)).numpy()
+
+
+def build_model(
+    definition,
+    values: Sequence[np.ndarray],
+    mesh: dtensor.Mesh,
+    plan: Optional[LayoutPlan] = None,
+    gather: bool = False,
+    seed: int = 0,
+) -> Model:
+    """The model's variables as DVariables holding `values`, each in its planned layout on `mesh`.
+
+    A weight split on the batch axis is left to DTensor's SPMD expansion; with `gather` the forward all-gathers
+    each such weight where it reads it, as FSDP does: the fallback for a model DTensor cannot expand otherwise
+    (docs/throughput.md, "Sharded data parallel")."""
+    if plan is None:  # the model's own layouts on this mesh
+        model_axis = mesh.dim_size(MODEL_AXIS) if MODEL_AXIS in mesh.dim_names else None
+        plan = plan_layouts(definition, mesh.dim_size(BATCH_AXIS), model_axis)
+    layouts = {
+        variable.name: dtensor.Layout(list(spec), mesh) for variable, spec in zip(definition.variables, plan.specs)
+    }
+    gathered = {
+        variable.name: dtensor.Layout([UNSHARDED if axis == BATCH_AXIS else axis for axis in spec], mesh)
+        for variable, spec in zip(definition.variables, plan.specs)
+        if gather and BATCH_AXIS in spec
+    }
+
+    def all_gathered(weight, variable):
+        return dtensor.relayout(weight, gathered[variable.name]) if variable.name in gathered else weight
+
+    return Model(
+        definition,
+        values,
+        lambda value, variable: dtensor.DVariable(on_mesh(value, layouts[variable.name]), trainable=variable.trainable),
+        all_gathered if gathered else None,
+        seed,
+    )
+
+
+def build_optimizer(config: Config, model: Model, mesh: dtensor.Mesh):
+    """The shared Adam/SGD; Adam's m and v slots take their weight's layout, the step is replicated."""
+    return make_optimizer(
+        config.optimizer,
+        config.adam,
+        model.trainable,
+        config.learning_rate,
+        zeros_like=lambda var: dtensor.DVariable(
+            dtensor.call_with_layout(tf.zeros, var.layout, shape=var.shape, dtype=var.dtype)
+        ),
+        make_step=lambda: dtensor.DVariable(
+            dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=(), dtype=tf.int64)
+        ),
+    )
+
+
+def reset(model: Model, optimizer, values: Sequence[np.ndarray]) -> None:
+    """The weights back to `values`, the optimizer's state to zero."""
+    for weight, value in zip(model.weights, values, strict=True):
+        weight.assign(on_mesh(value, weight.layout))
+    for variable in optimizer.variables:
+        variable.assign(dtensor.call_with_layout(tf.zeros, variable.layout, shape=variable.shape, dtype=variable.dtype))
+
+
+def copy_to_host(model: Model, optimizer, host_model: Model, host_optimizer) -> None:
+    """The padded mesh model's weights and optimizer state into the unpadded host copy (cut to its shapes).
+
+    tf.Module lists an optimizer's variables in attribute order, the same for both copies.
+    """
+    for source, target in zip(
+        [*model.weights, *optimizer.variables], [*host_model.weights, *host_optimizer.variables], strict=True
+    ):
+        target.assign(to_numpy(source)[tuple(slice(0, size) for size in target.shape)])
+
+
+def copy_from_host(host_model: Model, host_optimizer, model: Model, optimizer) -> None:
+    """The unpadded host copy (e.g. just restored) into the padded mesh model, zero-padded to its shapes."""
+    for source, target in zip(
+        [*host_model.weights, *host_optimizer.variables], [*model.weights, *optimizer.variables], strict=True
+    ):
+        value = source.numpy()
+        if value.ndim:  # not the scalar step count
+            value = np.pad(value, [(0, size - have) for size, have in zip(target.shape, value.shape)])
+        target.assign(on_mesh(value, target.layout))

@@ -1,0 +1,43 @@
+"""What a trainer's run prints as it trains: its own lines, a progress bar per epoch on a terminal, and one
+fixed-format line per epoch with the same keys for every trainer (the values are the history's)."""
+
+import sys
+from typing import Callable
+
+from tqdm import tqdm
+
+
+def format_epoch_line(trainer: str, record, epochs: int) -> str:
+    """One fixed-format line of a shared.measure.history.EpochRecord, the same keys for every trainer."""
+    return (
+        f"{trainer:<10} epoch {record.epoch}/{epochs}  train_loss {record.train_loss:.4f}  "
+        f"train_acc {record.train_accuracy:.4f}  test_loss {record.test_loss:.4f}  "
+        f"test_acc {record.test_accuracy:.4f}  time {record.train_seconds:.2f}s"
+    )
+
+
+class Printed:
+    """shared.training.protocol.Progress, printed through `log` (print, or a trainer process's channel); `quiet`
+    (--quiet): no epoch lines."""
+
+    def __init__(self, log: Callable[[str], None] = print, quiet: bool = False):
+        self.log, self.quiet = log, quiet
+        self.bar = None
+
+    def line(self, text: str) -> None:
+        self.log(text)
+
+    def epoch_started(self, label: str, steps: int) -> None:
+        """A progress bar on a terminal only (tqdm); logs and pipes get the epoch lines alone."""
+        self.bar = tqdm(total=steps, desc=label, unit="step", leave=False, disable=not sys.stderr.isatty())
+
+    def steps_done(self, count: int) -> None:
+        if self.bar is not None:
+            self.bar.update(count)
+
+    def epoch_done(self, trainer: str, record, epochs: int) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if not self.quiet:
+            self.log(format_epoch_line(trainer, record, epochs))

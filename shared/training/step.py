@@ -1,0 +1,82 @@
+"""The step's arithmetic, written once for every trainer: the loss and its gradients, the taps and their
+gradients, a test batch's sums, the evaluation over a split and the memory tally. A trainer says only where
+the tensors live and how the gradients are combined (the loss divides by the global count: losses.py)."""
+
+from typing import Callable, List, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from shared.measure import profile
+from shared.measure.memory import DeviceMemory, located_bytes, tally
+from shared.measure.taps import Taps
+from shared.model.forward import ForwardContext
+from shared.training.losses import correct_count, label_count, loss_sum, mean_loss
+from shared.training.optim import dense
+
+
+def loss_and_gradients(model, x, y, count, context: ForwardContext, example_weights=None):
+    """In a traced function: (logits, the loss of x, y over the global `count` of counted labels, its gradients
+    for model.trainable, dense). On one piece of the global batch the loss and gradients are that piece's share."""
+    with tf.GradientTape() as tape:
+        with tf.name_scope(profile.FORWARD_SCOPE):  # the scopes name the step's parts for --profile
+            logits = model(x, context)
+            loss = mean_loss(logits, y, count, example_weights, model.definition.loss)
+    return logits, loss, dense(tape.gradient(loss, model.trainable))
+
+
+def tapped_gradients(model, x, y, count, context: ForwardContext, example_weights=None):
+    """In a traced function, `context` recording: (tap names, tapped values, the loss's gradient of each, None
+    where none flows), the values in forward order."""
+    with tf.GradientTape() as tape:
+        loss = mean_loss(model(x, context), y, count, example_weights, model.definition.loss)
+    names = [name for name, _ in context.taps]
+    values = [value for _, value in context.taps]
+    return names, values, tape.gradient(loss, values)
+
+
+def record_taps(model, x, y, make_context: Callable, to_host: Callable, example_weights=None) -> Taps:
+    """The forward's tapped values and their gradients on the whole global batch x, y at the current state (no
+    update), each to a host array by `to_host`: the reference's and DTensor's (MirroredStrategy joins its
+    replicas' `tapped_gradients`). `make_context()`: the trainer's recording training context."""
+    names: List[str] = []
+
+    @tf.function
+    def record():
+        found, values, gradients = tapped_gradients(
+            model, x, y, label_count(y, example_weights), make_context(), example_weights
+        )
+        names.extend(found)
+        return values, gradients
+
+    values, gradients = record()
+    return host_taps(names, values, gradients, to_host)
+
+
+def host_taps(names: List[str], values: list, gradients: list, to_host: Callable) -> Taps:
+    """Taps from what a traced `tapped_gradients` returned, each value and gradient to a host array."""
+    return Taps(
+        list(names), [to_host(value) for value in values], [None if g is None else to_host(g) for g in gradients]
+    )
+
+
+def test_sums(model, x, y, example_weights=None):
+    """(summed loss, correct count) of a test batch, at the current weights, in inference."""
+    logits = model(x)
+    return loss_sum(logits, y, example_weights, model.definition.loss), correct_count(logits, y, example_weights)
+
+
+def evaluate(trainer, x: np.ndarray, y: np.ndarray, label_count: int) -> Tuple[float, float]:
+    """(mean loss, accuracy) over the split x, y: the trainer's test step on each of its batches, summed on the
+    host (one sync at the end) and divided by the split's `label_count`."""
+    results = [trainer.test_step(batch) for batch in trainer.test_batches(x, y)]
+    total_loss = sum(float(batch_loss) for batch_loss, _ in results)  # host sync point
+    total_correct = sum(float(batch_correct) for _, batch_correct in results)
+    return total_loss / label_count, total_correct / label_count
+
+
+def memory_per_device(trainer) -> List[DeviceMemory]:
+    """Bytes of weights and optimizer state on each device, from the trainer's live variables' per-device values
+    (padding included: it is held)."""
+    weights, optimizer_state = trainer.held_variables()
+    return tally(located_bytes(trainer.per_device(weights)), located_bytes(trainer.per_device(optimizer_state)))
