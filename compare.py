@@ -14,12 +14,16 @@ results tables. When float32 parity fails, the reference and the failing trainer
 are rerun in float64 to tell float noise from a real difference (shared/judge/verdict.py).
 Exit code 0 when every verdict is ok or float noise (and none is CHANGED against
 --baseline), 1 for a MISMATCH, a diverged run, a failed trainer or a CHANGED one, 2 on
-bad input.
+bad input (one line), 3 when compare.py itself fails (one line; the traceback goes to a file).
 """
 
 import argparse
 import dataclasses
+import os
 import sys
+import tempfile
+import time
+import traceback
 
 from shared.config import Config, flag
 from shared.console import hide_tensorflow_messages
@@ -81,15 +85,58 @@ def _keywords(field: dataclasses.Field) -> dict:
 def config_from_args(args: argparse.Namespace) -> Config:
     """The Config that the flags describe (every flag's dest is a Config field); UsageError if bad."""
     if args.client_config:  # a client of the --clients launcher: its whole configuration, as the launcher made it
-        with open(args.client_config) as file:
-            return Config.from_json(file.read())
+        try:
+            with open(args.client_config) as file:
+                text = file.read()
+        except OSError as error:
+            raise UsageError(
+                f"--client-config {args.client_config}: cannot read it ({error.strerror or error}); "
+                f"it is the file that the --clients launcher writes for each client"
+            ) from None
+        try:
+            return Config.from_json(text)
+        except UsageError as error:
+            raise UsageError(f"--client-config {args.client_config}: {error}") from None
     fields = {field.name for field in dataclasses.fields(Config)}
     return Config(**{name: value for name, value in vars(args).items() if name in fields})
 
 
+INTERNAL_ERROR = 3  # compare.py itself failed: neither a verdict (0, 1) nor bad input (2)
+
+
 def main(argv=None) -> int:
-    """compare.py's exit code: 0 parity holds (or --help), 1 it does not, 2 bad input (one line on stderr).
+    """compare.py's exit code: 0 parity holds (or --help), 1 it does not, 2 bad input (one line on stderr),
+    3 an internal error (one line on stderr; the traceback in a file, and on stderr too with --verbose).
     Never raises SystemExit, so a Python caller gets the same codes as the command line."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return run_command(argv)
+    except Exception as error:  # noqa: BLE001 - anything else is compare.py's own failure: exit 3, never exit 1
+        return internal_error(error, argv)
+
+
+def internal_error(error: Exception, argv) -> int:
+    """One line on stderr naming the error and the file that holds its traceback; INTERNAL_ERROR."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    message = (str(error).splitlines() or [""])[0][:300]
+    where = os.path.join(
+        tempfile.gettempdir(), f"compare-internal-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    )
+    try:
+        from shared.files import write_atomically
+
+        write_atomically(where, f"compare.py {' '.join(map(str, argv))}\nPython {sys.version}\n\n{text}".encode())
+        kept = f"traceback in {where}"
+    except OSError as write_error:
+        kept, argv = f"traceback below: {where} could not be written ({write_error.strerror})", [*argv, "--verbose"]
+    print(f"compare.py: internal error: {type(error).__name__}: {message} ({kept})", file=sys.stderr)
+    if "--verbose" in argv:
+        print(text, end="", file=sys.stderr)
+    return INTERNAL_ERROR
+
+
+def run_command(argv) -> int:
+    """main's work; an exception that is not bad input leaves it as an internal error."""
     try:
         config = config_from_args(build_parser().parse_args(argv))
     except _ParserExit as done:
