@@ -131,6 +131,10 @@ class ModelDefinition:
     # global count (shared/training/losses.py), so it must not average itself.
     loss: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
     default_data: str = "mnist"  # what --data auto/tfds/embedded load: "mnist" or "tiny_shakespeare"
+    # Integer inputs: the token ids the model takes, 0..vocabulary-1 (its embedding's rows); data is checked against
+    # it before anything trains (a token beyond it fails inside every trainer on a CPU and reads zeros on a GPU).
+    # Float inputs: None.
+    vocabulary: Optional[int] = None
 
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes
@@ -320,6 +324,18 @@ def check_definition(definition, source: str) -> ModelDefinition:
         raise UsageError(
             f"--model {source}: input_dtype {definition.input_dtype!r} and classes {definition.classes!r}: use one "
             f"of {', '.join(INPUT_DTYPES)} and 2 classes or more"
+        )
+    tokens = definition.input_dtype.startswith("int")
+    if tokens != (definition.vocabulary is not None) or (
+        tokens and (not isinstance(definition.vocabulary, int) or definition.vocabulary < 1)
+    ):
+        raise UsageError(
+            f"--model {source}: input_dtype {definition.input_dtype} with vocabulary {definition.vocabulary!r}: "
+            + (
+                "integer inputs are token ids; declare vocabulary=N, the number of ids (0..N-1) the model takes"
+                if tokens
+                else "float inputs have no vocabulary; drop it"
+            )
         )
     if definition.default_data not in DEFAULT_DATA:
         raise UsageError(f"--model {source}: default_data {definition.default_data!r}: use {' or '.join(DEFAULT_DATA)}")
