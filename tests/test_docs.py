@@ -8,6 +8,7 @@ import ast
 import functools
 import os
 import re
+import subprocess
 import sys
 
 from shared.console import LINE_WIDTH
@@ -310,3 +311,46 @@ def test_the_multi_machine_doc_shows_the_network_lines_the_launcher_prints():
     for network in (private, refused):
         shown = "\n".join("    " + line for line in fit_width(network.describe(), indent=2).splitlines())
         assert shown in text, shown
+
+
+# A measurement in the docs is marked: a paragraph that says "Measured", or a section whose heading says
+# "measured" or "Measurements". Each names the commit its figures come from and the machine.
+COMMIT = re.compile(r"\bcommits? ([0-9a-f]{7,40})\b")
+MACHINE = re.compile(r"2-core|2 cores|AMD EPYC|GPU")
+
+
+def measured_passages() -> list:
+    """(page, the passage's first line, its text) for each marked measurement."""
+    passages = []
+    for page in doc_pages():
+        for section in re.split(r"\n(?=## )", read(page)):
+            heading = section.split("\n", 1)[0]
+            if heading.startswith("## ") and re.search(r"[Mm]easured|Measurements", heading):
+                passages.append((page, heading, section))
+                continue
+            passages += [
+                (page, paragraph.strip().split("\n")[0], paragraph)
+                for paragraph in re.split(r"\n\s*\n", section)
+                if re.search(r"\bMeasured\b", paragraph) and not paragraph.startswith("    ")
+            ]
+    return passages
+
+
+def known_commit(commit: str) -> bool:
+    """Whether git knows `commit` here (True where there is no git to ask: an unpacked source tree)."""
+    try:
+        done = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True)
+    except OSError:
+        return True
+    return done.returncode == 0 or not os.path.exists(os.path.join(ROOT, ".git"))
+
+
+def test_every_measurement_in_the_docs_names_its_commit_and_machine():
+    passages = measured_passages()
+    assert len(passages) >= 10
+    unnamed = [
+        f"{page}: {first}" for page, first, text in passages if not (COMMIT.search(text) and MACHINE.search(text))
+    ]
+    assert unnamed == []
+    unknown = [commit for _, _, text in passages for commit in COMMIT.findall(text) if not known_commit(commit)]
+    assert unknown == []
