@@ -14,13 +14,17 @@ results tables. When float32 parity fails, the reference and the failing trainer
 are rerun in float64 to tell float noise from a real difference (shared/judge/verdict.py).
 Exit code 0 when every verdict is ok or float noise (and none is CHANGED against
 --baseline), 1 for a MISMATCH, a diverged run, a failed trainer or a CHANGED one, 2 on
-bad input.
+bad input (one line), 3 when compare.py itself fails (one line; the traceback goes to a file).
 """
 
 import argparse
 import dataclasses
 import json
+import os
 import sys
+import tempfile
+import time
+import traceback
 from typing import Optional, Tuple
 
 from shared.config import Config, flag
@@ -82,16 +86,72 @@ def config_from_args(args: argparse.Namespace) -> Tuple[Config, Optional[str]]:
     """The Config that the flags describe (every flag's dest is a Config field), and where a --clients client
     writes its result (None for any other process); UsageError if bad."""
     if args.client_config:  # a client of the --clients launcher: its whole configuration, as the launcher made it
-        with open(args.client_config) as file:
-            handed = json.load(file)
-        return Config.from_json(json.dumps(handed["config"])), handed["result_file"]
+        return client_config(args.client_config)
     fields = {field.name for field in dataclasses.fields(Config)}
     return Config(**{name: value for name, value in vars(args).items() if name in fields}), None
 
 
+def client_config(path: str) -> Tuple[Config, str]:
+    """What the --clients launcher hands a client (shared/run/clients.py): its Config and its result file."""
+    try:
+        with open(path) as file:
+            text = file.read()
+    except OSError as error:
+        raise UsageError(
+            f"--client-config {path}: cannot read it ({error.strerror or error}); "
+            f"it is the file that the --clients launcher writes for each client"
+        ) from None
+    try:
+        handed = json.loads(text)
+    except ValueError as error:
+        raise UsageError(f"--client-config {path}: not a configuration in JSON ({error})") from None
+    if not isinstance(handed, dict) or set(handed) != {"config", "result_file"}:
+        raise UsageError(
+            f"--client-config {path}: not what the --clients launcher writes (its config and result_file); "
+            f"it was written by another version of compare.py: write it again with this one"
+        )
+    try:
+        return Config.from_json(json.dumps(handed["config"])), handed["result_file"]
+    except UsageError as error:
+        raise UsageError(f"--client-config {path}: {error}") from None
+
+
+INTERNAL_ERROR = 3  # compare.py itself failed: neither a verdict (0, 1) nor bad input (2)
+
+
 def main(argv=None) -> int:
-    """compare.py's exit code: 0 parity holds (or --help), 1 it does not, 2 bad input (one line on stderr).
+    """compare.py's exit code: 0 parity holds (or --help), 1 it does not, 2 bad input (one line on stderr),
+    3 an internal error (one line on stderr; the traceback in a file, and on stderr too with --verbose).
     Never raises SystemExit, so a Python caller gets the same codes as the command line."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return run_command(argv)
+    except Exception as error:  # noqa: BLE001 - anything else is compare.py's own failure: exit 3, never exit 1
+        return internal_error(error, argv)
+
+
+def internal_error(error: Exception, argv) -> int:
+    """One line on stderr naming the error and the file that holds its traceback; INTERNAL_ERROR."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    message = (str(error).splitlines() or [""])[0][:300]
+    where = os.path.join(
+        tempfile.gettempdir(), f"compare-internal-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    )
+    try:
+        from shared.files import write_atomically
+
+        write_atomically(where, f"compare.py {' '.join(map(str, argv))}\nPython {sys.version}\n\n{text}".encode())
+        kept = f"traceback in {where}"
+    except OSError as write_error:
+        kept, argv = f"traceback below: {where} could not be written ({write_error.strerror})", [*argv, "--verbose"]
+    print(f"compare.py: internal error: {type(error).__name__}: {message} ({kept})", file=sys.stderr)
+    if "--verbose" in argv:
+        print(text, end="", file=sys.stderr)
+    return INTERNAL_ERROR
+
+
+def run_command(argv) -> int:
+    """main's work; an exception that is not bad input leaves it as an internal error."""
     try:
         config, result_file = config_from_args(build_parser().parse_args(argv))
     except _ParserExit as done:

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import math
+import typing
 from typing import Optional, Tuple
 
 from shared.errors import UsageError
@@ -340,11 +341,54 @@ class Config:
 
     @classmethod
     def from_json(cls, text: str) -> "Config":
-        fields = json.loads(text)
+        """The Config that to_json wrote; UsageError in one line for text that is not one."""
+        fields = _json_fields(text)
         tuples = {"trainers", "hidden", "sweep_devices"}
         return cls(
             **{name: tuple(value) if name in tuples and value is not None else value for name, value in fields.items()}
         )
+
+
+def _json_fields(text: str) -> dict:
+    """Config.to_json's object, its every key a field of this Config: UsageError otherwise (another version's
+    file, a hand-edited one)."""
+    try:
+        fields = json.loads(text)
+    except ValueError as error:
+        raise UsageError(f"not a configuration in JSON ({error})") from None
+    if not isinstance(fields, dict):
+        raise UsageError(f"not a configuration in JSON (a {type(fields).__name__}, not an object)")
+    known = {field.name for field in dataclasses.fields(Config)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise UsageError(
+            f"unknown configuration field {unknown[0]!r}; it was written by another version of compare.py: "
+            f"write it again with this one"
+        )
+    wrong = [name for name, value in fields.items() if not _json_type_fits(name, value)]
+    if wrong:
+        raise UsageError(f"configuration field {wrong[0]!r} is {fields[wrong[0]]!r}, not a value that field takes")
+    return fields
+
+
+def _json_type_fits(name: str, value) -> bool:
+    """Whether a JSON value has the field's declared type (a list for a tuple); check() then judges the value."""
+    return _fits(next(field.type for field in dataclasses.fields(Config) if field.name == name), value)
+
+
+def _fits(declared, value) -> bool:
+    origin, arguments = typing.get_origin(declared), typing.get_args(declared)
+    if origin is typing.Union:
+        return any(_fits(argument, value) for argument in arguments)
+    if origin is tuple:
+        return isinstance(value, list) and all(_fits(arguments[0], item) for item in value)
+    if declared is type(None):
+        return value is None
+    if declared is bool or isinstance(value, bool):
+        return declared is bool and isinstance(value, bool)
+    if declared is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, declared)
 
 
 # The fields with a fixed set of values: --help lists them as the metavar, check() refuses any other.

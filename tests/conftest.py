@@ -43,7 +43,7 @@ HEAVIEST_FIRST = [
     "test_profile.py",  # 31
     "test_randomness.py",  # 31
     "test_reproducibility.py",  # 21
-    "test_packaging.py",  # 16
+    "test_packaging.py",  # 19
     "test_traffic.py",  # 16
     "test_reference.py",  # 16
     "test_nccl.py",  # 16

@@ -8,6 +8,7 @@ runs (--with-float64) that explain a float32 difference or show a float64 one. ~
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -122,7 +123,9 @@ def test_a_change_in_one_weight_anywhere_is_changed_in_the_final_weights():
     changed.final_weights[0].reshape(-1)[index] += 1e-3
     result = judged([changed], saved_report([history()]))
     verdict = result.verdicts["reference"]
-    assert verdict.line().startswith("CHANGED in the final weights: layer 0 weight (samples up to 0 apart, sums rel ")
+    assert re.fullmatch(
+        r"CHANGED in the final weights: layer 0 weight \(samples up to 0 apart, sums rel [\d.e+-]+\)", verdict.line()
+    ), verdict.line()
     assert verdict.first_changed_step == STEPS and verdict.difference.weights_beyond == ["layer 0 weight"]
 
 
@@ -168,14 +171,12 @@ def test_float32_beyond_its_tolerance_is_changed_when_the_float64_runs_disagree(
 def test_float32_beyond_its_tolerance_is_changed_without_a_float64_baseline_and_says_how_to_get_one():
     result, asked = float32_case(baseline_float64=False)
     assert asked == []
-    assert (
-        result.verdicts["reference"]
-        .line()
-        .endswith(
-            "(float32; the baseline holds no float64 run of reference to explain it: save the baseline with "
-            "--with-float64)"
-        )
-    )
+    line = result.verdicts["reference"].line()
+    assert re.fullmatch(
+        r"CHANGED at step 2: loss [\d.]+, baseline [\d.]+ \(diff [\d.e+-]+\) \(float32; the baseline holds no "
+        r"float64 run of reference to explain it: save the baseline with --with-float64\)",
+        line,
+    ), line
 
 
 def test_without_float64_runs_here_the_reason_is_given():

@@ -13,6 +13,8 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 import pytest
@@ -20,7 +22,8 @@ import pytest
 from shared.config import Config
 from shared.errors import UsageError
 from shared.run.clients import STARTUP_TIMEOUT_S, client_environment, free_ports, role_from_environment
-from tests.cli import ROOT, read_report, run_compare
+from shared.run.network import PrivateNetwork
+from tests.cli import ROOT, read_report
 
 TWO_CLIENTS = [
     "--data",
@@ -50,13 +53,14 @@ KILL_BOUND_S = 60  # the issue's bound from a client's death to the launcher's e
 )
 def test_two_clients_match_the_reference_for_dtensor_and_multi_worker_mirrored(tmp_path, trainers, options):
     report_path = tmp_path / "report.json"
-    result = run_compare(*TWO_CLIENTS, "--trainers", trainers, *options, "--json", str(report_path))
+    result, listening = run_watching_listeners(*TWO_CLIENTS, "--trainers", trainers, *options, "--json", report_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.rstrip().endswith("PARITY OK")
     names = trainers.split(",")
     for name in names:
         assert re.search(rf"^{name}: 2 clients on 127\.0\.0\.1:\d+,\d+, pids \d+,\d+$", result.stdout, re.M)
         assert re.search(rf"^{name}\s+epoch 1/1  train_loss \d\.\d{{4}}", result.stdout, re.M)  # client 0's line
+    check_the_header_says_where_the_clients_listened(result.stdout, listening, names)
     report = read_report(report_path)
     assert report["ok"] is True and report["config"]["clients"] == 2
     sharded = ", sharded" if options else ""
@@ -80,6 +84,121 @@ def test_two_clients_match_the_reference_for_dtensor_and_multi_worker_mirrored(t
             f"{name}: loss {parity['max_abs_loss_diff']:.2e} grad {parity['max_abs_grad_diff']:.2e} "
             f"weight {parity['max_abs_weight_diff']:.2e}"
         )
+
+
+def run_watching_listeners(*args):
+    """compare.py as run_compare runs it, and per trainer's client group, once a client listens (seen from inside
+    its network namespace, /proc/PID/net): (the port, the addresses the test's own namespace sees it listen on)."""
+    env = dict({k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, PYTHONPATH=ROOT)
+    command = [sys.executable, os.path.join(ROOT, "compare.py"), *map(str, args)]
+    stderr = tempfile.TemporaryFile("w+")
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    lines, listening = [], {}
+
+    def read():
+        for line in process.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    seen = 0
+    while reader.is_alive() or seen < len(lines):
+        for line in lines[seen:]:
+            match = re.match(r"(\w+): 2 clients on 127\.0\.0\.1:(\d+),\d+, pids (\d+),\d+$", line)
+            if match:
+                name, port, pid = match.group(1), int(match.group(2)), int(match.group(3))
+                if wait_for_listener(pid, port):
+                    listening[name] = (port, listeners(port, "/proc/self/net"))
+        seen = len(lines)
+        time.sleep(0.05)
+    process.wait(timeout=60)
+    stderr.seek(0)
+    return subprocess.CompletedProcess(command, process.returncode, "".join(lines), stderr.read()), listening
+
+
+def listeners(port: int, net: str) -> list:
+    """The local addresses (hex, as /proc/net/tcp has them) that listen on `port` in the namespace of `net`."""
+    found = []
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(os.path.join(net, table)) as file:
+                rows = [row.split() for row in file.read().splitlines()[1:]]
+        except FileNotFoundError:  # the process ended
+            continue
+        found += [row[1] for row in rows if row[3] == "0A" and int(row[1].rsplit(":", 1)[1], 16) == port]
+    return found
+
+
+def wait_for_listener(pid: int, port: int, seconds: float = 120) -> bool:
+    """Whether client `pid` listens on `port` within `seconds` (False: it ended first)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and _alive(pid):
+        if listeners(port, f"/proc/{pid}/net"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc/net/tcp{,6} write them
+
+
+def check_the_header_says_where_the_clients_listened(stdout: str, listening: dict, names) -> None:
+    """A private namespace: no client port open in the test's namespace. Else the header says every interface."""
+    header = " ".join(stdout.split("reference  epoch 1/")[0].split())
+    assert set(listening) == set(names), listening  # each group's client 0 was seen listening
+    if "network: the clients share a private network namespace with loopback only" in header:
+        assert {name: found for name, (_, found) in listening.items()} == {name: [] for name in names}
+    else:  # e.g. a container without user namespaces: the header must say what the servers are open to
+        assert re.search(
+            r"network: no private network namespace here \(.+\); the clients' TensorFlow servers listen "
+            r"on every interface, unauthenticated, while",
+            header,
+        ), header
+        exposed = [address for _, found in listening.values() for address in found]
+        assert [address for address in exposed if address.rsplit(":", 1)[0] not in LOOPBACK], exposed
+
+
+def test_a_process_in_the_private_network_listens_where_no_other_machine_reaches_it():
+    """Without TensorFlow: a server inside binds every interface, as TensorFlow's does, and this namespace sees no
+    listener on its port; or, where there is no namespace to make, the header's line says so."""
+    network = PrivateNetwork()
+    try:
+        if not network.start():
+            assert network.describe().startswith(f"network: no private network namespace here ({network.why_not})")
+            pytest.skip(f"no private network namespace here: {network.why_not}")
+        server = subprocess.Popen(
+            network.command([sys.executable, "-c", LISTEN_AND_WAIT]), stdout=subprocess.PIPE, stdin=subprocess.PIPE
+        )
+        try:
+            port = int(server.stdout.readline())
+            assert listeners(port, f"/proc/{server.pid}/net") and listeners(port, "/proc/self/net") == []
+        finally:
+            server.kill()
+            server.wait()
+    finally:
+        network.stop()
+
+
+LISTEN_AND_WAIT = """
+import socket, sys
+server = socket.create_server(("", 0))
+print(server.getsockname()[1], flush=True)
+sys.stdin.read()
+"""
+
+
+def test_where_no_namespace_can_be_made_the_header_says_the_servers_listen_on_every_interface(monkeypatch):
+    from shared.run import network as network_module
+
+    refused = ["sh", "-c", "echo 'unshare: unshare failed: Operation not permitted' >&2; exit 1", "--"]
+    monkeypatch.setattr(network_module, "UNSHARE", refused)
+    network = PrivateNetwork()
+    assert network.start() is False and network.command(["x"]) == ["x"]
+    assert network.describe() == (
+        "network: no private network namespace here (unshare: unshare failed: Operation not permitted); the "
+        "clients' TensorFlow servers listen on every interface, unauthenticated, while each trainer's clients train: "
+        "run this on an isolated network (docs/multi-machine.md)"
+    )
 
 
 def _alive(pid: int) -> bool:

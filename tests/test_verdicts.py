@@ -293,9 +293,9 @@ def test_no_line_of_a_run_is_wider_than_a_terminal(tmp_path):
     assert result.stdout.rstrip().endswith("PARITY FAILED")
     assert report["ok"] is False and parity["verdict"] == "MISMATCH" and parity["max_abs_loss_diff"] > 0.01
     assert re.match(
-        r"at step 0: after its update every weight.*; then .*every Adam slot from step 1 \(in float64; float32 "
-        r"left its tolerance at step 1 \(loss diff",
-        parity["reason"],
+        r"MISMATCH at step 0: after its update every weight.*; then .*every Adam slot from step 1 \(in float64; "
+        r"float32 left its tolerance at step 1 \(loss diff",
+        f"{parity['verdict']} {parity['reason']}",
     )
     assert parity["first_disagreeing_step"] == 0 and parity["float32_left_tolerance_step"] == 1
     weights_and_biases = [f"layer {i} {kind}" for i in range(3) for kind in ("weight", "bias")]

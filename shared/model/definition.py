@@ -131,6 +131,10 @@ class ModelDefinition:
     # global count (shared/training/losses.py), so it must not average itself.
     loss: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
     default_data: str = "mnist"  # what --data auto/tfds/embedded load: "mnist" or "tiny_shakespeare"
+    # Integer inputs: the token ids the model takes, 0..vocabulary-1 (its embedding's rows); data is checked against
+    # it before anything trains (a token beyond it fails inside every trainer on a CPU and reads zeros on a GPU).
+    # Float inputs: None.
+    vocabulary: Optional[int] = None
 
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes
@@ -310,6 +314,15 @@ def check_definition(definition, source: str) -> ModelDefinition:
         raise UsageError(f"--model {source} returned {type(definition).__name__}, not a shared.model.ModelDefinition")
     if not definition.variables:
         raise UsageError(f"--model {source}: the model has no variables")
+    _check_example(definition, source)
+    seen = set()
+    for variable in definition.variables:
+        _check_variable(definition, variable, source, seen)
+    return definition
+
+
+def _check_example(definition: ModelDefinition, source: str) -> None:
+    """What one example is: its input's shape and dtype (and vocabulary), its labels' shape, the classes, the data."""
     spec = (definition.input_shape, definition.label_shape)
     if not all(isinstance(size, int) and size > 0 for shape in spec for size in shape) or not definition.input_shape:
         raise UsageError(
@@ -321,35 +334,48 @@ def check_definition(definition, source: str) -> ModelDefinition:
             f"--model {source}: input_dtype {definition.input_dtype!r} and classes {definition.classes!r}: use one "
             f"of {', '.join(INPUT_DTYPES)} and 2 classes or more"
         )
+    tokens = definition.input_dtype.startswith("int")
+    if tokens != (definition.vocabulary is not None) or (
+        tokens and (not isinstance(definition.vocabulary, int) or definition.vocabulary < 1)
+    ):
+        raise UsageError(
+            f"--model {source}: input_dtype {definition.input_dtype} with vocabulary {definition.vocabulary!r}: "
+            + (
+                "integer inputs are token ids; declare vocabulary=N, the number of ids (0..N-1) the model takes"
+                if tokens
+                else "float inputs have no vocabulary; drop it"
+            )
+        )
     if definition.default_data not in DEFAULT_DATA:
         raise UsageError(f"--model {source}: default_data {definition.default_data!r}: use {' or '.join(DEFAULT_DATA)}")
-    seen = set()
-    for variable in definition.variables:
-        parts = variable.name.split("/")
-        if not all(NAME_PART.match(part) for part in parts) or parts[0] in RESERVED_NAMES or parts[0].isdigit():
-            raise UsageError(
-                f"--model {source}: variable name {variable.name!r} must be '/'-separated identifiers "
-                f"or indices, not starting with an index or one of {', '.join(sorted(RESERVED_NAMES))}"
-            )
-        if variable.name in seen:
-            raise UsageError(f"--model {source}: variable {variable.name} is defined twice")
-        seen.add(variable.name)
-        unknown = [dim for dim in variable.shape if isinstance(dim, str) and dim not in definition.sizes]
-        if unknown:
-            raise UsageError(
-                f"--model {source}: variable {variable.name} has dimension {unknown[0]!r}, which the "
-                f"model's sizes do not name"
-            )
-        if variable.layout and len(variable.layout) != len(variable.shape):
-            raise UsageError(
-                f"--model {source}: variable {variable.name} has a layout of rank {len(variable.layout)} "
-                f"{list(variable.layout)} for its shape of rank {len(variable.shape)} "
-                f"{list(definition.shape(variable))}; give one entry per dimension"
-            )
-        wrong = [axis for axis in variable.layout if axis not in (*MESH_AXES, UNSHARDED)]
-        if wrong or any(variable.layout.count(axis) > 1 for axis in MESH_AXES):
-            raise UsageError(
-                f"--model {source}: variable {variable.name} has layout {list(variable.layout)}; use "
-                f"'{MODEL_AXIS}' and '{BATCH_AXIS}' each on at most one dimension and '{UNSHARDED}' on the others"
-            )
-    return definition
+
+
+def _check_variable(definition: ModelDefinition, variable: Variable, source: str, seen: set) -> None:
+    """A variable's name (one of the `seen` names so far: a second definition), named dimensions and layout."""
+    parts = variable.name.split("/")
+    if not all(NAME_PART.match(part) for part in parts) or parts[0] in RESERVED_NAMES or parts[0].isdigit():
+        raise UsageError(
+            f"--model {source}: variable name {variable.name!r} must be '/'-separated identifiers "
+            f"or indices, not starting with an index or one of {', '.join(sorted(RESERVED_NAMES))}"
+        )
+    if variable.name in seen:
+        raise UsageError(f"--model {source}: variable {variable.name} is defined twice")
+    seen.add(variable.name)
+    unknown = [dim for dim in variable.shape if isinstance(dim, str) and dim not in definition.sizes]
+    if unknown:
+        raise UsageError(
+            f"--model {source}: variable {variable.name} has dimension {unknown[0]!r}, which the "
+            f"model's sizes do not name"
+        )
+    if variable.layout and len(variable.layout) != len(variable.shape):
+        raise UsageError(
+            f"--model {source}: variable {variable.name} has a layout of rank {len(variable.layout)} "
+            f"{list(variable.layout)} for its shape of rank {len(variable.shape)} "
+            f"{list(definition.shape(variable))}; give one entry per dimension"
+        )
+    wrong = [axis for axis in variable.layout if axis not in (*MESH_AXES, UNSHARDED)]
+    if wrong or any(variable.layout.count(axis) > 1 for axis in MESH_AXES):
+        raise UsageError(
+            f"--model {source}: variable {variable.name} has layout {list(variable.layout)}; use "
+            f"'{MODEL_AXIS}' and '{BATCH_AXIS}' each on at most one dimension and '{UNSHARDED}' on the others"
+        )

@@ -67,4 +67,5 @@ def gpt(dropout: float = 0.0) -> ModelDefinition:
         label_shape=(CONTEXT,),
         classes=len(VOCABULARY),
         default_data="tiny_shakespeare",
+        vocabulary=len(VOCABULARY),
     )

@@ -12,10 +12,12 @@ or a variable that gets no gradient is one line that names the variable or the l
 file, exit 2.
 """
 
+import contextlib
 import functools
 import importlib.util
 import os
 import re
+import sys
 import traceback
 from typing import List, Optional, Sequence
 
@@ -88,19 +90,33 @@ def call_user_function(path: str, function_name: str, spec: str):
     if not os.path.isfile(path):
         raise UsageError(f"--model {spec}: no file {path}")
     module_name = "user_model_" + os.path.splitext(os.path.basename(path))[0]
+    with siblings_importable(path):
+        try:
+            module_spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        except Exception as error:  # noqa: BLE001 - the user's file: any error is one line
+            raise UsageError(f"--model {spec}: importing {path} raised {describe(error)}") from None
+        function = getattr(module, function_name, None)
+        if not callable(function):
+            raise UsageError(f"--model {spec}: {path} has no function {function_name}")
+        try:
+            return function()
+        except Exception as error:  # noqa: BLE001 - the user's function: any error is one line
+            raise UsageError(f"--model {spec}: {function_name}() raised {describe(error)}") from None
+
+
+@contextlib.contextmanager
+def siblings_importable(path: str):
+    """FILE.py's own directory first on sys.path while it is imported and its function called, as `python FILE.py`
+    would have it: `import helpers` finds FILE.py's sibling helpers.py. Taken off again after, so that it
+    shadows nothing in the rest of the process."""
+    directory = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, directory)
     try:
-        module_spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-    except Exception as error:  # noqa: BLE001 - the user's file: any error is one line
-        raise UsageError(f"--model {spec}: importing {path} raised {describe(error)}") from None
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise UsageError(f"--model {spec}: {path} has no function {function_name}")
-    try:
-        return function()
-    except Exception as error:  # noqa: BLE001 - the user's function: any error is one line
-        raise UsageError(f"--model {spec}: {function_name}() raised {describe(error)}") from None
+        yield
+    finally:
+        sys.path.remove(directory)  # the first occurrence: the one inserted here
 
 
 def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:

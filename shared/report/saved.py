@@ -1,9 +1,10 @@
-"""Reading a report that --json wrote, for --baseline: one line that says what to fix when it is not one."""
+"""Reading a report that --json wrote, for --baseline: one line that says what to fix when it is not one, and
+validated against the shipped schema (shared/report/schema.py) before anything compares with it."""
 
 import json
 
 from shared.errors import UsageError
-from shared.report.schema import SCHEMA_VERSION, major
+from shared.report.schema import SCHEMA_VERSION, major, schema_error
 
 
 def load(path: str) -> dict:
@@ -27,5 +28,10 @@ def load(path: str) -> dict:
         raise UsageError(
             f"--baseline {path}: schema_version {version}, this compare.py reads {major(SCHEMA_VERSION)}.x "
             f"(docs/report-changelog.md); save it again with this compare.py"
+        )
+    error = schema_error(report)
+    if error:
+        raise UsageError(
+            f"--baseline {path}: not a report of schema {version} {error}; save it again with this compare.py"
         )
     return report

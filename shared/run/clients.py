@@ -3,7 +3,8 @@
     python compare.py --clients 2 --devices 2 --data embedded
 
 Launcher (no cluster variables set): checks, runs the reference itself, then for each distributed
-trainer starts C client processes on free loopback ports, each handed the run's Config as JSON,
+trainer starts C client processes on free loopback ports, inside one private network namespace where the
+system allows it (shared/run/network.py; the header says which), each handed the run's Config as JSON,
 relays client 0's lines, reads every client's result and reports. Client (DTENSOR_* or TF_CONFIG
 set, by the launcher or a real cluster): trains one trainer as one client. A client that dies or
 does not start ends its group, and the trainer is FAILED in one line. docs/multi-machine.md.
@@ -25,7 +26,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from shared.config import Config
-from shared.console import print_fitted
+from shared.console import fit_width, print_fitted
 from shared.devices import configure_determinism, configure_devices
 from shared.errors import UsageError
 from shared.files import write_atomically
@@ -33,6 +34,7 @@ from shared.judge.parity import max_abs_diff
 from shared.report import outputs
 from shared.report.header import header
 from shared.run.comparison import prepare
+from shared.run.network import PrivateNetwork
 from shared.run.sequence import Entry, TrainerResult, in_process, lineup, train_and_judge, train_one
 from shared.training.data import load_run_data
 from shared.training.protocol import PLAIN_RUN
@@ -194,10 +196,15 @@ def run_launcher(config: Config) -> int:
     devices, data = prepare(config)
     devices = devices[: config.devices]
     print(header(config, devices, data, describe_runs(config)))
-    print(
+    clients_line = (
         f"clients: {config.clients} processes x {config.devices} logical {config.device_type}s on {HOST}; "
         f"each feeds its share of every global batch; the reference runs in this process"
     )
+    print(fit_width(clients_line, indent=2))
+    network = PrivateNetwork()  # off the network where the system allows it (shared/run/network.py)
+    network.start()
+    atexit.register(network.stop)
+    print(fit_width(network.describe(), indent=2))
     atexit.register(_stop_live_groups)
     signal.signal(signal.SIGTERM, _on_sigterm)  # compare.py runs this in its main thread
     workdir = tempfile.mkdtemp(prefix="compare-clients-")
@@ -209,7 +216,7 @@ def run_launcher(config: Config) -> int:
         launched.append(entry.key)  # each launch's files apart: a float64 rerun's from the float32 run's
         directory = os.path.join(workdir, f"launch-{len(launched)}")
         os.makedirs(directory)
-        return launch(entry.trainer, run_config, data.source, directory)
+        return launch(entry.trainer, run_config, data.source, directory, network)
 
     try:
         run = train_and_judge(config, data, devices, lineup(config), train)
@@ -221,15 +228,17 @@ def run_launcher(config: Config) -> int:
         return 130
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        network.stop()
     return outputs.publish(config, run)
 
 
-def launch(trainer: str, config: Config, data_source: str, workdir: str):
-    """Run `trainer` in config.clients processes; client 0's result, or a failed one with one line."""
+def launch(trainer: str, config: Config, data_source: str, workdir: str, network: Optional[PrivateNetwork] = None):
+    """Run `trainer` in config.clients processes (inside `network`'s namespace, if it holds one); client 0's
+    result, or a failed one with one line."""
     for attempt in (1, 2):
         group = ClientGroup(trainer, config.clients, workdir, attempt)
         try:
-            group.start(config, data_source)
+            group.start(config, data_source, network)
             error = group.watch()
         finally:
             group.stop()
@@ -253,7 +262,7 @@ class ClientGroup:
         self.processes: List[subprocess.Popen] = []
         self.relayed = 0  # bytes of client 0's stdout printed so far
 
-    def start(self, config: Config, data_source: str) -> None:
+    def start(self, config: Config, data_source: str, network: Optional[PrivateNetwork] = None) -> None:
         ports = free_ports(self.count)
         _live_groups.add(self)
         for client in range(self.count):
@@ -265,6 +274,7 @@ class ClientGroup:
             config_file = self.result_files[client] + ".config.json"
             write_client_config(config_file, client_config, self.result_files[client])
             command = [sys.executable, COMPARE_PY, "--client-config", config_file]
+            command = network.command(command) if network else command  # nsenter execs it: the same pid
             with open(self.stdout_files[client], "wb") as out, open(self.stderr_files[client], "wb") as err:
                 self.processes.append(
                     subprocess.Popen(

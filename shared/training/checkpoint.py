@@ -22,6 +22,7 @@ from shared.config import Config
 from shared.errors import UsageError
 from shared.files import check_writable_dir, partial_path, publish_directory
 from shared.model.registry import definition_for, model_mismatch
+from shared.training import export
 from shared.training.batches import batch_slices
 
 PREFIX = "ckpt"  # the file prefix inside a checkpoint directory: ckpt.index, ckpt.data-*
@@ -145,6 +146,8 @@ def check_config(config: Config) -> None:
     for flag, directory in (("--checkpoint-dir", config.checkpoint_dir), ("--export", config.export)):
         if directory:
             check_writable_dir(flag, directory, create=True)
+    if config.export:
+        export.check_targets(config.export, sorted({"reference", *config.trainers}))  # the reference always trains
 
 
 class TrainingState:

@@ -27,6 +27,7 @@ from shared.model.definition import ModelDefinition
 from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
 from shared.model.registry import definition_for
 from shared.training import npz, text
+from shared.training.batches import batch_label_counts
 from shared.training.dataset import PROBE_SECONDS, Dataset, example_count, host_answers, take
 
 TFDS_DEFAULT_EXAMPLES = 5000  # the tutorial's train[:5000] and test[:5000]
@@ -181,14 +182,30 @@ def load_tfds(train_examples, test_examples, reason) -> Dataset:
 
 
 def load_run_data(config) -> Dataset:
-    """The run's data for its model, checked to hold one global batch."""
-    data = load_data(config.data, config.train_examples, config.test_examples, definition_for(config))
+    """The run's data for its model, checked to hold one global batch, each with a label that counts."""
+    data = load_data(config.data, config.train_examples, config.test_examples, definition_for(config), config.dtype)
     if len(data.y_train) < config.batch_size:
         raise UsageError(
             f"--data {config.data}: {len(data.y_train)} training examples are fewer than one global batch of "
             f"{config.batch_size}; use --batch-size {len(data.y_train)} or more data"
         )
+    check_every_batch_counts(config, data)
     return data
+
+
+def check_every_batch_counts(config, data: Dataset) -> None:
+    """UsageError unless every global batch of every epoch has a label that counts: its mean loss divides by the
+    count (shared/training/losses.py). Only your arrays can mask labels (negative ones)."""
+    if (data.y_train >= 0).all():
+        return
+    for epoch in range(config.epochs if config.shuffle else min(config.epochs, 1)):  # unshuffled: alike each epoch
+        counts = batch_label_counts(data.y_train, config.batch_size, epoch, config.shuffle, config.seed)
+        if 0 in counts:
+            raise UsageError(
+                f"--data {config.data}: global batch {counts.index(0)} of epoch {epoch + 1} has no label that counts "
+                f"(each is negative), so its mean loss would divide by zero; mix the masked examples with others, "
+                f"or use another --batch-size"
+            )
 
 
 def load_data(
@@ -196,10 +213,12 @@ def load_data(
     train_examples: Optional[int] = None,
     test_examples: Optional[int] = None,
     definition: Optional[ModelDefinition] = None,
+    dtype: str = "float32",
 ) -> Dataset:
-    """Load and preprocess `source` (see the module docstring) for `definition` (None: MNIST as [N, 784])."""
+    """Load and preprocess `source` (see the module docstring) for `definition` (None: MNIST as [N, 784]) in a
+    run of `dtype` (a float64 .npz stays float64 in a float64 run)."""
     if source.endswith(".npz"):
-        return npz.load(source, definition or ModelDefinition("", (), None, 0), train_examples, test_examples)
+        return npz.load(source, definition or ModelDefinition("", (), None, 0), train_examples, test_examples, dtype)
     if definition is not None and definition.default_data == "tiny_shakespeare":
         return text.load(source, definition, train_examples, test_examples)
     data = load_mnist(source, train_examples, test_examples)

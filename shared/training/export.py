@@ -18,6 +18,7 @@ from typing import Callable, Dict, Sequence
 import numpy as np
 import tensorflow as tf
 
+from shared.errors import UsageError
 from shared.files import partial_path, publish_directory
 from shared.model.definition import Model
 
@@ -82,6 +83,21 @@ def export_trainer(
     difference = export_model(directory, definition, weights, trainer_logits, probe_images)
     details["export"] = directory
     details["export_max_abs_logit_diff"] = f"{difference:.3g}"
+
+
+def check_targets(export_dir: str, trainers: Sequence[str]) -> None:
+    """--export DIR replaces DIR/<trainer>: refuse, before anything trains, one that holds something other than
+    an earlier export (its PROBE_FILE says it is one); an empty directory is taken."""
+    for trainer in trainers:
+        target = os.path.join(export_dir, trainer)
+        if not os.path.lexists(target) or os.path.isfile(os.path.join(target, PROBE_FILE)):
+            continue
+        if os.path.isdir(target) and not os.path.islink(target) and not os.listdir(target):
+            continue
+        raise UsageError(
+            f"--export {export_dir}: {target} exists and is not an export of compare.py (it has no {PROBE_FILE}), "
+            f"and the export would replace it; move it, or choose another directory"
+        )
 
 
 def check_export(directory: str) -> float:

@@ -1,8 +1,11 @@
 """`--data FILE.npz`: your own arrays, checked against the model's spec before anything trains.
 
 The file holds x_train, y_train, x_test and y_test: inputs [N, *input_shape] (float inputs as float32 or
-float64, token inputs as integers) and labels [N, *label_shape] as integers, 0 to classes - 1, or negative
-for a label that does not count (a padded position). Anything else is one line naming the array.
+float64, token inputs as integers 0 to the model's vocabulary - 1) and labels [N, *label_shape] as integers,
+0 to classes - 1, or negative for a label that does not count (a padded position); each split needs one that
+counts. float64 inputs stay float64 in a float64 run and are narrowed in a float32 run, which the data's
+reason (the header's data line) says. Anything else is one line naming the array; numbers only: a file
+of pickled objects is refused, never loaded.
 """
 
 import os
@@ -17,10 +20,44 @@ from shared.training.dataset import Dataset, take
 KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
-def load(path: str, definition, train_examples: Optional[int], test_examples: Optional[int]) -> Dataset:
-    """The file's arrays for `definition` (ModelDefinition), cut to the requested example counts."""
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # numpy.savez writes a zip archive (the second: an empty one)
+
+
+def load(
+    path: str, definition, train_examples: Optional[int], test_examples: Optional[int], dtype: str = "float32"
+) -> Dataset:
+    """The file's arrays for `definition` (ModelDefinition) in a run of `dtype`, cut to the requested counts."""
+    arrays = read(path)
+    splits, narrowed = [], False
+    for split, requested in (("train", train_examples), ("test", test_examples)):
+        x = inputs(path, f"x_{split}", arrays[f"x_{split}"], definition, dtype)
+        narrowed = narrowed or (arrays[f"x_{split}"].dtype == np.float64 and x.dtype == np.float32)
+        y = labels(path, f"y_{split}", arrays[f"y_{split}"], definition)
+        if len(x) != len(y):
+            raise UsageError(f"--data {path}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
+        x, y = take(split, x, y, requested, len(y), path)
+        if not (y >= 0).any():
+            raise UsageError(
+                f"--data {path}: no label of the {len(y)} y_{split} examples used counts (each is negative), so "
+                f"its mean loss would divide by zero; give the split labels 0-{definition.classes - 1}"
+            )
+        splits += [x, y]
+    reason = "your arrays" + (f"; float64 inputs narrowed to float32 for this {dtype} run" if narrowed else "")
+    return Dataset(*splits, path, reason)
+
+
+def read(path: str) -> dict:
+    """The four arrays, numbers only: an object array would unpickle, which a file from elsewhere must not do."""
     if not os.path.isfile(path):
         raise UsageError(f"--data {path}: no such file; give an .npz with arrays {', '.join(KEYS)}")
+    try:
+        with open(path, "rb") as file:
+            start = file.read(4)
+    except OSError as error:
+        raise UsageError(f"--data {path}: cannot read it ({error.strerror}); fix its permissions") from None
+    if start not in ZIP_MAGIC:
+        kind = "one .npy array" if start.startswith(b"\x93NUM") else "not an .npz archive"
+        raise UsageError(f"--data {path}: {kind}; write {', '.join(KEYS)} into one file with numpy.savez")
     try:
         with np.load(path, allow_pickle=False) as file:
             missing = [key for key in KEYS if key not in file.files]
@@ -29,20 +66,20 @@ def load(path: str, definition, train_examples: Optional[int], test_examples: Op
                     f"--data {path}: no array {missing[0]}; the file holds {', '.join(file.files) or 'none'} "
                     f"and needs {', '.join(KEYS)}"
                 )
-            arrays = {key: file[key] for key in KEYS}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+            arrays = {}
+            for key in KEYS:
+                try:
+                    arrays[key] = file[key]
+                except ValueError:  # numpy's message would suggest loading the pickle anyway
+                    raise UsageError(
+                        f"--data {path}: {key} holds Python objects, not numbers; save it as a numeric array"
+                    ) from None
+    except (OSError, zipfile.BadZipFile, EOFError) as error:
         raise UsageError(f"--data {path}: cannot read it as .npz ({error}); write it with numpy.savez") from None
-    splits = []
-    for split, requested in (("train", train_examples), ("test", test_examples)):
-        x = inputs(path, f"x_{split}", arrays[f"x_{split}"], definition)
-        y = labels(path, f"y_{split}", arrays[f"y_{split}"], definition)
-        if len(x) != len(y):
-            raise UsageError(f"--data {path}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
-        splits += take(split, x, y, requested, len(y), path)
-    return Dataset(*splits, path, "your arrays")
+    return arrays
 
 
-def inputs(path: str, key: str, x: np.ndarray, definition) -> np.ndarray:
+def inputs(path: str, key: str, x: np.ndarray, definition, run_dtype: str = "float32") -> np.ndarray:
     want, dtype = tuple(definition.input_shape), np.dtype(definition.input_dtype)
     if x.ndim < 1 or tuple(x.shape[1:]) != want:
         raise UsageError(
@@ -58,9 +95,16 @@ def inputs(path: str, key: str, x: np.ndarray, definition) -> np.ndarray:
         bad = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))
         if bad.size:
             raise UsageError(f"--data {path}: {key} holds NaN or inf, first in example {bad[0]}; remove or fix it")
-        return x.astype(np.float32)
+        return x if x.dtype == np.float64 and run_dtype == "float64" else x.astype(np.float32)
     if x.dtype.kind not in "iu":
         raise UsageError(f"--data {path}: {key} is {x.dtype}; the model takes {dtype} tokens")
+    outside = np.flatnonzero(((x < 0) | (x >= definition.vocabulary)).reshape(len(x), -1).any(axis=1))
+    if outside.size:
+        token = x[outside[0]][(x[outside[0]] < 0) | (x[outside[0]] >= definition.vocabulary)].flat[0]
+        raise UsageError(
+            f"--data {path}: {key} holds token {token} (example {outside[0]}); the model's vocabulary is "
+            f"{definition.vocabulary} tokens, 0-{definition.vocabulary - 1}"
+        )
     return x.astype(dtype)
 
 

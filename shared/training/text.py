@@ -70,10 +70,12 @@ def tfds_texts() -> Tuple[str, str]:
 
 def load(source: str, definition, train_examples: Optional[int], test_examples: Optional[int]) -> Dataset:
     """tiny Shakespeare's windows for a character model (ModelDefinition) of VOCABULARY's characters."""
-    if definition.classes < len(VOCABULARY) or len(definition.input_shape) != 1:
+    vocabulary = definition.vocabulary or 0
+    if min(definition.classes, vocabulary) < len(VOCABULARY) or len(definition.input_shape) != 1:
         raise UsageError(
             f"model {definition.name}: tiny Shakespeare is {len(VOCABULARY)} characters (shared.model.gpt.VOCABULARY) "
-            f"in sequences [N, T]; the model takes {list(definition.input_shape)} of {definition.classes} classes"
+            f"in sequences [N, T]; the model takes {list(definition.input_shape)} of vocabulary {vocabulary} and "
+            f"{definition.classes} classes"
         )
     fallback = ""
     if source == "embedded":

@@ -1,0 +1,164 @@
+"""One meaning per exit code: 2 is bad input in one line, 3 is compare.py's own failure in one line with the
+traceback in a file; neither prints a traceback on the console (unless --verbose asks for it), and neither is 1,
+which means parity failed. Each in this process but one, which runs as a command: ~2 s in all."""
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from shared.report.schema import SCHEMA_VERSION
+from tests.cli import ROOT, run_here
+
+INTERNAL = re.compile(r"^compare\.py: internal error: (\w+): (.*) \(traceback in (\S+)\)$")
+RELEASE_BASELINE = os.path.join(ROOT, "release_matrix", "baseline-float64.json")
+
+
+@pytest.fixture
+def own_temp_dir(tmp_path, monkeypatch):
+    """Where the traceback file goes (tempfile.gettempdir()): this test's directory."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def fail_inside(monkeypatch):
+    """Make the run itself raise, past argument parsing, as a bug in compare.py would."""
+    from shared.run import comparison
+
+    def broken(config):
+        raise RuntimeError("forced for the test\nsecond line")
+
+    monkeypatch.setattr(comparison, "run", broken)
+
+
+def test_an_internal_error_is_exit_3_with_one_line_and_the_traceback_in_a_file(monkeypatch, own_temp_dir):
+    fail_inside(monkeypatch)
+    result = run_here("--trainers", "reference", "--data", "embedded")
+    assert result.returncode == 3 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    match = INTERNAL.match(line)
+    assert match and match.group(1, 2) == ("RuntimeError", "forced for the test"), line
+    assert os.path.dirname(match.group(3)) == str(own_temp_dir)
+    with open(match.group(3)) as file:
+        kept = file.read()
+    assert kept.startswith("compare.py --trainers reference --data embedded\n")
+    assert "Traceback (most recent call last)" in kept and "RuntimeError: forced for the test" in kept
+
+
+def test_verbose_shows_the_internal_errors_traceback_on_stderr_too(monkeypatch, own_temp_dir):
+    fail_inside(monkeypatch)
+    result = run_here("--trainers", "reference", "--data", "embedded", "--verbose")
+    assert result.returncode == 3
+    assert INTERNAL.match(result.stderr.splitlines()[0])
+    assert "Traceback (most recent call last)" in result.stderr
+
+
+# As a command, with descriptor 2 hidden as for a user (shared/console.py): the run breaks right after, before
+# TensorFlow is imported (a second instead of ten).
+BROKEN_COMMAND = """
+import sys, compare
+hide = compare.hide_tensorflow_messages
+def hide_then_break(verbose):
+    hide(verbose)
+    raise KeyError("forced")
+compare.hide_tensorflow_messages = hide_then_break
+sys.exit(compare.main())
+"""
+
+
+def test_an_internal_error_from_the_command_is_one_line_and_exit_3(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    command = [sys.executable, "-c", BROKEN_COMMAND, "--trainers", "reference", "--data", "embedded"]
+    done = subprocess.run(
+        command, cwd=tmp_path, env=dict(env, PYTHONPATH=ROOT, TMPDIR=str(tmp_path)), capture_output=True, text=True
+    )
+    assert done.returncode == 3 and done.stdout == "", done.stderr[-3000:]
+    (line,) = done.stderr.splitlines()
+    match = INTERNAL.match(line)
+    assert match and match.group(1, 2) == ("KeyError", "'forced'") and os.path.isfile(match.group(3)), line
+
+
+def broken_baseline(tmp_path, break_it) -> str:
+    with open(RELEASE_BASELINE) as file:
+        report = json.load(file)
+    report = copy.deepcopy(report)
+    report["schema_version"] = SCHEMA_VERSION  # a report of this version, checked whole (the file is 2.3's)
+    break_it(report)
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(report))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "break_it, expected",
+    [
+        (
+            lambda report: report["trainers"]["dtensor"].pop("step_losses"),
+            f"not a report of schema {SCHEMA_VERSION} at trainers/dtensor: 'step_losses' is a required property; "
+            f"save it again with this compare.py",
+        ),
+        (
+            lambda report: report["trainers"]["mirrored"]["final_weights"][2].pop("sample_values"),
+            f"not a report of schema {SCHEMA_VERSION} at trainers/mirrored/final_weights/2: 'sample_values' is a "
+            f"required property",
+        ),
+        (
+            lambda report: report["config"].update(epochs="2"),
+            f"not a report of schema {SCHEMA_VERSION} at config/epochs: \"2\" is not of type 'integer'",
+        ),
+        (  # another minor: only what --baseline reads is required, and the types hold
+            lambda report: report.update(schema_version="2.0") or report["trainers"]["dtensor"].pop("failed"),
+            "not a report of schema 2.0 at trainers/dtensor: 'failed' is a required property",
+        ),
+    ],
+    ids=["a trainer's losses removed", "a digest's field removed", "a number as text", "an older minor's"],
+)
+def test_a_broken_baseline_is_one_line_and_exit_2_before_anything_trains(tmp_path, break_it, expected):
+    path = broken_baseline(tmp_path, break_it)
+    result = run_here("--data", "embedded", "--baseline", path)
+    assert result.returncode == 2 and "epoch 1/" not in result.stdout, result.stderr[-2000:]
+    assert result.stderr.splitlines() == [result.stderr.splitlines()[0]]
+    assert result.stderr.startswith(f"compare.py: error: --baseline {path}: {expected}"), result.stderr
+
+
+def test_an_older_minors_baseline_without_the_newer_fields_is_read(tmp_path):
+    """2.3 added config.dropout and parity first_difference; a 2.2 report without them is still a baseline."""
+    from shared.report.saved import load
+
+    def as_2_2(report):
+        report.update(schema_version="2.2")
+        del report["config"]["dropout"], report["config"]["replay_step"], report["compute"]
+
+    assert load(broken_baseline(tmp_path, as_2_2))["schema_version"] == "2.2"
+
+
+@pytest.mark.parametrize(
+    "contents, expected",
+    [
+        (None, r"--client-config \S+: cannot read it \(No such file or directory\); it is the file that the "),
+        ("{", r"--client-config \S+: not a configuration in JSON \(Expecting property name"),
+        ('{"devices": 2}', r"--client-config \S+: not what the --clients launcher writes \(its config and result_"),
+        (
+            '{"config": {"devices": 2, "mystery": 1}, "result_file": "r.pkl"}',
+            r"--client-config \S+: unknown configuration field 'mystery'; it was written",
+        ),
+        (
+            '{"config": {"devices": "2"}, "result_file": "r.pkl"}',
+            r"--client-config \S+: configuration field 'devices' is '2', not a value that field",
+        ),
+    ],
+    ids=["missing", "not JSON", "a bare config", "an unknown field", "a wrong type"],
+)
+def test_a_bad_client_config_is_one_line_and_exit_2(tmp_path, contents, expected):
+    path = tmp_path / "client.json"
+    if contents is not None:
+        path.write_text(contents)
+    result = run_here("--client-config", path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.splitlines()
+    assert re.match(r"compare\.py: error: " + expected, line), line
