@@ -8,7 +8,7 @@ What changed in each version: docs/report-changelog.md.
 
 import os
 
-SCHEMA_VERSION = "2.3"
+SCHEMA_VERSION = "2.4"
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report.schema.json")
 
 
