@@ -104,6 +104,7 @@ def keras_definition(result, source: str) -> ModelDefinition:
             f"--model {source}: the Keras model {model.name} is not built; start it with keras.Input(shape), or "
             f"call it once on an example batch"
         )
+    check_float32(model, source)
     input_shape, input_dtype = input_spec(model, source)
     probe = tf.zeros((2, *input_shape), input_dtype)
     outputs = model(probe, training=False)
@@ -112,7 +113,6 @@ def keras_definition(result, source: str) -> ModelDefinition:
             f"--model {source}: the model returns {describe_outputs(outputs)}; it must return one tensor of logits "
             f"[N, ..., classes]"
         )
-    check_float32(model, source)
     trainable = list(model.trainable_variables)
     state = list(model.non_trainable_variables)
     seeds = [index for index, variable in enumerate(state) if is_seed_state(variable)]
@@ -168,14 +168,15 @@ def call_stateless(compute: Compute, weights, non_trainable, inputs, context):
     drawing through `context`; recording, through the tapped model, each top-level layer's output tapped."""
     from shared.model.keras_layers import drawing_with
 
+    training = {"training": context.training} if getattr(compute.model, "_call_has_training_arg", True) else {}
     with drawing_with(context):
         if not (context.record and compute.tapped is not None):
-            return compute.model.stateless_call(weights, non_trainable, inputs, training=context.training)
+            return compute.model.stateless_call(weights, non_trainable, inputs, **training)
         outputs, tapped_state = compute.tapped.stateless_call(
             [weights[index] for index in compute.tapped_trainable],
             [non_trainable[index] for index in compute.tapped_state],
             inputs,
-            training=context.training,
+            **training,
         )
     for name, output in zip(compute.tap_names, outputs[:-1], strict=True):
         context.tap(name, output)
@@ -238,9 +239,13 @@ def check_float32(model, source: str) -> None:
                 f"--model {source}: variable {variable.path} is {variable.dtype}; build the model in float32 "
                 f"(--dtype float64 trains a float64 copy of it)"
             )
-    for layer in model._flatten_layers(include_self=True, recursive=True):
+    for layer in [*model._flatten_layers(include_self=False, recursive=True), model]:
         policy = getattr(layer, "dtype_policy", None)
-        if policy is not None and policy.compute_dtype != policy.variable_dtype:
+        if (
+            type(layer).__name__ != "InputLayer"
+            and policy is not None
+            and policy.compute_dtype != policy.variable_dtype
+        ):
             raise UsageError(
                 f"--model {source}: layer {layer.name} computes in {policy.compute_dtype} (dtype policy "
                 f"{policy.name}); the tool trains one dtype for weights and computation: use float32"
@@ -311,8 +316,9 @@ def float64_copy(model, keras, source: str):
     computes in float64 end to end (Keras casts a layer's inputs to its dtype policy)."""
     custom = {type(layer).__name__: type(layer) for layer in model._flatten_layers(include_self=True)}
     config = widened(keras.saving.serialize_keras_object(model))
-    floatx = keras.config.floatx()
-    keras.config.set_floatx("float64")
+    floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
+    keras.config.set_floatx("float64")  # a subclassed model's layers made in its __init__ take the global policy
+    keras.config.set_dtype_policy("float64")
     try:
         with keras.saving.custom_object_scope(custom):
             copy = keras.saving.deserialize_keras_object(config)
@@ -326,6 +332,7 @@ def float64_copy(model, keras, source: str):
         ) from None
     finally:
         keras.config.set_floatx(floatx)
+        keras.config.set_dtype_policy(policy)
     mine, theirs = model.variables, copy.variables
     same = len(mine) == len(theirs) and all(
         tuple(a.shape) == tuple(b.shape) and a.trainable == b.trainable for a, b in zip(mine, theirs)
