@@ -414,7 +414,8 @@ def describe(model, layout_map) -> str:
 
 
 def cautions(model, keras) -> Tuple[Caution, ...]:
-    """What the model's own layers make a trainer compute differently, and a softmax output."""
+    """What the model's own layers make a trainer compute differently; its own losses and a softmax output, which
+    every trainer leaves out alike."""
     from shared.model.keras_layers import Dropout
 
     layers = list(model._flatten_layers(include_self=False, recursive=True))
@@ -445,6 +446,13 @@ def cautions(model, keras) -> Tuple[Caution, ...]:
                 + (RANDOM_LAYER_HINT if dropout_only else "shared.model.keras_layers.Dropout replaces a Dropout"),
                 ("dtensor", "mirrored"),
                 random=True,
+            )
+        )
+    if model.losses:  # the probe call's: regularizers and add_loss
+        found.append(
+            Caution(
+                "the model adds losses of its own (a kernel_regularizer, an activity_regularizer, add_loss), which "
+                "no trainer here trains: the loss is the per-label softmax cross-entropy of its logits"
             )
         )
     last = model.layers[-1] if model.layers else None

@@ -89,5 +89,10 @@ def softmax_output():
     return keras.Model(inputs, keras.layers.Dense(10, activation="softmax", name="probabilities")(inputs))
 
 
+def regularized():
+    inputs = keras.Input((784,))
+    return keras.Model(inputs, keras.layers.Dense(10, kernel_regularizer="l2", name="out")(inputs))
+
+
 def not_a_model():
     return keras.layers.Dense(10)
