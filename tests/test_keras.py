@@ -4,10 +4,12 @@ a .keras file that plain Keras loads, and each mistake a user makes one line (ex
 Keras models: examples/test_keras_cnn.py, examples/test_keras_transformer.py.
 """
 
+import json
 import os
 import subprocess
 import sys
 
+import jsonschema
 import keras
 import numpy as np
 import pytest
@@ -17,10 +19,14 @@ from shared.errors import UsageError
 from shared.model.definition import Model
 from shared.model.keras_layers import Dropout
 from shared.model.registry import load, random_ops, register
+from shared.report.document import model_facts
+from shared.report.schema import SCHEMA_PATH
 from tests.cli import run_here
 
 CNN = "examples/keras_cnn.py:keras_cnn"
 MISTAKES = "tests/models/keras_mistakes.py"
+with open(SCHEMA_PATH) as _file:
+    SCHEMA = json.load(_file)
 
 
 def test_a_keras_model_is_its_variables_by_path_laid_out_by_its_layout_map():
@@ -50,6 +56,9 @@ def test_a_keras_model_is_its_variables_by_path_laid_out_by_its_layout_map():
     assert definition.parameter_count() == 13_162  # Keras's count_params() plus the 16 moving statistics
     assert [caution.trainers for caution in definition.cautions] == [("mirrored",)]
     assert definition.cautions[0].text.startswith("bn: Keras BatchNormalization without synchronized=True")
+    facts = model_facts(definition)  # the JSON report's model, as the schema says
+    jsonschema.validate(facts, {"$defs": SCHEMA["$defs"], **SCHEMA["properties"]["model"]})
+    assert facts["cautions"] == [{"trainers": ["mirrored"], "text": definition.cautions[0].text}]
 
 
 def test_the_function_is_called_after_the_runs_seed_is_set_and_names_its_layers_alike_every_time():
