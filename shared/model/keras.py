@@ -92,6 +92,11 @@ def keras_definition(result, source: str) -> ModelDefinition:
     for one they could not."""
     keras = check_keras(source)
     model, layout_map = result if isinstance(result, tuple) else (result, None)
+    if type(model).__module__.startswith("tf_keras"):
+        raise UsageError(
+            f"--model {source}: the model is tf_keras (Keras 2); build it with Keras 3: import keras, and unset "
+            f"TF_USE_LEGACY_KERAS"
+        )
     if not isinstance(model, keras.Model):
         raise UsageError(f"--model {source}: returned a {type(model).__name__}; return a keras.Model")
     if layout_map is not None and not isinstance(layout_map, keras.distribution.LayoutMap):
@@ -136,13 +141,13 @@ def keras_definition(result, source: str) -> ModelDefinition:
     trainable_names, running_names = names[: len(trainable)], names[len(trainable) :]
 
     def forward(values, inputs, context):
-        compute = computes[values[names[0]].dtype.name]
-        seed_states = [seed_state(value, context) for value in seed_values]
+        compute = computes[values[names[0]].dtype.name]  # the float32 model, or its float64 copy
+        non_trainable = dict(zip(running, (values[name] for name in running_names)))
+        non_trainable.update(zip(seeds, (seed_state(value, context) for value in seed_values)))
         weights = [values[name] for name in trainable_names]
-        statistics = iter(values[name] for name in running_names)
-        seed_iter = iter(seed_states)
-        non_trainable = [next(seed_iter) if index in seeds else next(statistics) for index in range(len(state))]
-        logits, new_state = call_stateless(compute, weights, non_trainable, inputs, context)
+        logits, new_state = call_stateless(
+            compute, weights, [non_trainable[i] for i in range(len(state))], inputs, context
+        )
         for name, index in zip(running_names, running, strict=True):
             context.update(name, new_state[index])
         return logits
