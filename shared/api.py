@@ -5,8 +5,9 @@
                          epochs=2, train_examples=512, test_examples=256)
     assert result.ok, result.summary()
 
-`model` is anything `--model` takes (mlp, vit, gpt, FILE.py:FUNCTION), or a ModelDefinition, or a function
-returning one (trained in this process then: a trainer process could not import it). The reference trains
+`model` is anything `--model` takes (mlp, vit, gpt, FILE.py:FUNCTION), or a ModelDefinition, a built Keras model,
+or a function returning either (or a Keras model and its LayoutMap; called after the run's seed is set), trained in
+this process then: a trainer process could not import it. The reference trains
 once; DTensor once per mesh and MirroredStrategy once, on the first `devices` logical devices (configured
 here if TensorFlow has not started; else the process's own must suffice). Every verdict
 is compare.py's: a float32 failure is rerun in float64 to tell float noise from a MISMATCH.
@@ -49,7 +50,7 @@ class ModelCheck:
 
 
 def check_model(
-    model: Union[str, ModelDefinition, Callable[[], ModelDefinition]] = "mlp",
+    model: Union[str, ModelDefinition, Callable[[], ModelDefinition], object] = "mlp",
     meshes: Sequence[str] = ("batch=8",),
     trainers: Sequence[str] = ("dtensor", "mirrored"),
     devices: int = 8,
@@ -65,7 +66,7 @@ def check_model(
     if not isinstance(model, str):  # an object: registered in this process, where every trainer then trains
         if options.get("trainer_process", "shared") != "shared":
             raise UsageError("a model given as an object trains in this process: trainer_process='shared'")
-        model = register(model, getattr(model, "__name__", "given to check_model"))
+        model = register(model, getattr(model, "__name__", "given to check_model"), options.get("seed", Config().seed))
         options = {**options, "trainer_process": "shared"}
     known = distributed(Config().trainers)
     unknown = [name for name in trainers if name not in known]

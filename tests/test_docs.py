@@ -144,7 +144,8 @@ def test_the_trainer_contract_in_the_docs_is_the_one_in_the_code():
 
 COMMAND = re.compile(r"^(python3? |\.venv|\.nox|pip |pytest|nox |ruff |export |git |unshare |--|compare\.py(?!:)|\w+=)")
 OTHER_PROGRAMS = re.compile(r"^'tf\.|^\w*Error: ")  # TensorFlow's and tensorflow-datasets' own lines
-CODE = re.compile(r"\||<=|\s=\s|->|^[\w.]+\(|^\(")  # |diff| <= T, atol = rtol = T, (a, b) -> ..., f(x), (x, y)
+# |diff| <= T, atol = rtol = T, (a, b) -> ..., f(x), (x, y), from m import n
+CODE = re.compile(r"\||<=|\s=\s|->|^[\w.]+\(|^\(|^from [\w.]+ import ")
 PLACEHOLDER = r"\.\.\.|\b[kNABDxy]\b|<[^<>]+>"
 NUMBER = r"\d+(?:[.,]\d+)*(?:e[-+]?\d+)?"
 WILD, NUM = "\x10", "\x11"  # in a quote: any text; a number

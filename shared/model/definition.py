@@ -84,6 +84,17 @@ class Variable:
         return self.layout.index(MODEL_AXIS) if MODEL_AXIS in self.layout else None
 
 
+@dataclasses.dataclass(frozen=True)
+class Caution:
+    """What a trainer will compute differently from one device, and why, known from the model before anything trains
+    (a Keras BatchNormalization without synchronized=True): in the header and the JSON, and in the reason of a
+    trainer it names whose verdict is MISMATCH or FAILED."""
+
+    text: str  # one line that names the layers: "bn: BatchNormalization without synchronized=True normalises ..."
+    trainers: Tuple[str, ...] = ()  # the trainers ("dtensor", "mirrored") it explains a difference of; () none
+    random: bool = False  # it names the forward's own random ops (so the generic random-op hint is left out)
+
+
 NAMES_SHOWN = 4  # names listed in a message before "... and N more"
 
 
@@ -135,6 +146,10 @@ class ModelDefinition:
     # it before anything trains (a token beyond it fails inside every trainer on a CPU and reads zeros on a GPU).
     # Float inputs: None.
     vocabulary: Optional[int] = None
+    cautions: Tuple[Caution, ...] = ()  # what will differ and why, said before anything trains
+    # (final weights in the definition's order, a path) -> the model in its own format there (a Keras model's .keras
+    # file, beside an export's SavedModel); None: the model has no other format
+    save_as: Optional[Callable[[Sequence[np.ndarray], str], None]] = None
 
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes

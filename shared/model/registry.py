@@ -6,7 +6,9 @@ checked once.
     python compare.py --model examples/my_model.py:my_model --data embedded
 
 A file's function takes no arguments and returns a `shared.model.ModelDefinition`
-(examples/my_model.py is one to copy). It is loaded and checked before anything trains:
+(examples/my_model.py is one to copy), or a built Keras 3 model, alone or with its LayoutMap
+(`(model, layout_map)`: shared/model/keras.py, examples/keras_cnn.py); a Keras model is built after
+`keras.utils.set_random_seed(--seed)`. It is loaded and checked before anything trains:
 a definition no trainer could build, a forward that fails on two examples of its input spec,
 or a variable that gets no gradient is one line that names the variable or the line of your
 file, exit 2.
@@ -27,33 +29,35 @@ from shared.config import BUILT_IN_MODELS, TUTORIAL_HIDDEN
 from shared.errors import UsageError
 from shared.model.definition import Model, ModelDefinition, check_definition
 from shared.model.gpt import gpt
+from shared.model.keras import is_keras_model, keras_definition, prepare_keras
 from shared.model.mlp import mlp
 from shared.model.vit import vit
 
 REGISTERED: dict = {}  # spec -> a definition handed over in this process (shared.api.check_model)
 
 
-def register(definition, source: str) -> str:
-    """A definition (or a function returning one) given as an object, as a spec that `load` knows in this
-    process: "object:<name>#<n>". Checked as a file's is."""
-    if callable(definition) and not isinstance(definition, ModelDefinition):
-        try:
-            definition = definition()
-        except Exception as error:  # noqa: BLE001 - the user's function: any error is one line
-            raise UsageError(f"model {source}: it raised {describe(error)}") from None
+def register(definition, source: str, seed: int = 0) -> str:
+    """A definition or Keras model (or a function returning one) given as an object, as a spec that `load` knows
+    in this process: "object:<name>#<n>". Checked as a file's is; a function is called after `seed` is set."""
+    if callable(definition) and not isinstance(definition, ModelDefinition) and not is_keras_model(definition):
+        definition = call_seeded(definition, seed, f"model {source}: it")
+    if is_keras_model(definition):
+        definition = keras_definition(definition, source)
     spec = f"object:{getattr(definition, 'name', type(definition).__name__)}#{len(REGISTERED)}"
     REGISTERED[spec] = check_forward(check_definition(definition, source), source)
     return spec
 
 
 def definition_for(config) -> ModelDefinition:
-    """The run's model: config.model with config.hidden (the MLP's only) and config.dropout (the built-in ones')."""
-    return load(config.model, config.hidden, config.dropout)
+    """The run's model: config.model with config.hidden (the MLP's only), config.dropout (the built-in ones') and
+    config.seed (a Keras model's initial values)."""
+    return load(config.model, config.hidden, config.dropout, config.seed)
 
 
 @functools.lru_cache(maxsize=None)
-def load(spec: str, hidden: Optional[Sequence[int]] = None, dropout: float = 0.0) -> ModelDefinition:
-    """One definition per spec and process: every trainer of a run shares it. `dropout`: the built-in models'."""
+def load(spec: str, hidden: Optional[Sequence[int]] = None, dropout: float = 0.0, seed: int = 0) -> ModelDefinition:
+    """One definition per spec and process: every trainer of a run shares it. `dropout`: the built-in models';
+    `seed`: what a file's Keras model is built from."""
     if spec == "mlp":
         return mlp(TUTORIAL_HIDDEN if hidden is None else tuple(hidden), dropout)
     if spec == "vit":
@@ -65,7 +69,10 @@ def load(spec: str, hidden: Optional[Sequence[int]] = None, dropout: float = 0.0
     path, colon, function_name = spec.rpartition(":")
     if not colon or not path.endswith(".py") or not function_name.isidentifier():
         raise UsageError(f"--model {spec!r} is unknown; use {', '.join(BUILT_IN_MODELS)} or FILE.py:FUNCTION")
-    return check_forward(check_definition(call_user_function(path, function_name, spec), spec), spec)
+    built = call_user_function(path, function_name, spec, seed)
+    if is_keras_model(built):
+        built = keras_definition(built, spec)
+    return check_forward(check_definition(built, spec), spec)
 
 
 def model_mismatch(written: str, wanted: str) -> str:
@@ -86,7 +93,7 @@ def hidden_text(model_name: str) -> str:
     return ",".join(model_name.split(" ", 1)[1].split("-")[1:-1])
 
 
-def call_user_function(path: str, function_name: str, spec: str):
+def call_user_function(path: str, function_name: str, spec: str, seed: int = 0):
     if not os.path.isfile(path):
         raise UsageError(f"--model {spec}: no file {path}")
     module_name = "user_model_" + os.path.splitext(os.path.basename(path))[0]
@@ -100,10 +107,7 @@ def call_user_function(path: str, function_name: str, spec: str):
         function = getattr(module, function_name, None)
         if not callable(function):
             raise UsageError(f"--model {spec}: {path} has no function {function_name}")
-        try:
-            return function()
-        except Exception as error:  # noqa: BLE001 - the user's function: any error is one line
-            raise UsageError(f"--model {spec}: {function_name}() raised {describe(error)}") from None
+        return call_seeded(function, seed, f"--model {spec}: {function_name}()")
 
 
 @contextlib.contextmanager
@@ -117,6 +121,20 @@ def siblings_importable(path: str):
         yield
     finally:
         sys.path.remove(directory)  # the first occurrence: the one inserted here
+
+
+def call_seeded(function, seed: int, what: str):
+    """function(), after Keras's seed is set where Keras is imported; again if it imported Keras itself and
+    returned a Keras model (built before the seed was set)."""
+    for _ in range(2):
+        seeded = prepare_keras(seed)
+        try:
+            result = function()
+        except Exception as error:  # noqa: BLE001 - the user's function: any error is one line
+            raise UsageError(f"{what} raised {describe(error)}") from None
+        if seeded or not is_keras_model(result):
+            return result
+    return result
 
 
 def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
@@ -161,7 +179,10 @@ def first_step_context(model: Model):
 
 def random_ops(definition: ModelDefinition) -> List[str]:
     """The random ops (tf.random.*, tf.nn.dropout) that the forward runs in training, by type, in graph order:
-    each trainer draws them differently (shared/model/forward.py). ForwardContext.dropout runs none."""
+    each trainer draws them differently (shared/model/forward.py). ForwardContext.dropout runs none. None named
+    for a model whose cautions name its random layers already (a Keras Dropout), with what to use instead."""
+    if any(caution.random for caution in definition.cautions):
+        return []
 
     @tf.function
     def training_forward(model, inputs):

@@ -34,6 +34,7 @@ def model_facts(definition) -> dict:
             {"name": variable.name, "shape": list(definition.shape(variable)), "layout": list(variable.layout)}
             for variable in definition.variables
         ],
+        "cautions": [{"trainers": list(caution.trainers), "text": caution.text} for caution in definition.cautions],
     }
 
 

@@ -1,6 +1,6 @@
 """The run's facts, printed once before anything trains: devices, batches, optimizer, data and model."""
 
-from typing import Dict, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -31,6 +31,7 @@ def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], pro
             data.describe(),
             describe_model(definition_for(config)),
         ]
+        + describe_cautions(definition_for(config))
         + ([processes] if processes else [])
     )
 
@@ -42,3 +43,10 @@ def describe_model(definition) -> str:
         f"model: {definition.description or definition.name}; {definition.parameter_count():,} parameters, "
         f"{definition.flops_per_example / 1e6:.2f} MFLOP per example{per_token} (forward + backward)"
     )
+
+
+def describe_cautions(definition) -> List[str]:
+    """What the model will compute differently on a trainer, and why, one line each (shared.model.Caution)."""
+    return [
+        f"caution ({', '.join(caution.trainers) or 'every trainer'}): {caution.text}" for caution in definition.cautions
+    ]

@@ -187,6 +187,7 @@ def train_and_judge(
     explain(config, judgement, parity, entries, train, log)
     locate_differences(config, judgement.verdicts, entries, results, train, log)
     name_random_ops(config, judgement.verdicts, results)
+    name_cautions(config, judgement.verdicts, results, [reference, *others])
     run = RunResult(
         config,
         list(devices),
@@ -275,6 +276,20 @@ def name_random_ops(config, verdicts, results) -> None:
             result.error += f"; {hint}"
         elif key in verdicts and verdicts[key].verdict == verdict.MISMATCH:
             verdicts[key].add_reason(hint)
+
+
+def name_cautions(config, verdicts, results, entries: Sequence[Entry]) -> None:
+    """The model's cautions (shared.model.Caution: a Keras BatchNormalization without synchronized=True) in the
+    reason of each trainer they name that mismatches or fails."""
+    cautions = definition_for(config).cautions
+    for entry in entries:
+        texts = [caution.text for caution in cautions if entry.trainer in caution.trainers]
+        result, found = results[entry.key], verdicts.get(entry.key)
+        for text in texts:
+            if result.failed and entry.key != "reference":
+                result.error += f"; {text}"
+            elif found is not None and found.verdict == verdict.MISMATCH:
+                found.add_reason(text)
 
 
 def train_all(

@@ -24,6 +24,7 @@ from shared.model.definition import Model
 
 PROBE_EXAMPLES = 100
 PROBE_FILE = os.path.join("assets.extra", "probe.npz")
+KERAS_FILE = "model.keras"  # a Keras model's own format, beside the SavedModel
 # Logits of the same weights on a mesh or one device differ by summation order only:
 # measured up to ~1e-6 for logits of magnitude ~10; 1e-4 leaves room and still catches any wrong weight.
 LOGIT_TOLERANCE = 1e-4
@@ -61,10 +62,30 @@ def export_model(
     os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
     partial = partial_path(directory)
     tf.saved_model.save(serving, partial, signatures={"serving_default": serving.serve})
+    save_native(definition, weights, partial)
     os.makedirs(os.path.join(partial, "assets.extra"))
     np.savez(os.path.join(partial, PROBE_FILE), inputs=probe_images, trainer_logits=expected)
     publish_directory(partial, directory)
     return float(np.max(np.abs(served - expected))) if len(expected) else 0.0
+
+
+def save_native(definition, weights: Sequence[np.ndarray], directory: str) -> None:
+    """The model in its own format beside the SavedModel, from the same float32 weights: a Keras model's
+    DIR/<trainer>/model.keras, which keras.saving.load_model loads (shared/model/keras.py)."""
+    if definition.save_as is not None:
+        with tf.device("CPU:0"):
+            definition.save_as([np.asarray(w, np.float32) for w in weights], os.path.join(directory, KERAS_FILE))
+
+
+def check_keras_file(directory: str) -> float:
+    """Load an export's model.keras with keras.saving.load_model and return its largest |logit| difference from
+    the trainer's own on the probe inputs."""
+    import keras
+
+    probe = np.load(os.path.join(directory, PROBE_FILE))
+    model = keras.saving.load_model(os.path.join(directory, KERAS_FILE))
+    logits = np.asarray(model.predict(probe["inputs"], verbose=0))
+    return float(np.max(np.abs(logits - probe["trainer_logits"])))
 
 
 def export_trainer(
@@ -134,4 +155,11 @@ def main(argv: Sequence[str]) -> int:
             f"{directory}: max |logit diff| {difference:.3g} against the trainer's own on its probe images, "
             f"tolerance {LOGIT_TOLERANCE:g} ({'ok' if difference <= LOGIT_TOLERANCE else 'FAILED'})"
         )
+        if os.path.isfile(os.path.join(directory, KERAS_FILE)):
+            difference = check_keras_file(directory)
+            worst = max(worst, difference)
+            print(
+                f"{os.path.join(directory, KERAS_FILE)}: max |logit diff| {difference:.3g} (keras.saving.load_model), "
+                f"tolerance {LOGIT_TOLERANCE:g} ({'ok' if difference <= LOGIT_TOLERANCE else 'FAILED'})"
+            )
     return 0 if worst <= LOGIT_TOLERANCE else 1

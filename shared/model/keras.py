@@ -1,0 +1,530 @@
+"""A Keras 3 model as a ModelDefinition: what `--model FILE.py:FUNCTION` makes of a function that returns a built
+`keras.Model`, or `(model, keras.distribution.LayoutMap)`.
+
+    python compare.py --model examples/keras_cnn.py:keras_cnn --data images.npz --devices 4 --dtype float64
+
+The variables are the model's, named by their Keras paths, from the values it was built with (after
+`keras.utils.set_random_seed(--seed)`), laid out by the user's LayoutMap itself (`layout_map[path]`: their Keras
+version's matching). The forward is Keras's own pure one, `model.stateless_call`; the non-trainable values it
+returns (BatchNormalization's moving statistics) are `context.update`s. Keras seed states are not variables here:
+a step's is (the layer's initial seed, the optimizer step). A float64 run computes with a copy rebuilt from the
+model's config with every float32 dtype float64, from the float32 values widened. docs/keras.md.
+"""
+
+import dataclasses
+import re
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from shared.errors import UsageError
+from shared.model.definition import (
+    BATCH_AXIS,
+    MESH_AXES,
+    MODEL_AXIS,
+    NAME_PART,
+    RESERVED_NAMES,
+    UNSHARDED,
+    Caution,
+    ModelDefinition,
+    Variable,
+)
+
+SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
+RANDOM_LAYER_HINT = "use shared.model.keras_layers.Dropout, which draws alike everywhere (docs/keras.md)"
+
+
+def is_keras_model(result) -> bool:
+    """Whether a --model function returned a Keras model (any Keras, so that Keras 2 is refused by name), or a
+    pair (model, layout map). Imports no Keras."""
+    candidate = result[0] if isinstance(result, tuple) and len(result) == 2 else result
+    return any(
+        cls.__module__.split(".")[0] in ("keras", "tf_keras") and cls.__name__ in ("Model", "Layer")
+        for cls in type(candidate).__mro__
+    )
+
+
+def prepare_keras(seed: int) -> bool:
+    """Before a user's function builds a Keras model: Keras's name counters cleared (so layer names, and so
+    variable paths, are the same in every process) and its seeds set; False where no Keras 3 is imported."""
+    keras = sys.modules.get("keras")
+    if keras is None or not getattr(keras, "__version__", "0").split(".")[0].isdigit():
+        return False
+    if int(keras.__version__.split(".")[0]) < 3:
+        return False
+    keras.utils.clear_session(free_memory=False)
+    keras.utils.set_random_seed(seed)
+    return True
+
+
+def check_keras(source: str):
+    """Keras 3 on the TensorFlow backend, or UsageError in one line that says which release to use."""
+    import keras
+
+    major = int(keras.__version__.split(".")[0])
+    if major < 3:
+        raise UsageError(
+            f"--model {source}: the model is Keras {keras.__version__} (TensorFlow {tf.__version__} brings Keras 2); "
+            f"Keras models need Keras 3: use TensorFlow 2.16 or later (pip install 'tensorflow>=2.16')"
+        )
+    if keras.backend.backend() != "tensorflow":
+        raise UsageError(
+            f"--model {source}: Keras runs on {keras.backend.backend()}; set KERAS_BACKEND=tensorflow to train it here"
+        )
+    return keras
+
+
+@dataclasses.dataclass
+class Compute:
+    """One dtype's Keras model, and the same layers with every top-level layer's output too (the replay's taps)."""
+
+    model: object
+    tapped: Optional[object]
+    tap_names: List[str]
+    tapped_trainable: List[int]  # tapped.trainable_variables[i] is model.trainable_variables[tapped_trainable[i]]
+    tapped_state: List[int]  # likewise for the non-trainable variables
+
+
+def keras_definition(result, source: str) -> ModelDefinition:
+    """A built Keras model, or (model, layout_map), as a definition every trainer trains; UsageError in one line
+    for one they could not."""
+    keras = check_keras(source)
+    model, layout_map = checked_model(result, source, keras)
+    input_shape, input_dtype = input_spec(model, source)
+    outputs = model(tf.zeros((2, *input_shape), input_dtype), training=False)
+    if not tf.is_tensor(outputs) or outputs.shape.rank < 2:
+        raise UsageError(
+            f"--model {source}: the model returns {describe_outputs(outputs)}; it must return one tensor of logits "
+            f"[N, ..., classes]"
+        )
+    trainable, state = list(model.trainable_variables), list(model.non_trainable_variables)
+    seeds = [index for index, variable in enumerate(state) if is_seed_state(variable)]
+    running = [index for index in range(len(state)) if index not in seeds]
+    keras_variables = trainable + [state[index] for index in running]
+    names = variable_names([variable.path for variable in keras_variables])
+    parameters = int(sum(np.prod(variable.shape) for variable in keras_variables))
+    return ModelDefinition(
+        name=f"keras {model.name} {parameters} parameters",
+        variables=definition_variables(keras_variables, names, layout_map, source),
+        forward=stateless_forward(model, keras, source, names, len(trainable), state, seeds, running),
+        flops_per_example=flops_per_example(model, input_shape, input_dtype, parameters),
+        description=describe(model, layout_map),
+        input_shape=input_shape,
+        input_dtype=input_dtype,
+        label_shape=tuple(outputs.shape[1:-1]),
+        classes=int(outputs.shape[-1]),
+        cautions=cautions(model, keras),
+        save_as=keras_saver(model, keras_variables, keras),
+    )
+
+
+def checked_model(result, source: str, keras):
+    """(model, layout_map or None) of what the user's function returned; UsageError in one line for what no
+    trainer could train: Keras 2, not a model, not a LayoutMap, not built, not float32."""
+    model, layout_map = result if isinstance(result, tuple) else (result, None)
+    if type(model).__module__.startswith("tf_keras"):
+        raise UsageError(
+            f"--model {source}: the model is tf_keras (Keras 2); build it with Keras 3: import keras, and unset "
+            f"TF_USE_LEGACY_KERAS"
+        )
+    if not isinstance(model, keras.Model):
+        raise UsageError(f"--model {source}: returned a {type(model).__name__}; return a keras.Model")
+    if layout_map is not None and not isinstance(layout_map, keras.distribution.LayoutMap):
+        raise UsageError(
+            f"--model {source}: the pair's second item is a {type(layout_map).__name__}; give a "
+            f"keras.distribution.LayoutMap (or return the model alone)"
+        )
+    if not model.built:
+        raise UsageError(
+            f"--model {source}: the Keras model {model.name} is not built; start it with keras.Input(shape), or "
+            f"call it once on an example batch"
+        )
+    check_float32(model, source)
+    return model, layout_map
+
+
+def definition_variables(keras_variables, names, layout_map, source: str):
+    """The definition's Variables: each Keras variable's values, its layout from the LayoutMap, its path."""
+    layouts = [layout_for(layout_map, variable, source) for variable in keras_variables]
+    return tuple(
+        Variable(
+            name,
+            tuple(variable.shape),
+            init=constant(variable.numpy()),
+            layout=layout,
+            label=variable.path if variable.path != name else "",
+            trainable=variable.trainable,
+        )
+        for name, variable, layout in zip(names, keras_variables, layouts, strict=True)
+    )
+
+
+def stateless_forward(model, keras, source: str, names, trainable_count: int, state, seeds, running):
+    """The definition's forward: the model's stateless_call (or its float64 copy's) on the trainer's values, the
+    running statistics' new values handed to context.update, each seed state drawn from the context."""
+    computes = {"float32": compute_for(model, keras), "float64": compute_for(float64_copy(model, keras, source), keras)}
+    seed_values = [np.asarray(state[index].numpy(), np.int64) for index in seeds]
+    trainable_names, running_names = names[:trainable_count], names[trainable_count:]
+
+    def forward(values, inputs, context):
+        compute = computes[values[names[0]].dtype.name]  # the float32 model, or its float64 copy
+        non_trainable = dict(zip(running, (values[name] for name in running_names)))
+        non_trainable.update(zip(seeds, (seed_state(value, context) for value in seed_values)))
+        weights = [values[name] for name in trainable_names]
+        logits, new_state = call_stateless(
+            compute, weights, [non_trainable[i] for i in range(len(state))], inputs, context
+        )
+        for name, index in zip(running_names, running, strict=True):
+            context.update(name, new_state[index])
+        return logits
+
+    return forward
+
+
+def call_stateless(compute: Compute, weights, non_trainable, inputs, context):
+    """(logits, new non-trainable values in the model's order): the model's stateless_call, its Dropout layers
+    drawing through `context`; recording, through the tapped model, each top-level layer's output tapped."""
+    from shared.model.keras_layers import drawing_with
+
+    training = {"training": context.training} if getattr(compute.model, "_call_has_training_arg", True) else {}
+    with drawing_with(context):
+        if not (context.record and compute.tapped is not None):
+            return compute.model.stateless_call(weights, non_trainable, inputs, **training)
+        outputs, tapped_state = compute.tapped.stateless_call(
+            [weights[index] for index in compute.tapped_trainable],
+            [non_trainable[index] for index in compute.tapped_state],
+            inputs,
+            **training,
+        )
+    for name, output in zip(compute.tap_names, outputs[:-1], strict=True):
+        context.tap(name, output)
+    new_state = list(non_trainable)
+    for value, index in zip(tapped_state, compute.tapped_state, strict=True):
+        new_state[index] = value
+    return outputs[-1], new_state
+
+
+def seed_state(initial: np.ndarray, context) -> tf.Tensor:
+    """A Keras seed state in this forward: its initial [seed, counter], the counter moved on by the optimizer step
+    (a training step draws from its own state, as Keras's counter would; the same on every trainer)."""
+    state = tf.constant(initial, tf.int64)
+    if not context.training or context.step is None:
+        return state
+    return state + tf.stack([tf.constant(0, tf.int64), tf.cast(context.step, tf.int64) * SEED_STRIDE])
+
+
+def input_spec(model, source: str) -> Tuple[Tuple[int, ...], str]:
+    """One example's input shape and dtype: a functional or Sequential model's Input, a subclassed model's build
+    shape (float32 inputs)."""
+    inputs = getattr(model, "inputs", None) if not is_subclassed(model) else None
+    if inputs is not None and len(inputs) != 1:
+        raise UsageError(f"--model {source}: the model takes {len(inputs)} inputs; it must take one tensor per example")
+    if inputs:
+        shape, dtype = tuple(inputs[0].shape[1:]), str(inputs[0].dtype)
+    else:
+        build = (model.get_build_config() or {}).get("input_shape")
+        if not build or not all(isinstance(size, (int, type(None))) for size in build):
+            raise UsageError(
+                f"--model {source}: the Keras model {model.name} was built from {build!r}; build it from one "
+                f"input: keras.Input(shape), or call it once on an example batch"
+            )
+        shape, dtype = tuple(build[1:]), "float32"
+    if not shape or not all(isinstance(size, int) for size in shape):
+        raise UsageError(
+            f"--model {source}: the model's input is [N, {', '.join(str(size) for size in shape)}]; give every "
+            f"dimension but the batch's a size (keras.Input(shape=(32, 32, 3)))"
+        )
+    if dtype not in ("float32", "int32", "int64"):
+        raise UsageError(f"--model {source}: the model's input is {dtype}; use float32, int32 or int64 inputs")
+    return shape, dtype
+
+
+def is_subclassed(model) -> bool:
+    return type(model).__name__ not in ("Functional", "Sequential") and not hasattr(model, "_inputs_struct")
+
+
+def describe_outputs(outputs) -> str:
+    if tf.is_tensor(outputs):
+        return f"shape {list(outputs.shape)}"
+    return f"{type(outputs).__name__} of {len(outputs)} outputs" if hasattr(outputs, "__len__") else str(outputs)
+
+
+def check_float32(model, source: str) -> None:
+    """Every variable float32 (the tool widens them for float64), every layer computing in its variables' dtype."""
+    for variable in model.variables:
+        if not is_seed_state(variable) and variable.dtype != "float32":
+            raise UsageError(
+                f"--model {source}: variable {variable.path} is {variable.dtype}; build the model in float32 "
+                f"(--dtype float64 trains a float64 copy of it)"
+            )
+    for layer in [*model._flatten_layers(include_self=False, recursive=True), model]:
+        policy = getattr(layer, "dtype_policy", None)
+        if (
+            type(layer).__name__ != "InputLayer"
+            and policy is not None
+            and policy.compute_dtype != policy.variable_dtype
+        ):
+            raise UsageError(
+                f"--model {source}: layer {layer.name} computes in {policy.compute_dtype} (dtype policy "
+                f"{policy.name}); the tool trains one dtype for weights and computation: use float32"
+            )
+
+
+def is_seed_state(variable) -> bool:
+    return variable.path.split("/")[-1] == "seed_generator_state"
+
+
+def variable_names(paths: Sequence[str]) -> List[str]:
+    """Keras paths as the definition's names: each part an identifier (other characters become _), never a name
+    tf.Module keeps for itself first."""
+    names = []
+    for path in paths:
+        parts = [part if NAME_PART.match(part) else re.sub(r"\W", "_", part) for part in path.split("/")]
+        parts = [f"_{part}" if not NAME_PART.match(part) else part for part in parts]
+        if parts[0] in RESERVED_NAMES or parts[0].isdigit():
+            parts[0] = f"keras_{parts[0]}"
+        names.append("/".join(parts))
+    return names
+
+
+def constant(value: np.ndarray):
+    value = np.asarray(value, np.float32)
+    return lambda shape, seed: value
+
+
+def layout_for(layout_map, variable, source: str) -> Tuple[str, ...]:
+    """The variable's layout from the user's LayoutMap (`layout_map[path]`), as the definition's: an axis or
+    "unsharded" per dimension, () when no key matches."""
+    if layout_map is None:
+        return ()
+    try:
+        found = layout_map[variable.path]
+    except ValueError as error:
+        keys = re.search(r"keys: (\[.*?\])", str(error))
+        raise UsageError(
+            f"--model {source}: variable {variable.path} matches more than one LayoutMap key "
+            f"({keys.group(1) if keys else error}); make each variable's path match one key"
+        ) from None
+    if found is None:
+        return ()
+    key = next((key for key in layout_map.keys() if layout_map._layout_map[key] is found), variable.path)
+    axes = tuple(found.axes)
+    wrong = [axis for axis in axes if axis is not None and axis not in MESH_AXES]
+    if wrong:
+        raise UsageError(
+            f"--model {source}: LayoutMap key {key!r} names the axis {wrong[0]!r}; a mesh here has the axes "
+            f"'{BATCH_AXIS}' and '{MODEL_AXIS}' (None: unsharded)"
+        )
+    if len(axes) != len(variable.shape):
+        raise UsageError(
+            f"--model {source}: LayoutMap key {key!r} gives {variable.path} {axes}, {len(axes)} entries for its "
+            f"shape of rank {len(variable.shape)} {list(variable.shape)}; give one entry per dimension"
+        )
+    if any(axes.count(axis) > 1 for axis in MESH_AXES):
+        raise UsageError(
+            f"--model {source}: LayoutMap key {key!r} gives {variable.path} {axes}; name each axis on one "
+            f"dimension at most"
+        )
+    layout = tuple(UNSHARDED if axis is None else axis for axis in axes)
+    return layout if any(axis != UNSHARDED for axis in layout) else ()
+
+
+def float64_copy(model, keras, source: str):
+    """The model rebuilt from its config with every float32 dtype float64 (its inputs' too), so that a float64 run
+    computes in float64 end to end (Keras casts a layer's inputs to its dtype policy)."""
+    custom = {type(layer).__name__: type(layer) for layer in model._flatten_layers(include_self=True)}
+    config = widened(keras.saving.serialize_keras_object(model))
+    floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
+    keras.config.set_floatx("float64")  # a subclassed model's layers made in its __init__ take the global policy
+    keras.config.set_dtype_policy("float64")
+    try:
+        with keras.saving.custom_object_scope(custom):
+            copy = keras.saving.deserialize_keras_object(config)
+        if not copy.built:
+            copy.build_from_config(model.get_build_config())
+    except Exception as error:  # noqa: BLE001 - the user's layers: any error is one line
+        raise UsageError(
+            f"--model {source}: the Keras model could not be rebuilt in float64 from its config "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); give every custom "
+            f"layer get_config (a functional or Sequential model of Keras layers has it)"
+        ) from None
+    finally:
+        keras.config.set_floatx(floatx)
+        keras.config.set_dtype_policy(policy)
+    mine, theirs = model.variables, copy.variables
+    same = len(mine) == len(theirs) and all(
+        tuple(a.shape) == tuple(b.shape) and a.trainable == b.trainable for a, b in zip(mine, theirs)
+    )
+    wide = all(is_seed_state(v) or v.dtype == "float64" for v in theirs)
+    if not same or not wide:
+        raise UsageError(
+            f"--model {source}: the Keras model rebuilt from its config in float64 has other variables than it "
+            f"({'their shapes differ' if not same else 'some are not float64'}); give every custom layer a "
+            f"get_config that rebuilds it, and no fixed float32 dtype"
+        )
+    return copy
+
+
+def widened(node):
+    """A serialized Keras config with every float32 dtype (a layer's policy, an Input's dtype) float64."""
+    if isinstance(node, dict):
+        if node.get("class_name") == "DTypePolicy" and node.get("config", {}).get("name") == "float32":
+            return {**node, "config": {**node["config"], "name": "float64"}}
+        return {
+            key: "float64" if key == "dtype" and value == "float32" else widened(value) for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [widened(value) for value in node]
+    return node
+
+
+def compute_for(model, keras) -> Compute:
+    """`model` and, for a functional or Sequential one, a model of the same layers that also outputs each
+    top-level layer's output (a layer called more than once, or with other than one tensor out, is left out)."""
+    taps, names = [], []
+    if not is_subclassed(model):
+        for layer in model.layers:
+            if isinstance(layer, keras.layers.InputLayer):
+                continue
+            try:
+                output = layer.output
+            except (AttributeError, ValueError):
+                continue
+            if keras.backend.is_keras_tensor(output) and len(output.shape) >= 1:
+                taps.append(output)
+                names.append(layer.name)
+    if not taps:
+        return Compute(model, None, [], [], [])
+    tapped = keras.Model(model.inputs, [*taps, model.outputs[0]], name=f"{model.name}_taps")
+    trainable = {id(v): i for i, v in enumerate(model.trainable_variables)}
+    state = {id(v): i for i, v in enumerate(model.non_trainable_variables)}
+    return Compute(
+        model,
+        tapped,
+        names,
+        [trainable[id(v)] for v in tapped.trainable_variables],
+        [state[id(v)] for v in tapped.non_trainable_variables],
+    )
+
+
+def flops_per_example(model, input_shape, input_dtype, parameters: int) -> int:
+    """Forward + backward: 3 times the forward's float operations as TensorFlow's profiler counts them on one
+    example (matmuls, convolutions; an einsum it does not count); 6 per parameter when it counts none."""
+    spec = tf.TensorSpec((1, *input_shape), input_dtype)
+    try:
+        graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
+        options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+        options["output"] = "none"
+        counted = tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
+    except Exception:  # noqa: BLE001 - a figure for the GFLOP/s line only
+        counted = 0
+    return int(3 * counted) if counted else 6 * parameters
+
+
+def describe(model, layout_map) -> str:
+    kinds: Dict[str, int] = {}
+    for layer in model.layers if not is_subclassed(model) else model._flatten_layers(include_self=False):
+        if type(layer).__name__ != "InputLayer":
+            kinds[type(layer).__name__] = kinds.get(type(layer).__name__, 0) + 1
+    layers = ", ".join(f"{name}" + (f" x{count}" if count > 1 else "") for name, count in kinds.items())
+    laid_out = f"; LayoutMap of {len(layout_map)} keys" if layout_map is not None else ""
+    return f"Keras {type(model).__name__} {model.name}: {layers}{laid_out}"
+
+
+def cautions(model, keras) -> Tuple[Caution, ...]:
+    """What the model's own layers make a trainer compute differently (output_cautions: what every trainer leaves
+    out alike)."""
+    from shared.model.keras_layers import Dropout
+
+    layers = list(model._flatten_layers(include_self=False, recursive=True))
+    unsynchronized = [
+        layer.name
+        for layer in layers
+        if isinstance(layer, keras.layers.BatchNormalization) and not getattr(layer, "synchronized", False)
+    ]
+    random = [layer for layer in layers if getattr(layer, "_seed_generators", None) and not isinstance(layer, Dropout)]
+    found = []
+    if unsynchronized:
+        found.append(
+            Caution(
+                f"{', '.join(unsynchronized)}: Keras BatchNormalization without synchronized=True normalises each "
+                f"MirroredStrategy replica's piece of the batch on its own (one device and DTensor: the global "
+                f"batch); use BatchNormalization(synchronized=True) for the same model everywhere",
+                ("mirrored",),
+            )
+        )
+    if random:
+        kinds = sorted({type(layer).__name__ for layer in random})
+        dropout_only = kinds == ["Dropout"]
+        found.append(
+            Caution(
+                f"{', '.join(layer.name for layer in random)}: Keras {' and '.join(kinds)} draws from a seed state: "
+                f"DTensor XORs the seed with each device, MirroredStrategy's replicas each draw their piece from "
+                f"the same state, so neither draws one device's numbers; "
+                + (RANDOM_LAYER_HINT if dropout_only else "shared.model.keras_layers.Dropout replaces a Dropout"),
+                ("dtensor", "mirrored"),
+                random=True,
+            )
+        )
+    return tuple(found) + output_cautions(model, keras)
+
+
+def output_cautions(model, keras) -> Tuple[Caution, ...]:
+    """The model's own losses and a softmax output: every trainer leaves them out alike."""
+    found = []
+    if model.losses:  # the probe call's: regularizers and add_loss
+        found.append(
+            Caution(
+                "the model adds losses of its own (a kernel_regularizer, an activity_regularizer, add_loss), which "
+                "no trainer here trains: the loss is the per-label softmax cross-entropy of its logits"
+            )
+        )
+    last = model.layers[-1] if model.layers else None
+    activation = getattr(getattr(last, "activation", None), "__name__", "")
+    if isinstance(last, keras.layers.Softmax) or activation == "softmax":
+        found.append(
+            Caution(
+                f"{last.name}: the model's output is a softmax, but the loss is the softmax cross-entropy of logits: "
+                f"remove the output's softmax"
+            )
+        )
+    return tuple(found)
+
+
+def keras_saver(model, keras_variables, keras):
+    """(weights, path): the weights written into the user's model (float32) and it saved as a .keras file that
+    plain Keras loads: a drop-in Dropout is saved as keras.layers.Dropout (the same at inference)."""
+    from shared.model.keras_layers import Dropout
+
+    has_drop_in = any(isinstance(layer, Dropout) for layer in model._flatten_layers(include_self=False))
+
+    def save(weights: Sequence[np.ndarray], path: str) -> None:
+        for variable, value in zip(keras_variables, weights, strict=True):
+            variable.assign(np.asarray(value, np.float32))
+        plain = plain_copy(model, keras) if has_drop_in else model
+        if plain is not model:
+            for mine, theirs in zip(model.variables, plain.variables, strict=True):
+                theirs.assign(mine.value)
+        plain.save(path)
+
+    return save
+
+
+def plain_copy(model, keras):
+    """The model rebuilt from its config with each shared.model.keras_layers.Dropout a keras.layers.Dropout."""
+
+    def plain(node):
+        if isinstance(node, dict):
+            if node.get("registered_name") == "shared>Dropout":
+                return {**node, "module": "keras.layers", "class_name": "Dropout", "registered_name": None}
+            return {key: plain(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [plain(value) for value in node]
+        return node
+
+    copy = keras.saving.deserialize_keras_object(plain(keras.saving.serialize_keras_object(model)))
+    if not copy.built:
+        copy.build_from_config(model.get_build_config())
+    return copy

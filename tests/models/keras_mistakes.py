@@ -1,0 +1,98 @@
+"""Keras models with the mistakes users make, for tests/test_keras.py: `--model tests/models/keras_mistakes.py:NAME`.
+
+Each is a small Dense model with one thing no trainer could train: never built, two inputs, two outputs, a
+LayoutMap that names another axis, gives the wrong rank or matches a path twice, float16 weights.
+"""
+
+import keras
+
+
+def dense(layout_map=None, **input_options):
+    inputs = keras.Input((784,), **input_options)
+    hidden = keras.layers.Dense(16, activation="relu", name="hidden")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(10, name="out")(hidden))
+    return model if layout_map is None else (model, layout_map)
+
+
+def layout_map(**keys):
+    found = keras.distribution.LayoutMap(None)
+    for key, axes in keys.items():
+        found[key.replace("__", "/")] = axes
+    return found
+
+
+class Subclassed(keras.Model):
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.hidden = keras.layers.Dense(16, activation="relu")
+        self.out = keras.layers.Dense(10)
+
+    def call(self, inputs):
+        return self.out(self.hidden(inputs))
+
+
+def never_called():
+    return Subclassed()
+
+
+def subclassed():
+    model = Subclassed()
+    model(keras.ops.zeros((1, 784)))
+    return model
+
+
+def two_inputs():
+    left, right = keras.Input((392,)), keras.Input((392,))
+    joined = keras.layers.Concatenate()([left, right])
+    return keras.Model([left, right], keras.layers.Dense(10)(joined))
+
+
+def two_outputs():
+    inputs = keras.Input((784,))
+    return keras.Model(inputs, [keras.layers.Dense(10)(inputs), keras.layers.Dense(10)(inputs)])
+
+
+def data_axis():
+    return dense(layout_map(hidden__kernel=(None, "data")))
+
+
+def wrong_rank():
+    return dense(layout_map(hidden__kernel=("model",)))
+
+
+def two_keys():
+    return dense(layout_map(**{"hidden__.*": (None, "model"), ".*__kernel": ("model", None)}))
+
+
+def indivisible():
+    return dense(layout_map(out__kernel=(None, "model")))  # 10 logits over a model axis of 4
+
+
+def float16():
+    keras.config.set_floatx("float16")
+    try:
+        return dense()
+    finally:
+        keras.config.set_floatx("float32")
+
+
+def mixed_precision():
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        return dense()
+    finally:
+        keras.config.set_dtype_policy("float32")
+
+
+def softmax_output():
+    inputs = keras.Input((784,))
+    return keras.Model(inputs, keras.layers.Dense(10, activation="softmax", name="probabilities")(inputs))
+
+
+def regularized():
+    inputs = keras.Input((784,))
+    return keras.Model(inputs, keras.layers.Dense(10, kernel_regularizer="l2", name="out")(inputs))
+
+
+def not_a_model():
+    return keras.layers.Dense(10)
