@@ -77,3 +77,23 @@ def test_largest_total_and_one_line_summary():
     ]
     assert memory.largest_total_bytes(records) == 5 * memory.MB
     assert memory.describe(records) == ("CPU:0 2.00 + 3.00 MB, CPU:1-7 1.00 + 0.00 MB each (weights + optimizer state)")
+
+
+def test_each_trainers_peak_is_its_own_not_the_largest_its_process_trained_before(devices, embedded):
+    """The peak RSS is reset before each trainer (Linux) and the figure is the rise above where the process stood:
+    a small model trained after a large one in the same process reports its own small rise, where the process's
+    peak so far would have been the large one's; and the header says what the figure is."""
+    from shared.measure.memory import describe_peak
+    from shared.run.results import train_one
+    from shared.training.data import Dataset
+
+    data = Dataset(embedded.x_train[:256], embedded.y_train[:256], embedded.x_test[:64], embedded.y_test[:64], "e", "")
+    large = CONFIG.replace(hidden=(4096, 4096), epochs=1, batch_size=64, quiet=True)  # 19.9M parameters + Adam
+    first = train_one("reference", large, data, devices[:1], log=print)
+    second = train_one("reference", large.replace(hidden=(16, 8)), data, devices[:1], log=print)
+    assert first.peak_memory_rise_mb > 200  # weights, gradients, Adam's slots: 4 x 80 MB, some of it reused
+    assert second.peak_memory_rise_mb < 50 < first.peak_memory_rise_mb - 150
+    assert describe_peak("CPU") == (
+        "memory: peak MB is each trainer's own: how far its process's RSS rose above where it stood when the "
+        "trainer started"
+    )

@@ -10,6 +10,7 @@ holds a copy); SGD has none. On GPU, `with_peaks` adds TensorFlow's peak allocat
 """
 
 import dataclasses
+import resource
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -79,3 +80,42 @@ def describe(memory: Sequence[DeviceMemory]) -> str:
             + (" each" if len(devices) > 1 else "")
         )
     return ", ".join(parts) + " (weights + optimizer state)" if parts else "-"
+
+
+# Linux: writing "5" here resets this process's peak RSS (VmHWM, and ru_maxrss with it) to what it holds now, so that
+# a reading after a trainer is the peak while it trained, not the largest of everything before it (proc(5)).
+PEAK_RESET_FILE = "/proc/self/clear_refs"
+STATUS_FILE = "/proc/self/status"
+
+
+def start_peak() -> Optional[float]:
+    """Before a trainer: reset this process's peak RSS and return the RSS now in MB, its baseline; None where the
+    system cannot reset it (the peak is then the process's so far)."""
+    try:
+        with open(PEAK_RESET_FILE, "w") as file:
+            file.write("5")
+        with open(STATUS_FILE) as file:
+            rss_kib = next(int(line.split()[1]) for line in file if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return rss_kib / 1024
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS since the last start_peak (else since it started), in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def describe_peak(device_type: str) -> str:
+    """The header's line on what the results' "peak MB" is."""
+    if device_type == "GPU":
+        return "memory: peak MB is TensorFlow's peak allocation on each trainer's devices while it trained"
+    if start_peak() is not None:
+        return (
+            "memory: peak MB is each trainer's own: how far its process's RSS rose above where it stood when the "
+            "trainer started"
+        )
+    return (
+        "memory: peak MB is its process's peak RSS so far (this system cannot reset it): a trainer's includes "
+        "those trained before it in its process"
+    )

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.console import fit_width
+from shared.measure.memory import describe_peak
 from shared.model.registry import definition_for
 from shared.training.protocol import RunFacts
 
@@ -33,6 +34,7 @@ def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], pro
         ]
         + describe_cautions(definition_for(config))
         + ([processes] if processes else [])
+        + [describe_peak(config.device_type)]
     )
 
 

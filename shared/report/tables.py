@@ -79,7 +79,7 @@ def result_rows(run) -> List[list]:
                 *(("-", "-") if percentiles is None else (f"{percentiles[0]:.2f}", f"{percentiles[1]:.2f}")),
                 f"{history.trace_seconds:.2f}",
                 f"{largest_total_bytes(history.memory_per_device) / MB:,.2f}",
-                f"{result.peak_memory_mb:,.0f}",
+                f"{result.peak_memory_mb if result.peak_memory_rise_mb is None else result.peak_memory_rise_mb:,.0f}",
             ]
         )
     return rows
@@ -152,8 +152,8 @@ def print_results(run, out) -> bool:
     print(fit_width(collectives_line(run), indent=2), file=out)
     print(
         "\nSpeed and memory (throughput and step times from the epochs after the first, which traces;\n"
-        "memory/device: weights + optimizer state on the busiest device; peak MB on CPU: the process's peak RSS "
-        "so far)",
+        "memory/device: weights + optimizer state on the busiest device; peak MB: each trainer's own, as the "
+        "header says)",
         file=out,
     )
     print(

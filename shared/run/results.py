@@ -2,7 +2,6 @@
 too, shared/run/worker.py)."""
 
 import dataclasses
-import resource
 import sys
 import traceback
 from typing import Optional, Sequence
@@ -12,7 +11,7 @@ import tensorflow as tf
 from shared.config import Config
 from shared.errors import UsageError
 from shared.measure.history import History
-from shared.measure.memory import with_peaks
+from shared.measure.memory import peak_rss_mb, start_peak, with_peaks
 from shared.report.progress import Printed
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, RunControl
@@ -25,18 +24,31 @@ class TrainerResult:
     history: Optional[History] = None
     error: str = ""  # one line when the trainer raised
     traceback: str = ""  # and its whole traceback, for the JSON report (and --verbose)
-    peak_memory_mb: float = 0.0
+    peak_memory_mb: float = 0.0  # GPU: TensorFlow's peak allocation; CPU: the process's peak RSS while it trained
+    # CPU: how far the process's RSS rose above its level when the trainer started; None where it cannot be told
+    peak_memory_rise_mb: Optional[float] = None
 
     @property
     def failed(self) -> bool:
         return self.history is None
 
 
-def peak_memory_mb(config: Config, devices: Sequence[str]) -> float:
-    """GPU: TensorFlow's peak allocation summed over the devices. CPU: the process's peak RSS so far."""
+def reset_peak_memory(config: Config, devices: Sequence[str]) -> Optional[float]:
+    """Before a trainer: its devices' peak allocation reset (GPU); its process's peak RSS reset, and the RSS now
+    returned (CPU, where the system allows it; else None)."""
     if config.device_type == "GPU":
-        return sum(tf.config.experimental.get_memory_info(d)["peak"] for d in devices) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+        for device in devices:
+            tf.config.experimental.reset_memory_stats(device)
+        return None
+    return start_peak()
+
+
+def peak_memory(config: Config, devices: Sequence[str], baseline: Optional[float]) -> dict:
+    """TrainerResult's peak figures after a trainer (`baseline`: reset_peak_memory's)."""
+    if config.device_type == "GPU":
+        return {"peak_memory_mb": sum(tf.config.experimental.get_memory_info(d)["peak"] for d in devices) / 2**20}
+    peak = peak_rss_mb()
+    return {"peak_memory_mb": peak, "peak_memory_rise_mb": None if baseline is None else max(peak - baseline, 0.0)}
 
 
 def train_one(
@@ -44,9 +56,7 @@ def train_one(
 ) -> TrainerResult:
     """Run one trainer in this process, its lines to `log`; an exception becomes a failed result with a one-line
     reason."""
-    if config.device_type == "GPU":
-        for device in devices:
-            tf.config.experimental.reset_memory_stats(device)
+    baseline = reset_peak_memory(config, devices)
     try:
         history = fit(name, config, data, devices, Printed(log, config.quiet), control)
     except UsageError:
@@ -66,4 +76,4 @@ def train_one(
             history.memory_per_device,
             {device: tf.config.experimental.get_memory_info(device)["peak"] for device in devices},
         )
-    return TrainerResult(name, history, peak_memory_mb=peak_memory_mb(config, devices))
+    return TrainerResult(name, history, **peak_memory(config, devices, baseline))

@@ -45,8 +45,10 @@ class TrainerProcess:
     def __init__(self, environment: Dict[str, str], device_count: int):
         self.environment, self.device_count = dict(environment), device_count
         self.process: Optional[subprocess.Popen] = None
+        self.sent_data = None  # the Dataset the process holds: sent once, kept alive here so its identity holds
 
     def start(self) -> None:
+        self.sent_data = None  # a new process holds no data yet
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, **self.environment)
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -68,9 +70,19 @@ class TrainerProcess:
         if self.process is None or self.process.poll() is not None:
             self.start()
         status = "starting TensorFlow"
-        send(self.process.stdin, ("train", name, config, data, self.device_count, control))
+        try:
+            if self.sent_data is not data:  # the data goes once to each process, not with every job
+                send(self.process.stdin, ("data", data))
+                self.sent_data = data
+            send(self.process.stdin, ("train", name, config, self.device_count, control))
+        except OSError:  # it died before it could read the job (a broken pipe)
+            return TrainerResult(name, error=self.death(status))
         while True:
-            message = receive(self.process.stdout)
+            try:
+                message = receive(self.process.stdout)
+            except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as error:
+                broke = f"its messages broke off ({type(error).__name__}: {str(error)[:120]})"
+                return TrainerResult(name, error=self.death(status, broke))
             if message is None:
                 return TrainerResult(name, error=self.death(status))
             kind, value = message
@@ -83,14 +95,20 @@ class TrainerProcess:
             else:
                 return value
 
-    def death(self, status: str) -> str:
-        """One line: how the process ended, and what the trainer was doing."""
+    def death(self, status: str, broke: str = "") -> str:
+        """One line: how the process ended, and what the trainer was doing; `broke`: why this side stopped it (its
+        messages broke off), which is then the line's cause."""
+        if broke and self.process.poll() is None:
+            self.process.kill()
         code = self.process.wait()
-        self.process = None
+        self.process, self.sent_data = None, None
+        if broke:
+            return f"{broke} while {status}; its process was stopped"
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         return f"its process {how} while {status}"
 
     def close(self) -> None:
+        self.sent_data = None
         if self.process is not None and self.process.poll() is None:
             self.process.stdin.close()
             try:
@@ -140,12 +158,15 @@ def serve(jobs, replies) -> None:
     from shared.errors import UsageError
 
     console.status_sink = lambda text: send(replies, ("status", text))
-    started = False
+    started, data = False, None
     while True:
         job = receive(jobs)
         if job is None:
             return
-        _, name, config, data, device_count, control = job
+        if job[0] == "data":  # the run's data, once, for the jobs after it
+            data = job[1]
+            continue
+        _, name, config, device_count, control = job
         if not started:
             start_tensorflow(config, device_count)
             started = True
