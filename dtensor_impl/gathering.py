@@ -1,17 +1,12 @@
 """How DTensor lowers an all-gather: CollectiveGatherV2 for a data-parallel mesh on CPUs, else TensorFlow's default.
 
 An all-gather (with --shard-weights, each weight split on the batch axis, gathered whole for the forward) is by
-default lowered to an all-reduce of zero-padded shards: each device places its shard in a tensor of the whole
-shape, zeros elsewhere, and they all sum it, sending and adding the whole tensor. With
-LOWER_DTENSOR_GATHER_TO_COLLECTIVE_GATHER_V2 set, to any value, DTensor lowers it to CollectiveGatherV2, which
-passes on each shard once (tensorflow/dtensor/cc/dtensor_utils.cc reads it whenever it lowers a function or an
-eager op). On 8 logical CPUs it took the sharded batch=8 step from 48 to 36 ms (docs/throughput.md).
-
-Only on a mesh without a model axis: on batch=4,model=2 it gathers a tensor laid out [model, batch] (the MLP's
-second weight, sharded) out of order when reading it back whole: a 16x8 tensor of 0..127 came back up to 62 off,
-[batch, model] exact (TensorFlow 2.21); in a run, first-step gradients 0.017 off in float64. A mesh's
-functions are lowered while its trainer runs, so `settle` sets the variable for each trainer as it starts.
-GPUs keep TensorFlow's default: not measured there. Your own value wins: any value is on, 0 is off.
+default an all-reduce of zero-padded shards, sending and adding each whole tensor; with
+LOWER_DTENSOR_GATHER_TO_COLLECTIVE_GATHER_V2 set (to any value) DTensor lowers it to CollectiveGatherV2, which passes
+on each shard once (~25% off the sharded batch=8 step). Not on a mesh with a model axis, where it read a tensor
+laid out [model, batch] back out of order. A mesh's functions are lowered while its trainer runs, so `settle` sets
+the variable for each trainer as it starts; GPUs keep TensorFlow's default; your own value wins (0 is off).
+Measurements and the isolated fault: docs/throughput.md, "Sharded data parallel".
 """
 
 import os

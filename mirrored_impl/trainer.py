@@ -19,7 +19,7 @@ from mirrored_impl.collectives import choose_cross_device_ops, implementation
 from mirrored_impl.inputs import describe_pieces, distribute_batches, distribute_pieces, piece, replica_values
 from shared.config import Config
 from shared.measure import profile
-from shared.measure.checksums import read_state_checksums, state_checksums, state_variables
+from shared.measure.checksums import read_state_checksums, state_variables
 from shared.measure.history import History
 from shared.measure.taps import Taps
 from shared.measure.traffic import Implementation
@@ -121,27 +121,27 @@ def update_on_primary(strategy, model, optimizer, primary_model, grads) -> None:
 
 @tf.function
 def train_steps(strategy, model, optimizer, chunk, first_step, steps, primary_model=None, record_state: bool = False):
-    """`train_step` on global batches first_step .. first_step + steps - 1 of the epoch's chunk, in one call.
+    """`train_step` on global batches first_step .. first_step + steps - 1 of the epoch's chunk, in one call: the
+    loop in the graph (the tf.distribute guide's pattern; step.loop_steps), with `record_state` the state checksums
+    at the start of each step (replica 0's copies with `replicas`; the first device's plain model and optimizer with
+    `primary`: cross-replica context reads them)."""
 
-    The loop runs in the graph (the tf.distribute guide's pattern for several steps per call); returns [steps]
-    tensors of the per-step losses and correct counts, and with `record_state` the state checksums at the start
-    of each step (replica 0's copies with `replicas`; the first device's plain model and optimizer with `primary`).
-    """
-    losses = tf.TensorArray(model.weights[0].dtype, size=steps)
-    corrects = tf.TensorArray(tf.float32, size=steps)
+    def one_step(i):
+        return train_step(strategy, model, optimizer, chunk, first_step + i, primary_model)
+
     variables = state_variables(primary_model or model, optimizer)
-    checksums = tf.TensorArray(tf.float64, size=steps if record_state else 0, element_shape=[len(variables)])
-    for i in tf.range(steps):
-        if record_state:  # Python bool: decided when traced; cross-replica context reads replica 0's copy
-            checksums = checksums.write(i, state_checksums(variables))
-        loss, correct = train_step(strategy, model, optimizer, chunk, first_step + i, primary_model)
-        losses, corrects = losses.write(i, loss), corrects.write(i, correct)
-    return losses.stack(), corrects.stack(), checksums.stack()
+    return step.loop_steps(steps, model.weights[0].dtype, variables, record_state, one_step)
 
 
-@tf.function(reduce_retracing=True)  # a split's last batch has other pieces: one general trace serves both
+@tf.function
 def test_step(strategy, model, pieces):
-    loss_sums, corrects = strategy.run(lambda x, y: step.test_sums(model, x, y), args=pieces)
+    """(summed loss, correct count) of a test batch's pieces, each padded to one width and cut to its size in the
+    step: every batch of a split has the same shapes, so every worker traces it once (their collectives match)."""
+
+    def on_replica(x, y, size):
+        return step.test_sums(model, x[:size], y[:size])
+
+    loss_sums, corrects = strategy.run(on_replica, args=pieces)
     return strategy.reduce(SUM, loss_sums, axis=None), strategy.reduce(SUM, corrects, axis=None)
 
 
@@ -238,9 +238,18 @@ def build_models(strategy, config: Config, update: str):
 # --- the trainer ----------------------------------------------------------------------------
 
 
-def test_piece(x: np.ndarray, y: np.ndarray) -> Callable:
-    """distribute_pieces's piece_of for a test batch: a replica's (x, y)."""
-    return lambda first, last: (tf.constant(x[first:last]), tf.constant(y[first:last]))
+def test_piece(x: np.ndarray, y: np.ndarray, width: int) -> Callable:
+    """distribute_pieces's piece_of for a test batch: a replica's (x, y) padded to `width` examples, and its size."""
+
+    def piece_of(first, last):
+        padding = [(0, width - (last - first))]
+        return (
+            tf.constant(np.pad(x[first:last], padding + [(0, 0)] * (x.ndim - 1))),
+            tf.constant(np.pad(y[first:last], padding + [(0, 0)] * (y.ndim - 1))),
+            tf.constant(last - first, tf.int32),
+        )
+
+    return piece_of
 
 
 def make_strategy(config: Config, devices: Sequence[str]):
@@ -356,9 +365,10 @@ class MirroredTrainer(Trainer):
         return profile.StepCall(steps, lambda: self.chunk, run)
 
     def test_batches(self, x, y):
-        """Each global batch as every replica's (x, y) piece."""
+        """Each global batch as every replica's (x, y, size) piece, padded to one width."""
+        width = -(-self.config.batch_size // self.strategy.num_replicas_in_sync)  # the largest piece of any batch
         for x_batch, y_batch in epoch_batches(x, y, self.config.batch_size):
-            yield distribute_pieces(self.strategy, len(y_batch), test_piece(x_batch, y_batch))
+            yield distribute_pieces(self.strategy, len(y_batch), test_piece(x_batch, y_batch, width))
 
     def test_step(self, batch):
         return test_step(self.strategy, self.model, batch)

@@ -99,3 +99,66 @@ def test_batch_norm_with_running_statistics(tmp_path):
     assert np.max(np.abs(saved["mirrored"] - saved["reference"])) > 1e-4  # the average of the replicas' own
     for name in ("reference", "dtensor", "mirrored"):
         assert os.path.isfile(tmp_path / "export" / name / "saved_model.pb")
+
+
+def test_with_clients_the_replay_is_not_run_and_the_reason_says_how_to_locate_it():
+    """The replay restores a mid-run checkpoint in one process, which --clients runs cannot: the MISMATCH's reason
+    says so in one line, and nothing is trained for it."""
+    from shared.config import Config
+    from shared.judge.verdict import MISMATCH, Verdict
+    from shared.measure.history import History
+    from shared.run.results import TrainerResult
+    from shared.run.sequence import Entry, locate_differences
+
+    config = Config(trainers=("dtensor",), clients=2, devices=2, dtype="float64")
+    found = Verdict(MISMATCH, reason="at step 1: loss", first_disagreeing_step=1)
+    history = History("dtensor", "mesh", step_losses=[0.5, 0.4, 0.3])
+    entries = [Entry("reference", "reference", config), Entry("dtensor", "dtensor", config)]
+
+    def train(*args):
+        raise AssertionError("nothing trains for a replay under --clients")
+
+    lines = []
+    locate_differences(
+        config, {"dtensor": found}, entries, {"dtensor": TrainerResult("dtensor", history)}, train, lines.append
+    )
+    assert found.reason == (
+        "at step 1: loss; first difference not located at step 1: the replay restores a checkpoint in one process: "
+        "run this trainer without --clients to locate it"
+    )
+    assert lines == []
+
+
+def test_every_trainers_step_on_a_host_batch_is_the_references(devices):
+    """Trainer.step (the replay trains the reference up to a step with it): two steps of each trainer from the
+    initial values, float64, against the reference's: the same weights to float64's noise."""
+    import numpy as np
+    import tensorflow as tf
+
+    from dtensor_impl.trainer import DTensorTrainer
+    from mirrored_impl.trainer import MirroredTrainer
+    from shared.config import Config
+    from shared.training.reference import ReferenceTrainer
+
+    data = load_data("embedded", 64, 32)
+    config = Config(hidden=(16, 8), batch_size=32, dtype="float64", quiet=True, mesh="batch=2,model=2")
+    with tf.device(devices[0]):
+        reference = ReferenceTrainer(config, data, devices[:1])
+    trainers = [reference, DTensorTrainer(config, data, devices[:4]), MirroredTrainer(config, data, devices[:4])]
+    for trainer in trainers:
+        for start in (0, 32):
+            trainer.step(data.x_train[start : start + 32], data.y_train[start : start + 32])
+    expected = trainers[0].final_weights()
+    assert (
+        max(float(np.max(np.abs(expected[0] - data_slice))) for data_slice in [reference.model.weights[0].numpy()]) == 0
+    )
+    for trainer in trainers[1:]:
+        for ours, theirs in zip(trainer.final_weights(), expected):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
+    assert np.max(np.abs(expected[0] - config_initial(config)[0])) > 1e-6  # the steps moved the weights
+
+
+def config_initial(config):
+    from shared.model.registry import definition_for
+
+    return definition_for(config).initial_values(config.seed, config.dtype)

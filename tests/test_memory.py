@@ -83,7 +83,7 @@ def test_each_trainers_peak_is_its_own_not_the_largest_its_process_trained_befor
     """The peak RSS is reset before each trainer (Linux) and the figure is the rise above where the process stood:
     a small model trained after a large one in the same process reports its own small rise, where the process's
     peak so far would have been the large one's; and the header says what the figure is."""
-    from shared.measure.memory import describe_peak
+    from shared.report.header import describe_peak
     from shared.run.results import train_one
     from shared.training.data import Dataset
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from mirrored_impl import inputs as mirrored_inputs
 from mirrored_impl import spec as mirrored_spec
+from mirrored_impl import trainer as mirrored_trainer
 from mirrored_impl.trainer import MirroredTrainer
 from shared.config import Config
 from shared.errors import UsageError
@@ -248,12 +249,15 @@ def test_evaluation_and_gradients_use_the_arrays_they_are_given(uneven_slice, de
     mirrored = MirroredTrainer(config, data, devices[:8])
     mirrored.begin(0)
     figures = {}
+    traces = mirrored_trainer.test_step.experimental_get_tracing_count()
     for name, trainer in (("reference", reference), ("mirrored", mirrored)):
         figures[name] = [
             training_step.evaluate(trainer, x, y, int((y >= 0).sum()))
             for x, y in [(data.x_train, data.y_train), (data.x_test, data.y_test), (data.x_train, data.y_train)]
         ]
     np.testing.assert_allclose(figures["mirrored"], figures["reference"], rtol=1e-12, atol=1e-12)
+    # Every batch's pieces padded to one width (a last batch of 5 too): one trace, as each worker must trace it
+    assert mirrored_trainer.test_step.experimental_get_tracing_count() == traces + 1
     train, test, again = figures["mirrored"]
     assert train == again and train != test  # each split's own figures, the same when asked again
     x, y = data.x_train[120:180], data.y_train[120:180]  # the third global batch, not the first

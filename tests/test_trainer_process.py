@@ -1,5 +1,5 @@
 """A trainer process (shared/run/worker.py) as a run uses it: it gets the run's data once, trains job after job with
-it, and one that dies between jobs is replaced, its next trainer unharmed."""
+it, reports each trainer's own peak memory, and one that dies between jobs is replaced, its next trainer unharmed."""
 
 import os
 import signal
@@ -19,15 +19,43 @@ def test_the_data_goes_once_and_a_process_that_died_between_jobs_is_replaced(emb
     config = Config(trainers=("dtensor", "mirrored"), devices=2, epochs=1, batch_size=64, quiet=True)
     data = data_slice(embedded, 128, 64)
     process = worker.TrainerProcess({"TF_NUM_INTRAOP_THREADS": "1"}, 2)
+    ballast = b"\x01" * (3 * 2**30)  # 3 GB held here while the process starts: its peak must not count them
     try:
         first = process.train("dtensor", config, data, print)
+        del ballast
         second = process.train("mirrored", config, data, print)
         assert not first.failed and not second.failed, (first.error, second.error)
+        for result in (first, second):  # the process's own peak and its rise while the trainer trained
+            assert 0 < result.peak_memory_rise_mb < result.peak_memory_mb < 2500, result.peak_memory_mb
         assert sent == ["data", "train", "train"]  # the second job reused the data the process holds
         os.kill(process.process.pid, signal.SIGKILL)
         process.process.wait()
         third = process.train("mirrored", config, data, print)  # a new process, which gets the data again
         assert not third.failed and third.history.step_losses == second.history.step_losses
         assert sent == ["data", "train", "train", "data", "train"]
+    finally:
+        process.close()
+
+
+@pytest.mark.extended  # a process of its own (~10 s)
+def test_a_process_whose_messages_break_off_is_that_trainers_failed_line_not_the_runs_end(embedded):
+    """The process's reply stream holds garbage where a message should be: the trainer is FAILED in one line, the
+    process is stopped, and the next job gets a new process."""
+    config = Config(trainers=("mirrored",), devices=2, epochs=1, batch_size=64, quiet=True)
+    data = data_slice(embedded, 128, 64)
+    process = worker.TrainerProcess({"TF_NUM_INTRAOP_THREADS": "1"}, 2)
+    try:
+        process.start()
+        garbage, writer = os.pipe()
+        os.write(writer, worker.HEADER.pack(9) + b"not a pickle"[:9])
+        os.close(writer)
+        started = process.process
+        started.stdout = os.fdopen(garbage, "rb")  # what the parent reads: a message that does not unpickle
+        broken = process.train("mirrored", config, data, print)
+        assert broken.failed and broken.error.startswith("its messages broke off (UnpicklingError: "), broken.error
+        assert broken.error.endswith("while starting TensorFlow; its process was stopped")
+        assert started.returncode is not None and process.process is None
+        again = process.train("mirrored", config, data, print)
+        assert not again.failed, again.error
     finally:
         process.close()

@@ -88,7 +88,7 @@ def mark_fastest(entries: List[SweepEntry]) -> List[SweepEntry]:
     return entries
 
 
-def best_against_one_device(entries: List[SweepEntry]) -> Optional[SweepEntry]:
+def best_when_none_beat_one_device(entries: List[SweepEntry]) -> Optional[SweepEntry]:
     """The configuration with the best ratio to its reference among those that matched it, when none beat one
     device (ratio above 1); None when one did, or none has a ratio."""
     timed = [e for e in entries if e.parity_ok and e.ratio_to_reference is not None]

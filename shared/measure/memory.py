@@ -10,6 +10,7 @@ holds a copy); SGD has none. On GPU, `with_peaks` adds TensorFlow's peak allocat
 """
 
 import dataclasses
+import os
 import resource
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -82,10 +83,25 @@ def describe(memory: Sequence[DeviceMemory]) -> str:
     return ", ".join(parts) + " (weights + optimizer state)" if parts else "-"
 
 
-# Linux: writing "5" here resets this process's peak RSS (VmHWM, and ru_maxrss with it) to what it holds now, so that
-# a reading after a trainer is the peak while it trained, not the largest of everything before it (proc(5)).
+# Linux: writing "5" here resets this process's peak RSS (VmHWM in /proc/self/status) to what it holds now, so that a
+# reading after a trainer is the peak while it trained, not the largest of everything before it (proc(5)). Not
+# ru_maxrss: a spawned process inherits its parent's there, and the reset leaves it.
 PEAK_RESET_FILE = "/proc/self/clear_refs"
 STATUS_FILE = "/proc/self/status"
+
+
+def _status_kib(field: str) -> Optional[int]:
+    """A "VmRSS:"-style line of /proc/self/status in KiB; None where there is none."""
+    try:
+        with open(STATUS_FILE) as file:
+            return next(int(line.split()[1]) for line in file if line.startswith(field))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def can_reset_peak() -> bool:
+    """Whether this process can reset its peak RSS (start_peak)."""
+    return os.access(PEAK_RESET_FILE, os.W_OK) and _status_kib("VmHWM:") is not None
 
 
 def start_peak() -> Optional[float]:
@@ -94,28 +110,15 @@ def start_peak() -> Optional[float]:
     try:
         with open(PEAK_RESET_FILE, "w") as file:
             file.write("5")
-        with open(STATUS_FILE) as file:
-            rss_kib = next(int(line.split()[1]) for line in file if line.startswith("VmRSS:"))
-    except (OSError, StopIteration, ValueError, IndexError):
+    except OSError:
         return None
-    return rss_kib / 1024
+    rss_kib = _status_kib("VmRSS:")
+    return None if rss_kib is None else rss_kib / 1024
 
 
 def peak_rss_mb() -> float:
     """This process's peak RSS since the last start_peak (else since it started), in MB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
-def describe_peak(device_type: str) -> str:
-    """The header's line on what the results' "peak MB" is."""
-    if device_type == "GPU":
-        return "memory: peak MB is TensorFlow's peak allocation on each trainer's devices while it trained"
-    if start_peak() is not None:
-        return (
-            "memory: peak MB is each trainer's own: how far its process's RSS rose above where it stood when the "
-            "trainer started"
-        )
-    return (
-        "memory: peak MB is its process's peak RSS so far (this system cannot reset it): a trainer's includes "
-        "those trained before it in its process"
-    )
+    peak_kib = _status_kib("VmHWM:")
+    if peak_kib is None:  # no /proc: the process's peak so far
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return peak_kib / 1024

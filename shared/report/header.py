@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.console import fit_width
-from shared.measure.memory import describe_peak
+from shared.measure.memory import can_reset_peak
 from shared.model.registry import definition_for
 from shared.training.protocol import RunFacts
 
@@ -35,6 +35,21 @@ def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], pro
         + describe_cautions(definition_for(config))
         + ([processes] if processes else [])
         + [describe_peak(config.device_type)]
+    )
+
+
+def describe_peak(device_type: str) -> str:
+    """The line on what the results' "peak MB" is (shared/run/results.py measures it)."""
+    if device_type == "GPU":
+        return "memory: peak MB is TensorFlow's peak allocation on each trainer's devices while it trained"
+    if can_reset_peak():
+        return (
+            "memory: peak MB is each trainer's own: how far its process's RSS rose above where it stood when the "
+            "trainer started"
+        )
+    return (
+        "memory: peak MB is its process's peak RSS so far (this system cannot reset it): a trainer's includes "
+        "those trained before it in its process"
     )
 
 

@@ -65,7 +65,7 @@ def sweep_notes(entries: Sequence[SweepEntry]) -> List[str]:
 
 def best_against_one_device(entries: Sequence[SweepEntry]) -> str:
     """One line when no configuration that matched the reference beat it (ratio above 1); "" otherwise."""
-    best = ranking.best_against_one_device(list(entries))
+    best = ranking.best_when_none_beat_one_device(list(entries))
     if best is None:
         return ""
     return (

@@ -79,7 +79,7 @@ def result_rows(run) -> List[list]:
                 *(("-", "-") if percentiles is None else (f"{percentiles[0]:.2f}", f"{percentiles[1]:.2f}")),
                 f"{history.trace_seconds:.2f}",
                 f"{largest_total_bytes(history.memory_per_device) / MB:,.2f}",
-                f"{result.peak_memory_mb if result.peak_memory_rise_mb is None else result.peak_memory_rise_mb:,.0f}",
+                f"{result.peak_shown_mb:,.0f}",
             ]
         )
     return rows

@@ -33,7 +33,7 @@ from shared.files import write_atomically
 from shared.judge.parity import max_abs_diff
 from shared.report import outputs
 from shared.report.header import header
-from shared.run.comparison import prepare
+from shared.run.comparison import check_trainer_options, prepare
 from shared.run.network import PrivateNetwork
 from shared.run.sequence import Entry, TrainerResult, in_process, lineup, train_and_judge, train_one
 from shared.training.data import load_run_data
@@ -58,7 +58,7 @@ class ClientRole:
     addresses_in: str  # the variable that lists every client's address
 
 
-# --- the environment a client reads (each trainer module knows its own variables) ----------------
+# --- the environment a client reads (each trainer's spec.cluster knows its own variables) ---------
 
 
 def _shown(variables) -> str:
@@ -115,6 +115,7 @@ def run(config: Config, result_file: Optional[str] = None) -> int:
     client that the launcher started writes its result (the launcher hands it over with the Config)."""
     role = role_from_environment(config)
     if role is None:
+        check_trainer_options(config)  # the launcher's, before anything is written or started (a client runs one)
         if result_file:
             raise UsageError("--client-config is for the clients that --clients starts; drop it")
         return run_launcher(config)

@@ -48,7 +48,6 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str
 
     The sweep's configurations are checked when it is planned (a sweep configuration that
     cannot run is skipped, with the reason, rather than stopping the run)."""
-    check_trainer_options(config)
     configure_determinism(config.deterministic)  # before any op runs
     device_count = max([config.devices, *sweep_devices])
     for spec in specs(config.trainers):  # e.g. DTensor's NCCL: before anything starts TensorFlow's runtime
@@ -61,6 +60,7 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str
 
 def run(config: Config) -> int:
     """compare.py's whole job in one process; returns the exit code (0 parity holds, 1 it does not)."""
+    check_trainer_options(config)  # before anything is written or started
     outputs.check_outputs(config)
     saved_baseline = saved.load(config.baseline) if config.baseline else None
     all_devices, data = prepare(config, config.sweep_devices or ())

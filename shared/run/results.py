@@ -32,6 +32,11 @@ class TrainerResult:
     def failed(self) -> bool:
         return self.history is None
 
+    @property
+    def peak_shown_mb(self) -> float:
+        """The results' "peak MB": the rise where it could be told (CPU), else the peak."""
+        return self.peak_memory_mb if self.peak_memory_rise_mb is None else self.peak_memory_rise_mb
+
 
 def reset_peak_memory(config: Config, devices: Sequence[str]) -> Optional[float]:
     """Before a trainer: its devices' peak allocation reset (GPU); its process's peak RSS reset, and the RSS now

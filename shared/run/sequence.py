@@ -18,6 +18,7 @@ from shared.console import print_fitted
 from shared.errors import UsageError
 from shared.judge import baseline, verdict
 from shared.judge.baseline import BaselineResult
+from shared.judge.first_difference import FirstDifference
 from shared.judge.parity import Parity, check_parity
 from shared.judge.repeats import Repeatability, compare_runs
 from shared.measure.history import History
@@ -116,7 +117,7 @@ def describe_processes(config: Config) -> str:
 
 def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train:
     """How compare.py trains: the reference here; the others here too, or each approach in its trainer process
-    (own_process), with its environment (its module's `process_environment`)."""
+    (own_process), with its environment (its spec's `process_environment`)."""
     here = in_process(data, devices, log)
 
     def train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
@@ -238,6 +239,11 @@ def more_runs(run: RunResult, entries: Sequence[Entry], train: Train, saved_base
         judge_baseline(run, entries, train, saved_baseline)
 
 
+NO_REPLAY_WITH_CLIENTS = (
+    "the replay restores a checkpoint in one process: run this trainer without --clients to locate it"
+)
+
+
 def locate_differences(config, verdicts, entries, results, train: Train, log) -> None:
     """Each MISMATCH's first differing tap: its first mismatching step replayed in float64 (shared/run/replay.py),
     into the verdict and its reason. Not with --no-explain or --restore (no float64 run), nor for a difference
@@ -251,6 +257,10 @@ def locate_differences(config, verdicts, entries, results, train: Train, log) ->
             continue
         step = max(found.first_disagreeing_step, 0)
         if step >= steps:
+            continue
+        if config.clients > 1:  # a checkpoint to restore, a replay to run: one process's (--restore with --clients)
+            found.first_difference = FirstDifference(step, "", "", 0.0, [], 0.0, NO_REPLAY_WITH_CLIENTS)
+            found.add_reason(found.first_difference.line())
             continue
         log(f"replaying step {step} of {entry.key} and the reference in float64 to find the first tap that differs")
         found.first_difference = replay.first_difference(entry, entries[0], entry.config, train, step, float64_config)

@@ -4,7 +4,7 @@
     python compare.py --sweep-devices 2,8 --data embedded --sweep-meshes batch  # batch=N only
 
 At each count every trainer offers its configurations (DTensor each mesh, MirroredStrategy each
-update mode: its module's `variants`); one that cannot run is skipped with the trainer's reason. Each
+update mode: its spec's `variants`); one that cannot run is skipped with the trainer's reason. Each
 trains beside a reference trained just before it, and its ratio is to that reference (the
 machine's speed drifts within minutes); parity is judged for each. The fastest DTensor mesh and
 the faster approach are marked by ratio. Measurements and costs: docs/throughput.md.

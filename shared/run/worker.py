@@ -80,12 +80,12 @@ class TrainerProcess:
         while True:
             try:
                 message = receive(self.process.stdout)
-            except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as error:
+                kind, value = (None, None) if message is None else message
+            except Exception as error:  # noqa: BLE001 - whatever a broken stream unpickles to: that trainer's FAILED
                 broke = f"its messages broke off ({type(error).__name__}: {str(error)[:120]})"
                 return TrainerResult(name, error=self.death(status, broke))
             if message is None:
                 return TrainerResult(name, error=self.death(status))
-            kind, value = message
             if kind == "line":
                 log(value)
             elif kind == "status":
@@ -101,6 +101,11 @@ class TrainerProcess:
         if broke and self.process.poll() is None:
             self.process.kill()
         code = self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:  # a broken pipe's unflushed bytes: nothing to deliver them to
+                pass
         self.process, self.sent_data = None, None
         if broke:
             return f"{broke} while {status}; its process was stopped"

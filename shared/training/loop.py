@@ -22,12 +22,15 @@ from shared.training.losses import host_label_count
 from shared.training.protocol import Progress, RunControl, Trainer
 
 
-def global_batches(config: Config, data: Dataset):
-    """Every trainer's global batches, epoch after epoch, from the first."""
-    return itertools.chain.from_iterable(
+def global_batches(config: Config, data: Dataset, start: int = 0):
+    """Every trainer's global batches, epoch after epoch, from step `start` (0-based, counted over epochs): its
+    epoch's batches from that one on, no earlier epoch's made."""
+    first_epoch, index = divmod(start, len(batch_slices(len(data.y_train), config.batch_size)))
+    batches = itertools.chain.from_iterable(
         epoch_batches(data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed)
-        for epoch in itertools.count()
+        for epoch in itertools.count(first_epoch)
     )
+    return itertools.islice(batches, index, None)
 
 
 def fit(
@@ -66,15 +69,15 @@ def fit(
 def replay(trainer: Trainer, config: Config, data: Dataset, state: TrainingState, control: RunControl, history):
     """The replay (shared/run/replay.py): with control.replay_state, the steps before control.replay_step from the
     initial state, written there; then that step's taps, into history.taps. Nothing else is trained."""
-    batches = global_batches(config, data)
     if control.replay_state is not None:
         doing(trainer, f"training up to step {control.replay_step}")
+        batches = global_batches(config, data)
         for _ in range(control.replay_step):
             trainer.step(*next(batches))
         if control.replay_step:
             state.write(control.replay_state, control.replay_step)
     else:
-        batches = itertools.islice(batches, control.replay_step, None)
+        batches = global_batches(config, data, control.replay_step)
     doing(trainer, f"replaying step {control.replay_step}")
     history.taps = trainer.taps(*next(batches))
     history.taps.step = control.replay_step

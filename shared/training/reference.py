@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from shared.config import Config
 from shared.measure import profile, traffic
-from shared.measure.checksums import state_checksums, state_variables
+from shared.measure.checksums import state_variables
 from shared.measure.taps import Taps
 from shared.training import step
 from shared.training.batches import epoch_batches, step_chunks
@@ -46,24 +46,15 @@ def train_step(model, optimizer, x, y):
 
 @tf.function
 def train_steps(model, optimizer, x_steps, y_steps, record_state: bool = False):
-    """`train_step` on x_steps[i], y_steps[i] for every i, in one call: a loop in the graph.
+    """`train_step` on x_steps[i], y_steps[i] for every i, in one call: a loop in the graph (step.loop_steps)."""
 
-    Returns [steps] tensors of the per-step losses and correct counts, and with `record_state` the
-    state checksums at the start of each step ([steps, variables]; else [0, variables]).
-    """
-    steps = tf.shape(y_steps)[0]
-    losses = tf.TensorArray(model.weights[0].dtype, size=steps)
-    corrects = tf.TensorArray(tf.float32, size=steps)
-    variables = state_variables(model, optimizer)
-    checksums = tf.TensorArray(tf.float64, size=steps if record_state else 0, element_shape=[len(variables)])
-    for i in tf.range(steps):
-        if record_state:  # Python bool: decided when traced
-            checksums = checksums.write(i, state_checksums(variables))
+    def one_step(i):
         with tf.name_scope(profile.INPUT_SCOPE):
             x, y = x_steps[i], y_steps[i]
-        loss, correct = train_step(model, optimizer, x, y)
-        losses, corrects = losses.write(i, loss), corrects.write(i, correct)
-    return losses.stack(), corrects.stack(), checksums.stack()
+        return train_step(model, optimizer, x, y)
+
+    variables = state_variables(model, optimizer)
+    return step.loop_steps(tf.shape(y_steps)[0], model.weights[0].dtype, variables, record_state, one_step)
 
 
 test_step = tf.function(step.test_sums)

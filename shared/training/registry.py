@@ -12,7 +12,7 @@ from shared.config import Config
 from shared.measure.history import History
 from shared.training import loop
 from shared.training.data import Dataset
-from shared.training.protocol import Progress, RunControl, RunFacts, Silent, TrainerSpec
+from shared.training.protocol import PLAIN_RUN, Progress, RunControl, RunFacts, Silent, TrainerSpec
 
 SPEC_MODULES = {  # each module's SPEC; shared.config.TRAINER_NAMES lists the same names (a test keeps them equal)
     "reference": "shared.training.reference",
@@ -52,7 +52,7 @@ def fit(
     spec.check_config(config, devices)
     with spec.scope(devices):
         trainer = spec.trainer(config, data, devices, progress.line)
-        return loop.fit(trainer, config, data, progress, spec.count_bytes, control or RunControl())
+        return loop.fit(trainer, config, data, progress, spec.count_bytes, control or PLAIN_RUN)
 
 
 def describe_runs(config: Config) -> Dict[str, RunFacts]:

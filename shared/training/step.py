@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.measure import profile
+from shared.measure.checksums import state_checksums
 from shared.measure.memory import DeviceMemory, located_bytes, tally
 from shared.measure.taps import Taps
 from shared.model.forward import ForwardContext
@@ -60,19 +61,34 @@ def host_taps(names: List[str], values: list, gradients: list, to_host: Callable
     )
 
 
+def loop_steps(steps, loss_dtype, variables, record_state: bool, one_step: Callable):
+    """In a traced function: `one_step(i)` -> (mean loss, correct count) for i in 0..steps-1, a loop in the graph;
+    returns [steps] tensors of the losses and correct counts, and with `record_state` (a Python bool: decided when
+    traced) the checksums of `variables` at the start of each step ([steps, variables]; else [0, variables])."""
+    losses = tf.TensorArray(loss_dtype, size=steps)
+    corrects = tf.TensorArray(tf.float32, size=steps)
+    checksums = tf.TensorArray(tf.float64, size=steps if record_state else 0, element_shape=[len(variables)])
+    for i in tf.range(steps):
+        if record_state:
+            checksums = checksums.write(i, state_checksums(variables))
+        loss, correct = one_step(i)
+        losses, corrects = losses.write(i, loss), corrects.write(i, correct)
+    return losses.stack(), corrects.stack(), checksums.stack()
+
+
 def test_sums(model, x, y, example_weights=None):
     """(summed loss, correct count) of a test batch, at the current weights, in inference."""
     logits = model(x)
     return loss_sum(logits, y, example_weights, model.definition.loss), correct_count(logits, y, example_weights)
 
 
-def evaluate(trainer, x: np.ndarray, y: np.ndarray, label_count: int) -> Tuple[float, float]:
+def evaluate(trainer, x: np.ndarray, y: np.ndarray, counted_labels: int) -> Tuple[float, float]:
     """(mean loss, accuracy) over the split x, y: the trainer's test step on each of its batches, summed on the
-    host (one sync at the end) and divided by the split's `label_count`."""
+    host (one sync at the end) and divided by the split's `counted_labels`."""
     results = [trainer.test_step(batch) for batch in trainer.test_batches(x, y)]
     total_loss = sum(float(batch_loss) for batch_loss, _ in results)  # host sync point
     total_correct = sum(float(batch_correct) for _, batch_correct in results)
-    return total_loss / label_count, total_correct / label_count
+    return total_loss / counted_labels, total_correct / counted_labels
 
 
 def memory_per_device(trainer) -> List[DeviceMemory]:
