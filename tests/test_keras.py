@@ -155,7 +155,15 @@ BAD = {
     "mixed_precision": r"layer hidden computes in float16 \(dtype policy mixed_float16\); the tool trains one dtype "
     r"for weights and computation: use float32$",
     "not_a_model": r"returned a Dense; return a keras.Model$",
+    "tokens_without_embedding": r"the model takes int32 inputs but has no Embedding layer to say how many token ids it "
+    r"takes; embed the ids with keras.layers.Embedding, or take float inputs$",
 }
+
+
+def test_a_token_models_vocabulary_is_its_embeddings():
+    """Data is checked against it before anything trains (a token beyond it fails inside every trainer)."""
+    definition = load(f"{MISTAKES}:embedded_tokens")
+    assert (definition.input_dtype, definition.vocabulary, definition.label_shape) == ("int32", 65, (16,))
 
 
 @pytest.mark.parametrize("name", BAD)

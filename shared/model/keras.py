@@ -115,6 +115,7 @@ def keras_definition(result, source: str) -> ModelDefinition:
         input_dtype=input_dtype,
         label_shape=tuple(outputs.shape[1:-1]),
         classes=int(outputs.shape[-1]),
+        vocabulary=vocabulary(model, keras, input_dtype, source),
         cautions=cautions(model, keras),
         save_as=keras_saver(model, keras_variables, keras),
     )
@@ -239,6 +240,21 @@ def input_spec(model, source: str) -> Tuple[Tuple[int, ...], str]:
     if dtype not in ("float32", "int32", "int64"):
         raise UsageError(f"--model {source}: the model's input is {dtype}; use float32, int32 or int64 inputs")
     return shape, dtype
+
+
+def vocabulary(model, keras, input_dtype: str, source: str) -> Optional[int]:
+    """Integer inputs: the token ids the model takes, its first Embedding's input_dim (data is checked against it
+    before anything trains); None for float inputs."""
+    if not input_dtype.startswith("int"):
+        return None
+    layers = model._flatten_layers(include_self=False, recursive=True)
+    embedding = next((layer for layer in layers if isinstance(layer, keras.layers.Embedding)), None)
+    if embedding is None:
+        raise UsageError(
+            f"--model {source}: the model takes {input_dtype} inputs but has no Embedding layer to say how many token "
+            f"ids it takes; embed the ids with keras.layers.Embedding, or take float inputs"
+        )
+    return int(embedding.input_dim)
 
 
 def is_subclassed(model) -> bool:

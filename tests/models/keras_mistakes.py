@@ -96,3 +96,15 @@ def regularized():
 
 def not_a_model():
     return keras.layers.Dense(10)
+
+
+def tokens_without_embedding():
+    inputs = keras.Input((16,), dtype="int32")
+    return keras.Model(inputs, keras.layers.Dense(10, name="out")(keras.ops.cast(inputs, "float32")))
+
+
+def embedded_tokens():
+    """Not a mistake: token ids, embedded; the vocabulary is the Embedding's."""
+    inputs = keras.Input((16,), dtype="int32")
+    embedded = keras.layers.Embedding(65, 8, name="embed")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(65, name="out")(embedded))
