@@ -9,6 +9,12 @@ import os
 
 import pytest
 
+pytest.importorskip(
+    "keras",
+    minversion="3",
+    reason="Keras models need Keras 3 (TensorFlow 2.16 or later); this TensorFlow brings Keras 2",
+)
+
 from shared.api import check_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))

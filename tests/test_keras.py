@@ -10,18 +10,23 @@ import subprocess
 import sys
 
 import jsonschema
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from shared.errors import UsageError
-from shared.model.definition import Model
-from shared.model.keras_layers import Dropout
-from shared.model.registry import load, random_ops, register
-from shared.report.document import model_facts
-from shared.report.schema import SCHEMA_PATH
-from tests.cli import run_here
+keras = pytest.importorskip(
+    "keras",
+    minversion="3",
+    reason="Keras models need Keras 3 (TensorFlow 2.16 or later); this TensorFlow brings Keras 2",
+)
+
+from shared.errors import UsageError  # noqa: E402 - after the skip: these need Keras 3
+from shared.model.definition import Model  # noqa: E402
+from shared.model.keras_layers import Dropout  # noqa: E402
+from shared.model.registry import load, random_ops, register  # noqa: E402
+from shared.report.document import model_facts  # noqa: E402
+from shared.report.schema import SCHEMA_PATH  # noqa: E402
+from tests.cli import run_here  # noqa: E402
 
 CNN = "examples/keras_cnn.py:keras_cnn"
 MISTAKES = "tests/models/keras_mistakes.py"
