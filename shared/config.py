@@ -49,6 +49,7 @@ NUMERIC_OPTIONS = (
     "dropout",
     "shuffle",
     "restore",
+    "clip_global_norm",
 )
 
 
@@ -130,6 +131,15 @@ class Config:
         "tutorial: the tutorial's Adam (read-after-assign, frozen step count)",
         RUN,
         choices=("fixed", "tutorial"),
+    )
+    # Clipped where each trainer combines its gradients, before its optimizer: the global gradient's norm.
+    clip_global_norm: Optional[float] = option(
+        None,
+        "clip the gradient to global norm X after it is combined across devices, on the reference, DTensor and "
+        "MirroredStrategy alike (default: none)",
+        RUN,
+        metavar="X",
+        parse=float,
     )
     # float64: the same model from the same start with rounding ~1e9 times smaller, so parity can be judged on
     # every step of any run. The names are the tf/numpy dtype of the weights, slots, losses and inputs.
@@ -418,7 +428,7 @@ def check(config: Config) -> None:
     for field in ("epochs", "seed", "keep_checkpoints"):
         if getattr(config, field) < 0:
             fail(field, f"{getattr(config, field)} is negative")
-    for field in ("learning_rate", "tolerance", "link_gbps", "device_memory_mb"):
+    for field in ("learning_rate", "clip_global_norm", "tolerance", "link_gbps", "device_memory_mb"):
         value = getattr(config, field)
         if value is not None and not math.isfinite(value):
             fail(field, f"{value} is not a finite number")
