@@ -1,4 +1,4 @@
-"""Keras models with the mistakes users make, for tests/test_keras.py and tests/test_keras_fit.py: `--model
+"""Keras models with the mistakes users make, for tests/test_keras.py and tests/test_fit.py: `--model
 tests/models/keras_mistakes.py:NAME`.
 
 Each is a small Dense model with one thing no trainer could train: never built, two inputs, two outputs, a
