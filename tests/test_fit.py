@@ -98,3 +98,18 @@ def test_a_model_fit_cannot_train_is_one_line():
         check_fit_model(Config(model="examples/my_model.py:my_model", fit=True))
     with pytest.raises(UsageError, match="compiled with steps_per_execution=4, and each step's loss is recorded"):
         check_fit_model(Config(model=f"{MISTAKES}:several_steps_per_call", fit=True))
+
+
+# extended: the cautions' texts are asserted above without training; this trains 8 replicas.
+@pytest.mark.extended
+def test_a_partial_last_batch_in_unequal_pieces_is_a_mismatch_at_that_step_naming_the_cause():
+    from shared.api import check_model
+
+    result = check_model(
+        f"{EXAMPLE}:plain", fit=True, devices=8, dtype="float64", epochs=1, batch_size=64, train_examples=100,
+        test_examples=64, trainer_process="shared",
+    )  # fmt: skip
+    mirrored = result.verdicts["mirrored"]
+    assert mirrored.line().startswith("MISMATCH at step 1: loss; after its update every variable and Adam slot")
+    assert "unequal pieces: the last batch of 36 in pieces of 5, 5, 5, 5, 5, 5, 5, 1 over 8 replicas" in mirrored.reason
+    assert "metrics per replica" not in mirrored.reason  # logs only: never in a reason
