@@ -71,7 +71,8 @@ def build_model(
 
 
 def build_optimizer(config: Config, model: Model, mesh: dtensor.Mesh):
-    """The shared Adam/SGD; Adam's m and v slots take their weight's layout, the step is replicated."""
+    """The shared Adam/SGD; Adam's m and v slots take their weight's layout, the step (and --clip-global-norm's count)
+    is replicated."""
     return make_optimizer(
         config.optimizer,
         config.adam,
@@ -83,6 +84,7 @@ def build_optimizer(config: Config, model: Model, mesh: dtensor.Mesh):
         make_step=lambda: dtensor.DVariable(
             dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=(), dtype=tf.int64)
         ),
+        clip_norm=config.clip_global_norm,
     )
 
 

@@ -7,11 +7,13 @@ import tensorflow as tf
 
 from mirrored_impl.cluster import CLUSTER
 from mirrored_impl.inputs import describe_pieces
+from mirrored_impl.keras_fit import MirroredFitTrainer
 from mirrored_impl.trainer import UPDATE_MODES, MirroredTrainer, train_step, update_mode
 from shared.config import Config
 from shared.devices import one_intra_op_thread
 from shared.errors import UsageError
 from shared.measure import traffic
+from shared.training.keras_fit import rebatch_pieces
 from shared.training.protocol import RunFacts, TrainerSpec, Variant
 
 
@@ -51,11 +53,17 @@ def check_config(config: Config, devices: Sequence[str]) -> None:
 def describe_run(config: Config) -> RunFacts:
     """The header's facts: MultiWorkerMirroredStrategy has one replica per worker (--clients)."""
     replicas = config.clients if config.clients > 1 else config.devices
+    if config.fit:  # tf.data's rebatch cuts Keras's batches: ceil(batch / replicas) each, the last the rest
+        pieces = rebatch_pieces(config.batch_size, replicas)
+        shown = f"{pieces[0]}" if len(set(pieces)) == 1 else f"{min(pieces)}-{max(pieces)}"
+        return RunFacts("", f"{shown} (model.fit under MirroredStrategy)")
     return RunFacts("", f"{describe_pieces(config.batch_size, replicas)} (MirroredStrategy)")
 
 
 def variants(config: Config, count: int, every_layout: bool, meshes: Sequence[str] = ()) -> List[Variant]:
     """Its configurations at `count` devices: each update mode for the sweep, or the run's own."""
+    if config.fit:  # model.fit updates as Keras does
+        return [Variant("mirrored", config.replace(devices=count))]
     updates = UPDATE_MODES if every_layout and not meshes else (update_mode(config),)
     return [
         Variant("mirrored", config.replace(devices=count, mirrored_update=update, shard_weights=False), update=update)
@@ -80,4 +88,5 @@ SPEC = TrainerSpec(
     describe_run=describe_run,
     cluster=CLUSTER,
     count_bytes=count_bytes,
+    fit_trainer=MirroredFitTrainer,  # model.fit under this strategy
 )

@@ -53,7 +53,7 @@ CHECK_COLUMNS = (
     ]
 )
 HEADERS = (
-    ["release", "project commit", "verdict", "install s", "checks s"]
+    ["release", "project commit", "Keras", "verdict", "install s", "checks s"]
     + CHECK_COLUMNS[:6]
     + ["stale read after assign (combining on)"]
     + CHECK_COLUMNS[6:]
@@ -271,6 +271,7 @@ def render(rows: List[dict]) -> str:
         cells = [
             row["release"],
             row["versions"].get("project", "-"),
+            row["versions"].get("keras", "-"),  # the Keras that pip installed with the release (2 to 2.15, then 3)
             row["verdict"],
             install,
             f"{row['run_seconds']:.0f}",

@@ -15,7 +15,7 @@ Bad input raises shared.errors.UsageError with compare.py's one-line message.
 """
 
 import dataclasses
-from typing import Callable, Dict, Sequence, Union
+from typing import Callable, Dict, Optional, Sequence, Union
 
 from shared.config import Config
 from shared.devices import configure_devices
@@ -52,15 +52,21 @@ class ModelCheck:
 def check_model(
     model: Union[str, ModelDefinition, Callable[[], ModelDefinition], object] = "mlp",
     meshes: Sequence[str] = ("batch=8",),
-    trainers: Sequence[str] = ("dtensor", "mirrored"),
+    trainers: Optional[Sequence[str]] = None,
     devices: int = 8,
     data: str = "embedded",
+    replica_counts: Sequence[int] = (),
     **options,
 ) -> ModelCheck:
-    """Train `model` with the reference and each of `trainers` (DTensor on every mesh) and judge them.
+    """Train `model` with the reference and each of `trainers` (default: dtensor and mirrored; mirrored with
+    fit=True) and judge them: DTensor on every mesh; with fit=True (a Keras model), Keras's model.fit on one device
+    as the reference and under MirroredStrategy on each of `replica_counts` (default: `devices`), keyed
+    "mirrored" or "mirrored N".
 
-    `options` are shared.config.Config fields: epochs, batch_size, train_examples, dtype, ...
+    `options` are shared.config.Config fields: epochs, batch_size, train_examples, dtype, fit, ...
     """
+    if trainers is None:
+        trainers = ("mirrored",) if options.get("fit") else ("dtensor", "mirrored")
     # Before anything runs an op (checking a model object does): logical devices are fixed once per process.
     all_devices = configure_devices(devices, options.get("device_type", Config().device_type))[:devices]
     if not isinstance(model, str):  # an object: registered in this process, where every trainer then trains
@@ -74,12 +80,7 @@ def check_model(
         raise UsageError(f"trainers {list(trainers)}: choose from {', '.join(known)}")
     config = Config(model=model, devices=devices, data=data, quiet=True, trainers=("reference", *trainers), **options)
     check_trainer_options(config)
-    entries = [Entry("reference", "reference", config)]
-    for name in trainers:
-        entries += [
-            Entry(variant.key, name, variant.config)
-            for variant in trainer_spec(name).variants(config, devices, False, meshes)
-        ]
+    entries = lineup(config, trainers, meshes, replica_counts)
     for entry in entries[1:]:
         check_config(entry.config.replace(trainers=(entry.trainer,)), all_devices)
     dataset = load_run_data(config)
@@ -93,3 +94,18 @@ def check_model(
         {name: result.error for name, result in run.results.items() if result.failed},
         run,
     )
+
+
+def lineup(config: Config, trainers: Sequence[str], meshes: Sequence[str], replica_counts: Sequence[int]):
+    """The reference, then each trainer's configurations: DTensor's meshes, MirroredStrategy's update mode, or
+    with --fit model.fit under MirroredStrategy on each replica count."""
+    entries = [Entry("reference", "reference", config)]
+    for name in trainers:
+        if config.fit and name == "mirrored" and replica_counts:
+            entries += [Entry(f"mirrored {count}", name, config.replace(devices=count)) for count in replica_counts]
+            continue
+        entries += [
+            Entry(variant.key, name, variant.config)
+            for variant in trainer_spec(name).variants(config, config.devices, False, meshes)
+        ]
+    return entries

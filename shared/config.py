@@ -19,6 +19,7 @@ from shared.errors import UsageError
 # The trainers (shared/training/registry.py registers each one's spec; a test keeps the two equal) and the
 # built-in models (shared/model/registry.py): named here, at the bottom, where every layer can read them.
 TRAINER_NAMES = ("reference", "dtensor", "mirrored")
+FIT_TRAINERS = ("reference", "mirrored")  # --fit's: model.fit on one device, and under MirroredStrategy
 BUILT_IN_MODELS = ("mlp", "vit", "gpt")
 TUTORIAL_HIDDEN = (700, 500)  # the MLP's hidden layers, --hidden's default (None)
 # --help's groups; the fields' order is their order, and the options' order within each.
@@ -49,6 +50,8 @@ NUMERIC_OPTIONS = (
     "dropout",
     "shuffle",
     "restore",
+    "clip_global_norm",
+    "fit",
 )
 
 
@@ -96,6 +99,14 @@ class Config:
         choices=("CPU", "GPU"),
     )
     mesh: Optional[str] = option(None, "DTensor mesh batch=B[,model=M] (default: batch=DEVICES)", WHERE)
+    # The loop most users run: model.fit, on one device and under MirroredStrategy (shared/training/keras_fit.py).
+    fit: bool = option(
+        False,
+        "train your Keras model (--model FILE.py:FUNCTION) with Keras's own model.fit and its own compile settings: "
+        "on one device as the reference, under MirroredStrategy as mirrored (the default trainers then), judged "
+        "step by step (docs/keras.md)",
+        WHERE,
+    )
 
     model: str = option(
         "mlp",
@@ -130,6 +141,16 @@ class Config:
         "tutorial: the tutorial's Adam (read-after-assign, frozen step count)",
         RUN,
         choices=("fixed", "tutorial"),
+    )
+    # Clipped where each trainer combines its gradients, before its optimizer: the global gradient's norm.
+    clip_global_norm: Optional[float] = option(
+        None,
+        "clip the gradient to global norm X after it is combined across devices, on the reference, DTensor and "
+        "MirroredStrategy alike (not with --fit: Keras's own clipnorm, global_clipnorm and clipvalue, set in "
+        "compile, clip each replica's part of it; docs/keras.md) (default: none)",
+        RUN,
+        metavar="X",
+        parse=float,
     )
     # float64: the same model from the same start with rounding ~1e9 times smaller, so parity can be judged on
     # every step of any run. The names are the tf/numpy dtype of the weights, slots, losses and inputs.
@@ -331,6 +352,8 @@ class Config:
     )
 
     def __post_init__(self):
+        if self.fit and self.trainers == TRAINER_NAMES:  # --fit's default trainers: Keras has no DTensor model.fit
+            object.__setattr__(self, "trainers", FIT_TRAINERS)
         check(self)
 
     def replace(self, **changes) -> "Config":
@@ -418,7 +441,7 @@ def check(config: Config) -> None:
     for field in ("epochs", "seed", "keep_checkpoints"):
         if getattr(config, field) < 0:
             fail(field, f"{getattr(config, field)} is negative")
-    for field in ("learning_rate", "tolerance", "link_gbps", "device_memory_mb"):
+    for field in ("learning_rate", "clip_global_norm", "tolerance", "link_gbps", "device_memory_mb"):
         value = getattr(config, field)
         if value is not None and not math.isfinite(value):
             fail(field, f"{value} is not a finite number")
@@ -462,6 +485,7 @@ def check_combinations(config: Config) -> None:
             "--reference-from-scratch compares trainers resumed from a checkpoint with a reference "
             "trained from the initial values; give --restore PATH too"
         )
+    check_fit(config)
     if config.clients > 1:
         one_process = [
             (flag(field), on)
@@ -481,3 +505,44 @@ def check_combinations(config: Config) -> None:
             raise UsageError(
                 f"{', '.join(files)} with --clients {config.clients} is not supported yet; use --clients 1"
             )
+
+
+def check_fit(config: Config) -> None:
+    """--fit trains a Keras model with model.fit on one device and under MirroredStrategy, nothing else."""
+    if not config.fit:
+        return
+    if config.model in BUILT_IN_MODELS:
+        raise UsageError(
+            f"--fit trains a Keras model with its own model.fit; give --model FILE.py:FUNCTION returning one "
+            f"(not {config.model})"
+        )
+    if "dtensor" in config.trainers:
+        raise UsageError(
+            "--fit trains Keras's model.fit, which has no DTensor path (keras-team/keras#18473); drop dtensor "
+            "from --trainers"
+        )
+    if config.clients > 1:
+        raise UsageError(
+            f"--fit with --clients {config.clients}: Keras 3's model.fit fails under MultiWorkerMirroredStrategy "
+            f"(keras-team/keras#20585; measured with Keras 3.15.1); use --clients 1"
+        )
+    if config.clip_global_norm is not None:
+        raise UsageError(
+            "--clip-global-norm clips the project's own trainers; under --fit the model's optimizer clips as you "
+            "compiled it (global_clipnorm=...): drop --clip-global-norm"
+        )
+    refused = [
+        flag(field)
+        for field, on in (
+            ("adam", config.adam != "fixed"),
+            ("mirrored_update", config.mirrored_update != "auto"),
+            ("sweep_devices", config.sweep_devices),
+            ("profile", config.profile),
+            ("checkpoint_dir", config.checkpoint_dir),
+            ("restore", config.restore),
+            ("export", config.export),
+        )
+        if on
+    ]
+    if refused:
+        raise UsageError(f"{refused[0]} does not apply to --fit (Keras's model.fit trains there); drop it")

@@ -5,7 +5,8 @@ TensorFlow fixes its device list when it first initialises its runtime, so
 largest count you need once; meshes and strategies then use the first N of them.
 """
 
-from typing import Dict, List
+import importlib.metadata
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 
@@ -82,3 +83,12 @@ def one_intra_op_thread(config) -> Dict[str, str]:
     cores otherwise share TensorFlow's default pool of one thread per core and every op waits for its turn
     (docs/throughput.md, "Threads"); nothing on GPUs."""
     return {"TF_NUM_INTRAOP_THREADS": "1"} if config.device_type == "CPU" else {}
+
+
+def keras_version() -> Optional[str]:
+    """The installed Keras's version (Keras 2 with TensorFlow 2.12-2.15, Keras 3 from 2.16), read from its package
+    metadata without importing it; None where none is installed."""
+    try:
+        return importlib.metadata.version("keras")
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -50,7 +50,7 @@ def test_the_readmes_run_excerpt_starts_with_the_header_compare_prints(devices, 
     header = run_header(config, devices, embedded, describe_runs(config), describe_processes(config)).splitlines()
 
     def without_version(line):
-        return re.sub(r"^TensorFlow \S+;", "TensorFlow ...;", line)
+        return re.sub(r"^TensorFlow \S+(, Keras \S+)?;", "TensorFlow ...;", line)
 
     assert [without_version(line) for line in excerpt[: len(header)]] == [without_version(line) for line in header]
     assert max(len(line) for line in excerpt) <= LINE_WIDTH

@@ -39,6 +39,7 @@ def minimal_report():
                 "config": dataclasses.asdict(Config()),
                 "environment": {
                     "tensorflow": "2.21.0",
+                    "keras": "3.15.1",
                     "data_source": "embedded",
                     "data_reason": "--data embedded",
                     "devices": ["CPU:0"],

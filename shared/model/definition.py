@@ -93,6 +93,7 @@ class Caution:
     text: str  # one line that names the layers: "bn: BatchNormalization without synchronized=True normalises ..."
     trainers: Tuple[str, ...] = ()  # the trainers ("dtensor", "mirrored") it explains a difference of; () none
     random: bool = False  # it names the forward's own random ops (so the generic random-op hint is left out)
+    in_reason: bool = True  # False: it changes only what is reported (Keras's metrics), never what parity judges
 
 
 NAMES_SHOWN = 4  # names listed in a message before "... and N more"
@@ -150,6 +151,9 @@ class ModelDefinition:
     # (final weights in the definition's order, a path) -> the model in its own format there (a Keras model's .keras
     # file, beside an export's SavedModel); None: the model has no other format
     save_as: Optional[Callable[[Sequence[np.ndarray], str], None]] = None
+    # A Keras definition's built Keras model itself (shared/model/keras.py), with its compile settings if the user's
+    # function compiled it: what --fit trains with Keras's own model.fit (shared/training/keras_fit.py); None else.
+    keras_model: Optional[object] = None
 
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes

@@ -118,6 +118,7 @@ def keras_definition(result, source: str) -> ModelDefinition:
         vocabulary=vocabulary(model, keras, input_dtype, source),
         cautions=cautions(model, keras),
         save_as=keras_saver(model, keras_variables, keras),
+        keras_model=model,
     )
 
 
@@ -350,11 +351,21 @@ def layout_for(layout_map, variable, source: str) -> Tuple[str, ...]:
 def float64_copy(model, keras, source: str):
     """The model rebuilt from its config with every float32 dtype float64 (its inputs' too), so that a float64 run
     computes in float64 end to end (Keras casts a layer's inputs to its dtype policy)."""
+    return rebuilt(model, keras, source, "float64")
+
+
+def rebuilt(model, keras, source: str, dtype: str):
+    """A new model of the same layers and variable paths, rebuilt from `model`'s config without its compile settings
+    (under a strategy's scope: its variables), in float32 as it is or with every float32 dtype float64; its values
+    are its initializers', not `model`'s. UsageError in one line when it cannot be rebuilt so."""
     custom = {type(layer).__name__: type(layer) for layer in model._flatten_layers(include_self=True)}
-    config = widened(keras.saving.serialize_keras_object(model))
+    config = dict(keras.saving.serialize_keras_object(model))
+    config.pop("compile_config", None)  # compiled under the strategy's scope, if at all (shared/training/keras_fit.py)
     floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
-    keras.config.set_floatx("float64")  # a subclassed model's layers made in its __init__ take the global policy
-    keras.config.set_dtype_policy("float64")
+    if dtype == "float64":
+        config = widened(config)
+        keras.config.set_floatx("float64")  # a subclassed model's layers made in its __init__ take the global policy
+        keras.config.set_dtype_policy("float64")
     try:
         with keras.saving.custom_object_scope(custom):
             copy = keras.saving.deserialize_keras_object(config)
@@ -362,7 +373,7 @@ def float64_copy(model, keras, source: str):
             copy.build_from_config(model.get_build_config())
     except Exception as error:  # noqa: BLE001 - the user's layers: any error is one line
         raise UsageError(
-            f"--model {source}: the Keras model could not be rebuilt in float64 from its config "
+            f"--model {source}: the Keras model could not be rebuilt in {dtype} from its config "
             f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); give every custom "
             f"layer get_config (a functional or Sequential model of Keras layers has it)"
         ) from None
@@ -373,11 +384,11 @@ def float64_copy(model, keras, source: str):
     same = len(mine) == len(theirs) and all(
         tuple(a.shape) == tuple(b.shape) and a.trainable == b.trainable for a, b in zip(mine, theirs)
     )
-    wide = all(is_seed_state(v) or v.dtype == "float64" for v in theirs)
+    wide = all(is_seed_state(v) or v.dtype == dtype for v in theirs)
     if not same or not wide:
         raise UsageError(
-            f"--model {source}: the Keras model rebuilt from its config in float64 has other variables than it "
-            f"({'their shapes differ' if not same else 'some are not float64'}); give every custom layer a "
+            f"--model {source}: the Keras model rebuilt from its config in {dtype} has other variables than it "
+            f"({'their shapes differ' if not same else f'some are not {dtype}'}); give every custom layer a "
             f"get_config that rebuilds it, and no fixed float32 dtype"
         )
     return copy

@@ -20,7 +20,9 @@ def title(result: BaselineResult) -> str:
     environment, config = result.report["environment"], result.report["config"]
     devices, bounds = environment.get("devices") or [], result.bounds
     return (
-        f"Against the baseline {result.path} (TensorFlow {environment.get('tensorflow')}, {len(devices)} devices, "
+        f"Against the baseline {result.path} (TensorFlow {environment.get('tensorflow')}"
+        + (f", Keras {environment['keras']}" if environment.get("keras") else "")
+        + f", {len(devices)} devices, "
         f"mesh {config.get('mesh') or 'batch=' + str(len(devices))}): every step's loss and the final weights' "
         f"samples and sums ({config.get('dtype')}, |diff| <= atol + rtol |baseline|: loss {bounds['loss'].atol:.0e} "
         f"+ {bounds['loss'].rtol:.0e}, weight samples {bounds['weight'].atol:.0e} + {bounds['weight'].rtol:.0e}; "
@@ -71,6 +73,7 @@ def baseline_dict(result: Optional[BaselineResult]) -> Optional[dict]:
         "path": result.path,
         "schema_version": result.report["schema_version"],
         "tensorflow": environment.get("tensorflow"),
+        "keras": environment.get("keras"),  # null in a baseline written before 2.5
         "devices": environment.get("devices"),
         "ok": result.ok,
         "tolerances": {name: [bound.atol, bound.rtol] for name, bound in result.bounds.items()},

@@ -7,7 +7,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from shared.devices import op_determinism_enabled
+from shared.devices import keras_version, op_determinism_enabled
 from shared.judge.digest import data_sha256, digests
 from shared.judge.verdict import exit_ok
 from shared.measure.history import step_time_percentiles_ms, throughput
@@ -16,10 +16,13 @@ from shared.report import profile as profile_report
 from shared.report.baseline import baseline_dict
 from shared.report.parity import float64_rerun_dict, parity_dict
 from shared.report.schema import SCHEMA_VERSION
+from shared.training.keras_fit import cautions_for
 
 
-def model_facts(definition) -> dict:
-    """What the report says of the model: its name, variables and their DTensor layouts on a model axis."""
+def model_facts(definition, cautions=None) -> dict:
+    """What the report says of the model: its name, variables and their DTensor layouts on a model axis, and the
+    run's cautions (default: the model's own; --fit: model.fit's)."""
+    cautions = definition.cautions if cautions is None else cautions
     return {
         "name": definition.name,
         "description": definition.description,
@@ -34,7 +37,7 @@ def model_facts(definition) -> dict:
             {"name": variable.name, "shape": list(definition.shape(variable)), "layout": list(variable.layout)}
             for variable in definition.variables
         ],
-        "cautions": [{"trainers": list(caution.trainers), "text": caution.text} for caution in definition.cautions],
+        "cautions": [{"trainers": list(caution.trainers), "text": caution.text} for caution in cautions],
     }
 
 
@@ -68,6 +71,7 @@ def report_dict(run, sweep) -> dict:
         "config": dataclasses.asdict(run.config),
         "environment": {
             "tensorflow": tf.__version__,
+            "keras": keras_version(),
             "data_source": run.data.source,
             "data_reason": run.data.reason,
             "data_fallback": run.data.fallback or None,
@@ -82,7 +86,7 @@ def report_dict(run, sweep) -> dict:
         "float64_rerun": float64_rerun_dict(run),
         "reproducibility": reproducibility_dict(run, op_determinism_enabled()),
         "baseline": baseline_dict(run.baseline),
-        "model": model_facts(definition_for(run.config)),
+        "model": model_facts(definition_for(run.config), cautions_for(run.config, len(run.data.y_train))),
         "compute": compute_facts(run),
         **({"sweep": sweep_entries} if sweep else {}),
     }

@@ -6,8 +6,10 @@ import numpy as np
 import tensorflow as tf
 
 from shared.console import fit_width
+from shared.devices import keras_version
 from shared.measure.memory import can_reset_peak
 from shared.model.registry import definition_for
+from shared.training.keras_fit import cautions_for, describe_compile
 from shared.training.protocol import RunFacts
 
 
@@ -16,23 +18,23 @@ def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], pro
     `facts`: shared.training.registry.describe_runs), and where they train (`processes`, when not all here)."""
     devices_notes = "".join(f"; {fact.devices}" for fact in facts.values() if fact.devices)
     per_replica = [fact.per_replica_batch for fact in facts.values() if fact.per_replica_batch]
+    keras = keras_version()
     return "\n".join(
         fit_width(line, indent=2)
         for line in [
-            f"TensorFlow {tf.__version__}; {len(devices)} logical {config.device_type} devices "
+            f"TensorFlow {tf.__version__}" + (f", Keras {keras}" if keras else "") + f"; {len(devices)} logical "
+            f"{config.device_type} devices "
             f"({devices[0]} .. {devices[-1]})"
             + (f" per client x {config.clients} clients" if config.clients > 1 else "")
             + devices_notes,
             f"global batch {config.batch_size}"
             + (f", per replica {' / '.join(per_replica)}" if per_replica else "")
             + f"; {config.epochs} epoch{'s' * (config.epochs != 1)}",
-            f"{config.optimizer} lr {config.learning_rate:g}"
-            + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
-            + f"; {config.dtype}; seed {config.seed}",
+            describe_training(config),
             data.describe(),
             describe_model(definition_for(config)),
         ]
-        + describe_cautions(definition_for(config))
+        + describe_cautions(cautions_for(config, len(data.y_train)))
         + ([processes] if processes else [])
         + [describe_peak(config.device_type)]
     )
@@ -53,6 +55,25 @@ def describe_peak(device_type: str) -> str:
     )
 
 
+def describe_training(config) -> str:
+    """The optimizer and the run's dtype and seed; with --fit, model.fit and the model's compile settings."""
+    if config.fit:
+        return (
+            f"Keras model.fit (--fit): the reference on one device, mirrored under MirroredStrategy; "
+            f"{describe_compile(definition_for(config), config)}; {config.dtype}; seed {config.seed}"
+        )
+    return (
+        f"{config.optimizer} lr {config.learning_rate:g}"
+        + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
+        + (
+            f", gradients clipped to global norm {config.clip_global_norm:g} after they are combined"
+            if config.clip_global_norm
+            else ""
+        )
+        + f"; {config.dtype}; seed {config.seed}"
+    )
+
+
 def describe_model(definition) -> str:
     labels = int(np.prod(definition.label_shape))  # a language model: one label per token
     per_token = f", {definition.flops_per_example / labels / 1e6:.2f} per token" if labels > 1 else ""
@@ -62,8 +83,6 @@ def describe_model(definition) -> str:
     )
 
 
-def describe_cautions(definition) -> List[str]:
+def describe_cautions(cautions) -> List[str]:
     """What the model will compute differently on a trainer, and why, one line each (shared.model.Caution)."""
-    return [
-        f"caution ({', '.join(caution.trainers) or 'every trainer'}): {caution.text}" for caution in definition.cautions
-    ]
+    return [f"caution ({', '.join(caution.trainers) or 'every trainer'}): {caution.text}" for caution in cautions]

@@ -94,6 +94,16 @@ def collectives_line(run) -> str:
     )
 
 
+def clipping_line(run) -> str:
+    """Under the results with --clip-global-norm: how often each trainer clipped (its details' `clipping`)."""
+    found = [
+        f"{name} {result.history.details['clipping']}"
+        for name, result in run.results.items()
+        if result.history is not None and "clipping" in result.history.details
+    ]
+    return "clipping: " + "; ".join(found) if found else ""
+
+
 def print_profile(run, link_gbps, out=None) -> None:
     """--profile: each trainer's step parts, and under them its bytes per step."""
     histories = [(name, result.history) for name, result in run.results.items()]
@@ -150,6 +160,8 @@ def print_results(run, out) -> bool:
         tabulate([row[:RESULT_COLUMNS] for row in rows], RESULT_HEADERS[:RESULT_COLUMNS], tablefmt="github"), file=out
     )
     print(fit_width(collectives_line(run), indent=2), file=out)
+    if clipping_line(run):
+        print(fit_width(clipping_line(run), indent=2), file=out)
     print(
         "\nSpeed and memory (throughput and step times from the epochs after the first, which traces;\n"
         "memory/device: weights + optimizer state on the busiest device; peak MB: each trainer's own, as the "

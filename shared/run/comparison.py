@@ -23,12 +23,14 @@ from shared.run import sweep
 from shared.run.sequence import RunResult, describe_processes, train_all
 from shared.training import checkpoint
 from shared.training.data import Dataset, load_run_data
+from shared.training.keras_fit import check_fit_model
 from shared.training.registry import describe_runs, specs
 
 
 def check_config(config: Config, devices: Sequence[str]) -> None:
     """Each chosen trainer's own checks (a mesh, a batch over replicas) before anything trains."""
     definition_for(config)  # --model: a user's definition is loaded and checked here, once
+    check_fit_model(config)  # --fit: a Keras model whose compile settings rebuild
     for spec in specs(config.trainers):
         spec.check_config(config, devices)
     checkpoint.check_config(config)  # --restore, --checkpoint-dir, --export

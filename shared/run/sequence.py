@@ -28,6 +28,7 @@ from shared.run.results import TrainerResult, train_one
 from shared.training import checkpoint
 from shared.training.batches import batch_slices
 from shared.training.data import Dataset
+from shared.training.keras_fit import cautions_for
 from shared.training.protocol import PLAIN_RUN, RunControl
 from shared.training.registry import distributed, trainer_spec
 
@@ -188,7 +189,7 @@ def train_and_judge(
     explain(config, judgement, parity, entries, train, log)
     locate_differences(config, judgement.verdicts, entries, results, train, log)
     name_random_ops(config, judgement.verdicts, results)
-    name_cautions(config, judgement.verdicts, results, [reference, *others])
+    name_cautions(config, judgement.verdicts, results, [reference, *others], len(data.y_train))
     run = RunResult(
         config,
         list(devices),
@@ -247,8 +248,8 @@ NO_REPLAY_WITH_CLIENTS = (
 def locate_differences(config, verdicts, entries, results, train: Train, log) -> None:
     """Each MISMATCH's first differing tap: its first mismatching step replayed in float64 (shared/run/replay.py),
     into the verdict and its reason. Not with --no-explain or --restore (no float64 run), nor for a difference
-    only in the final weights, nor for a forward without a context (it taps nothing)."""
-    if why_no_float64(config) or not definition_for(config).takes_context:
+    only in the final weights, nor for a forward without a context (it taps nothing), nor --fit's model.fit."""
+    if why_no_float64(config) or not definition_for(config).takes_context or config.fit:  # --fit: Keras's loop
         return
     for entry in entries[1:]:
         found = verdicts.get(entry.key)
@@ -288,12 +289,12 @@ def name_random_ops(config, verdicts, results) -> None:
             verdicts[key].add_reason(hint)
 
 
-def name_cautions(config, verdicts, results, entries: Sequence[Entry]) -> None:
-    """The model's cautions (shared.model.Caution: a Keras BatchNormalization without synchronized=True) in the
-    reason of each trainer they name that mismatches or fails."""
-    cautions = definition_for(config).cautions
+def name_cautions(config, verdicts, results, entries: Sequence[Entry], train_examples: int) -> None:
+    """The run's cautions (shared.model.Caution: a Keras BatchNormalization without synchronized=True; with --fit,
+    model.fit's) in the reason of each trainer they name that mismatches or fails."""
+    cautions = cautions_for(config, train_examples)
     for entry in entries:
-        texts = [caution.text for caution in cautions if entry.trainer in caution.trainers]
+        texts = [caution.text for caution in cautions if entry.trainer in caution.trainers and caution.in_reason]
         result, found = results[entry.key], verdicts.get(entry.key)
         for text in texts:
             if result.failed and entry.key != "reference":

@@ -21,5 +21,6 @@ def build_model_and_optimizer(config: Config, make_variable=None):
         config.learning_rate,
         zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
         make_step=lambda: tf.Variable(0, dtype=tf.int64),
+        clip_norm=config.clip_global_norm,
     )
     return model, optimizer

@@ -123,6 +123,7 @@ def check_restore(config: Config, mid_epoch: bool = False) -> Tuple[str, dict]:
             f"checkpoint {shown} holds {written_dtype} state but --dtype {config.dtype} was given; "
             f"use --dtype {written_dtype}"
         )
+    check_clipping(config, prefix, shown)
     if mid_epoch:
         return prefix, progress
     if int(progress["batch"]) != 0:
@@ -137,6 +138,19 @@ def check_restore(config: Config, mid_epoch: bool = False) -> Tuple[str, dict]:
             f"{int(progress['epoch']) + 1} or more"
         )
     return prefix, progress
+
+
+CLIPPED_KEY = "optimizer/clipped/.ATTRIBUTES/VARIABLE_VALUE"  # --clip-global-norm's count (shared/training/optim.py)
+
+
+def check_clipping(config: Config, prefix: str, shown: str) -> None:
+    """A checkpoint holds --clip-global-norm's count of clipped steps exactly when it was written with it."""
+    clipped = tf.train.load_checkpoint(prefix).has_tensor(CLIPPED_KEY)
+    if clipped != (config.clip_global_norm is not None):
+        raise UsageError(
+            f"checkpoint {shown} was written {'with' if clipped else 'without'} --clip-global-norm; "
+            + ("give --clip-global-norm X to restore it" if clipped else "drop --clip-global-norm to restore it")
+        )
 
 
 def check_config(config: Config) -> None:

@@ -19,6 +19,7 @@ from shared.training.checkpoint import TrainingState
 from shared.training.data import Dataset
 from shared.training.export import export_trainer
 from shared.training.losses import host_label_count
+from shared.training.optim import clipping_record
 from shared.training.protocol import Progress, RunControl, Trainer
 
 
@@ -113,6 +114,9 @@ def finish(trainer: Trainer, config: Config, data: Dataset, history: History, co
         history.add_final_state(read_state_checksums(trainer.state()))
     history.final_weights = trainer.final_weights()
     history.memory_per_device = step.memory_per_device(trainer)
+    clipping = clipping_record(trainer.optimizer)
+    if clipping:
+        history.details["clipping"] = clipping
     trainer.finish(history)
     definition = trainer.model.definition
     export_trainer(

@@ -10,10 +10,10 @@ DTensor, inside a tf.function, that read returned stale zeros while DTensor's
 all-reduce combining was on: docs/tutorial-differences.md), and it
 keeps the step count in a Python float, which tf.function freezes at trace time so
 bias correction never advances. `--adam fixed` (the default) reads every slot before
-writing it and keeps the step count in a variable.
+writing it and keeps the step count in a variable. `--clip-global-norm` clips what a trainer hands it (`clipped`).
 """
 
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -47,17 +47,44 @@ def adam_update(grad, m, v, step, learning_rate, beta_1=ADAM_BETA_1, beta_2=ADAM
     return step_size * new_m / (tf.sqrt(new_v) + epsilon * root_correction), new_m, new_v
 
 
+def clip_by_global_norm(grads, clip_norm: float):
+    """(grads scaled by clip_norm / max(global norm, clip_norm), whether the norm was above clip_norm): Keras's
+    and tf.clip_by_global_norm's arithmetic. On DTensor each sum of squares of a sharded gradient is an
+    all-reduce over its shards, so the norm is the global gradient's on every mesh."""
+    norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(grad)) for grad in grads]))
+    limit = tf.cast(clip_norm, norm.dtype)
+    scale = limit / tf.maximum(norm, limit)
+    return [grad * tf.cast(scale, grad.dtype) for grad in grads], norm > limit
+
+
+def clipped(optimizer, grads):
+    """--clip-global-norm: the gradient `optimizer` is handed, clipped to its `clip_norm` (None: as it is), and
+    its `clipped` count of the steps whose global norm was above it (a variable made as its step count is, on the
+    trainer's devices; absent without clipping, so checkpoints without it are unchanged). Clipping in the optimizer
+    acts on what each trainer hands it, the combined gradient: the reference's own, DTensor's global one (its norm
+    summed over the shards), MirroredStrategy's summed replicas'; never a replica's part of it, as Keras's
+    clipnorm under a strategy does (docs/keras.md)."""
+    if optimizer.clip_norm is None:
+        return grads
+    grads, above = clip_by_global_norm(grads, optimizer.clip_norm)
+    optimizer.clipped.assign(optimizer.clipped.read_value() + tf.cast(above, tf.int64))
+    return grads
+
+
 class SGD(tf.Module):
     """Plain SGD; `step` counts its updates (what dropout's numbers are drawn from, as Adam's)."""
 
-    def __init__(self, learning_rate: float, make_step: Callable):
+    def __init__(self, learning_rate: float, make_step: Callable, clip_norm: Optional[float] = None):
         super().__init__()
         self.learning_rate = learning_rate
         self.step = make_step()
+        self.clip_norm = clip_norm
+        if clip_norm is not None:
+            self.clipped = make_step()
 
     def apply_gradients(self, grads, variables):
         step = self.step.read_value() + 1
-        for grad, var in zip(dense(grads), variables):
+        for grad, var in zip(clipped(self, dense(grads)), variables):
             var.assign_sub(self.learning_rate * grad)
         self.step.assign(step)
 
@@ -76,6 +103,7 @@ class Adam(tf.Module):
         zeros_like: Callable,
         make_step: Callable,
         formulation: str = "fixed",
+        clip_norm: Optional[float] = None,
     ):
         super().__init__()
         self.learning_rate = learning_rate
@@ -83,10 +111,13 @@ class Adam(tf.Module):
         self.m: List[tf.Variable] = [zeros_like(var) for var in variables]
         self.v: List[tf.Variable] = [zeros_like(var) for var in variables]
         self.step = make_step()
+        self.clip_norm = clip_norm
+        if clip_norm is not None:
+            self.clipped = make_step()
         self.tutorial_t = 1.0  # the tutorial's Python-float step count (only for "tutorial")
 
     def apply_gradients(self, grads, variables):
-        grads = dense(grads)
+        grads = clipped(self, dense(grads))
         if self.formulation == "tutorial":
             return self._apply_as_tutorial(grads, variables)
         # Read the step once, write it last: DTensor would re-read a stale value after a write.
@@ -126,8 +157,23 @@ def apply_gradients_fused(optimizer, grads, variables):
 
 
 def make_optimizer(
-    name: str, adam_formulation: str, variables, learning_rate: float, zeros_like: Callable, make_step: Callable
+    name: str,
+    adam_formulation: str,
+    variables,
+    learning_rate: float,
+    zeros_like: Callable,
+    make_step: Callable,
+    clip_norm: Optional[float] = None,
 ):
     if name == "sgd":
-        return SGD(learning_rate, make_step)
-    return Adam(variables, learning_rate, zeros_like, make_step, adam_formulation)  # "adam" (Config checks it)
+        return SGD(learning_rate, make_step, clip_norm)
+    return Adam(variables, learning_rate, zeros_like, make_step, adam_formulation, clip_norm)  # "adam" (Config checks)
+
+
+def clipping_record(optimizer) -> Optional[str]:
+    """What --clip-global-norm did so far, for the history's details: "clipped 15 of 16 steps (global norm above
+    1)"; None without it. A replicated variable reads one device's copy."""
+    if getattr(optimizer, "clip_norm", None) is None:
+        return None
+    clipped_count, steps = int(optimizer.clipped.numpy()), int(optimizer.step.numpy())
+    return f"clipped {clipped_count} of {steps} steps (global gradient norm above {optimizer.clip_norm:g})"

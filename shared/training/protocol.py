@@ -182,6 +182,9 @@ class TrainerSpec:
     # (devices) -> what the trainer is made and trained under: the reference's device; nothing for the others
     scope: Callable[[Sequence[str]], ContextManager] = lambda devices: contextlib.nullcontext()
     distributes: bool = True  # False for the reference: the ground truth, trained beside every other
+    # --fit: the Trainer that trains the user's Keras model with Keras's own model.fit in this trainer's place (the
+    # reference's on one device, mirrored's under MirroredStrategy); None: it has none, and --fit refuses it.
+    fit_trainer: Optional[Callable[..., Trainer]] = None
     # Config fields only this trainer reads -> what they do, e.g. {"shard_weights": "lays out DTensor's weights"}:
     # set without this trainer chosen, one line says so (shared/run/comparison.py).
     options: Dict[str, str] = dataclasses.field(default_factory=dict)

@@ -18,6 +18,7 @@ from shared.training import step
 from shared.training.batches import epoch_batches, step_chunks
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
+from shared.training.keras_fit import KerasFitTrainer
 from shared.training.losses import correct_count, host_label_count, label_count
 from shared.training.optim import apply_gradients_fused
 from shared.training.protocol import Trainer, TrainerSpec
@@ -141,4 +142,5 @@ SPEC = TrainerSpec(
     count_bytes=lambda trainer: (traffic.one_device(trainer.device), ""),
     scope=lambda devices: tf.device(devices[0]),  # it trains in the run's own process, on its first device
     distributes=False,
+    fit_trainer=KerasFitTrainer,  # model.fit on one device
 )

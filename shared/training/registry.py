@@ -50,9 +50,12 @@ def fit(
     spec = trainer_spec(name)
     progress = progress or Silent()
     spec.check_config(config, devices)
+    make, count_bytes = spec.trainer, spec.count_bytes
+    if config.fit:  # Keras's model.fit in this trainer's place: its steps are Keras's, their bytes not counted
+        make, count_bytes = spec.fit_trainer, lambda trainer: (None, "not counted: Keras's model.fit (--fit)")
     with spec.scope(devices):
-        trainer = spec.trainer(config, data, devices, progress.line)
-        return loop.fit(trainer, config, data, progress, spec.count_bytes, control or PLAIN_RUN)
+        trainer = make(config, data, devices, progress.line)
+        return loop.fit(trainer, config, data, progress, count_bytes, control or PLAIN_RUN)
 
 
 def describe_runs(config: Config) -> Dict[str, RunFacts]:

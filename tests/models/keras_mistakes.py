@@ -1,7 +1,9 @@
-"""Keras models with the mistakes users make, for tests/test_keras.py: `--model tests/models/keras_mistakes.py:NAME`.
+"""Keras models with the mistakes users make, for tests/test_keras.py and tests/test_fit.py: `--model
+tests/models/keras_mistakes.py:NAME`.
 
 Each is a small Dense model with one thing no trainer could train: never built, two inputs, two outputs, a
-LayoutMap that names another axis, gives the wrong rank or matches a path twice, float16 weights.
+LayoutMap that names another axis, gives the wrong rank or matches a path twice, float16 weights; for --fit,
+several steps per call, or no compile at all.
 """
 
 import keras
@@ -108,3 +110,15 @@ def embedded_tokens():
     inputs = keras.Input((16,), dtype="int32")
     embedded = keras.layers.Embedding(65, 8, name="embed")(inputs)
     return keras.Model(inputs, keras.layers.Dense(65, name="out")(embedded))
+
+
+def several_steps_per_call():
+    """--fit records each step's loss after it: steps_per_execution must be 1."""
+    model = dense()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", steps_per_execution=4)
+    return model
+
+
+def uncompiled():
+    """--fit compiles it with the tool's optimizer and softmax cross-entropy of its logits."""
+    return dense()

@@ -1,0 +1,401 @@
+"""Keras's own `model.fit` as a trainer (--fit): on one device it is the reference, under MirroredStrategy
+(mirrored_impl/keras_fit.py) it is judged against it, as most TensorFlow users who distribute train.
+
+    python compare.py --model examples/keras_fit.py:global_clipnorm --fit --data embedded --devices 4 --dtype float64
+
+The user's model is rebuilt from its config under the strategy's scope (every float32 dtype float64 for --dtype
+float64), given the definition's initial values, compiled with the user's own compile settings (the tool's
+optimizer and softmax cross-entropy when the function did not compile it) and trained by model.fit, one call an
+epoch, on every trainer's global batches. A callback resets Keras's metrics as each batch starts, so that the
+batch's logs hold that step's loss alone, as Keras computed and differentiated it: no running mean to undo.
+What differs under a strategy, and why (`fit_cautions`): docs/keras.md, "model.fit under MirroredStrategy".
+"""
+
+import contextlib
+import copy
+import math
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from shared.config import Config
+from shared.errors import UsageError
+from shared.measure import profile, traffic
+from shared.measure.checksums import state_checksums, state_variables
+from shared.model.definition import Caution
+from shared.model.keras import is_seed_state, rebuilt, widened
+from shared.model.registry import definition_for
+from shared.training.batches import epoch_batches, without_autotune
+from shared.training.losses import correct_count, host_label_count, loss_sum
+from shared.training.protocol import Trainer
+
+ACCURACY = "compare_accuracy"  # the tool's one metric, added to the user's: the train_acc column
+CLIPPING = ("clipnorm", "global_clipnorm", "clipvalue")  # a Keras optimizer's clipping settings
+
+
+def keras_module():
+    import keras  # imported where --fit trains, not by every run
+
+    return keras
+
+
+class FitModel(tf.Module):
+    """The Keras model as the shared loop and checkpoints see it: the definition and the variables in its order."""
+
+    def __init__(self, definition, keras_model):
+        super().__init__()
+        self.definition, self.keras = definition, keras_model
+
+    @property
+    def ordered(self) -> list:
+        """The Keras variables in the definition's order: trainable, then the running statistics."""
+        running = [v for v in self.keras.non_trainable_variables if not is_seed_state(v)]
+        return list(self.keras.trainable_variables) + running
+
+    @property
+    def weights(self) -> list:
+        return [variable.value for variable in self.ordered]
+
+
+class FitOptimizer(tf.Module):
+    """The model's Keras optimizer as the loop sees it: its variables, and an Adam's m and v in the weights' order
+    (named as the project's Adam slots are in parity's messages)."""
+
+    def __init__(self, keras_optimizer):
+        super().__init__()
+        self.keras = keras_optimizer
+        self.clip_norm = None  # --clip-global-norm's: Keras's own clipping is the compile settings'
+        if hasattr(keras_optimizer, "_momentums") and hasattr(keras_optimizer, "_velocities"):  # Keras's Adam
+            self.m = [slot.value for slot in keras_optimizer._momentums]
+            self.v = [slot.value for slot in keras_optimizer._velocities]
+
+    @property
+    def variables(self) -> list:
+        return [variable.value for variable in self.keras.variables]
+
+
+def rebatch_pieces(batch: int, replicas: int) -> List[int]:
+    """How tf.data's rebatch cuts a global batch over the replicas under a strategy: ceil(batch / replicas) each,
+    the last the rest (measured, TensorFlow 2.21: 44 over 8 is 6 x 7 and 2; 3 over 4 leaves one empty)."""
+    size = math.ceil(batch / replicas)
+    return [max(0, min(size, batch - size * index)) for index in range(replicas)]
+
+
+def batch_sizes(train_examples: int, batch_size: int) -> List[int]:
+    """The distinct global batch sizes of an epoch: the full one, and a partial last one if any."""
+    sizes = [min(batch_size, train_examples)]
+    if train_examples > batch_size and train_examples % batch_size:
+        sizes.append(train_examples % batch_size)
+    return sizes
+
+
+def compile_settings(source) -> Optional[dict]:
+    """The user's compile settings as Keras serialises them; None when the function did not compile the model."""
+    return source.get_compile_config() if getattr(source, "compiled", False) else None
+
+
+def check_fit_model(config: Config) -> None:
+    """--fit's model: a Keras model whose compile settings rebuild and record one loss a step; UsageError else."""
+    if not config.fit:
+        return
+    definition = definition_for(config)
+    if definition.keras_model is None:
+        raise UsageError(
+            f"--fit trains a Keras model with its own model.fit; --model {config.model} gives a ModelDefinition: "
+            f"return the built Keras model instead (docs/keras.md)"
+        )
+    settings = compile_settings(definition.keras_model) or {}
+    if settings.get("steps_per_execution", 1) != 1:
+        raise UsageError(
+            f"--fit: the model is compiled with steps_per_execution={settings['steps_per_execution']}, and each "
+            f"step's loss is recorded after it: compile it with steps_per_execution=1"
+        )
+    with tf.device("/CPU:0"):
+        compile_like(rebuilt(definition.keras_model, keras_module(), config.model, "float32"), definition, config)
+
+
+def tool_compile(config: Config, keras) -> dict:
+    """compile's arguments when the user's function did not compile the model: the run's optimizer (the project's
+    Adam constants) and the softmax cross-entropy of logits every trainer of the project's trains."""
+    if config.optimizer == "sgd":
+        optimizer = keras.optimizers.SGD(config.learning_rate)
+    else:
+        optimizer = keras.optimizers.Adam(config.learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
+    return {"optimizer": optimizer, "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
+
+
+def compile_like(model, definition, config: Config) -> None:
+    """`model` compiled as the user's function compiled theirs (their optimizer, loss, metrics; or tool_compile),
+    its loss, loss tracker and metrics in the run's dtype, with the tool's accuracy metric added."""
+    keras = keras_module()
+    settings = compile_settings(definition.keras_model)
+    floatx = keras.config.floatx()
+    keras.config.set_floatx(config.dtype)  # Keras's losses and metrics compute in floatx unless told otherwise
+    try:
+        if settings is None:
+            arguments = tool_compile(config, keras)
+        else:
+            arguments = keras.saving.deserialize_keras_object(
+                widened(copy.deepcopy(settings)) if config.dtype == "float64" else copy.deepcopy(settings)
+            )
+        metrics = arguments.get("metrics")
+        if metrics is None or isinstance(metrics, (list, tuple)):
+            arguments["metrics"] = [*(metrics or []), keras.metrics.SparseCategoricalAccuracy(name=ACCURACY)]
+        model.compile(**arguments)
+    except Exception as error:  # noqa: BLE001 - the user's compile settings: any error is one line
+        raise UsageError(
+            f"--fit: the model's compile settings could not be rebuilt from its compile config ({type(error).__name__}:"
+            f" {str(error).splitlines()[0] if str(error) else ''}); give custom losses and metrics get_config"
+        ) from None
+    finally:
+        keras.config.set_floatx(floatx)
+
+
+def fit_model(definition, config: Config, strategy=None):
+    """The user's model for model.fit: rebuilt under `strategy`'s scope (None: on the current device), the
+    definition's initial values (widened exactly in float64), compiled as theirs, its optimizer built."""
+    keras, source = keras_module(), definition.keras_model
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        keras.utils.set_random_seed(config.seed)
+        model = rebuilt(source, keras, config.model, config.dtype)
+        for mine, theirs in zip(model.variables, source.variables, strict=True):
+            mine.assign(np.asarray(theirs.numpy()).astype(mine.dtype))  # the user's values, every process alike
+        compile_like(model, definition, config)
+        model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def step_recorder(meter, counts: Sequence[int], state: Optional[list]):
+    """A Keras callback that resets the model's metrics as each batch starts (with `state`, checksumming the state
+    it starts from, float64 runs) and adds the batch's loss and correct count to `meter` as it ends."""
+    keras = keras_module()
+
+    class StepRecorder(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            for metric in self.model.metrics:
+                metric.reset_state()  # the loss tracker's and the metrics' running means start over
+            self.checksums = state_checksums(state) if state else None
+
+        def on_train_batch_end(self, batch, logs=None):
+            count = counts[batch]
+            correct = float(logs.get(ACCURACY, float("nan"))) * count
+            meter.add(float(logs["loss"]), correct, count, self.checksums)
+
+    return StepRecorder()
+
+
+class KerasFitTrainer(Trainer):
+    """The parts shared.training.loop.fit calls, each epoch one model.fit call: on one device here, under
+    MirroredStrategy in mirrored_impl/keras_fit.py (`place`)."""
+
+    name = "reference"
+
+    def __init__(self, config: Config, data, devices: Sequence[str], log=print):
+        self.config, self.data, self.device = config, data, devices[0]
+        self.definition = definition_for(config)
+        self.strategy, self.placement, self.collectives = self.place(devices)
+        keras_model = fit_model(self.definition, config, self.strategy)
+        self.model, self.optimizer = FitModel(self.definition, keras_model), FitOptimizer(keras_model.optimizer)
+        self.checkpointed = (self.model, self.optimizer)
+        self.details = {
+            "loop": f"Keras {keras_module().__version__} model.fit, one call an epoch",
+            "compile": describe_compile(self.definition, config),
+            "step_losses": "each batch's loss as Keras computed it: its metrics reset as the batch starts",
+        }
+
+    def place(self, devices: Sequence[str]):
+        """(strategy or None, placement, collectives): one device, no strategy."""
+        return None, f"model.fit on 1 x {self.device.split(':')[0]} ({self.device})", traffic.ONE_DEVICE
+
+    def gradients(self, x, y):
+        """The gradients of the loss Keras's train step differentiates (each replica's mean divided by the replica
+        count, summed), at the current weights, before its optimizer's clipping; no state changes."""
+        return [g.numpy() for g in keras_gradients(self.model.keras, self.strategy, x, y)]
+
+    def taps(self, x, y):
+        raise NotImplementedError("--fit: Keras's model.fit is not replayed (no taps)")
+
+    def step(self, x, y):
+        self.model.keras.train_on_batch(x, y)
+
+    def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
+        config = self.config
+        batches = list(
+            epoch_batches(self.data.x_train, self.data.y_train, config.batch_size, epoch, config.shuffle, config.seed)
+        )
+        inputs = (np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches]))
+        dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(config.batch_size).with_options(without_autotune())
+        counts = [host_label_count(y) for _, y in batches]
+        recorder = step_recorder(meter, counts, self.state() if record_state else None)
+        self.model.keras.fit(
+            dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, callbacks=[recorder], shuffle=False
+        )
+
+    def trace_count(self) -> int:
+        return 0  # Keras's train function is its own: it traces in the first epoch, on the same shapes every epoch
+
+    def step_call(self) -> profile.StepCall:
+        raise NotImplementedError("--fit: no --profile of Keras's model.fit")
+
+    def test_batches(self, x, y):
+        return epoch_batches(x, y, self.config.batch_size)
+
+    def test_step(self, batch):
+        x, y = batch
+        logits = self.model.keras(x, training=False)
+        return loss_sum(logits, y, None, self.definition.loss), correct_count(logits, y)
+
+    def state(self):
+        return state_variables(self.model, self.optimizer)
+
+    def final_weights(self):
+        return [np.asarray(weight.numpy()) for weight in self.model.weights]
+
+    def predict_logits(self, x):
+        return self.model.keras.predict(x, verbose=0)
+
+
+def keras_gradients(model, strategy, x, y):
+    """The first step's gradients as Keras's train step takes them (model.compute_loss on the forward in training,
+    each replica's piece as tf.data's rebatch cuts it, summed over the replicas), from model.stateless_call: the
+    running statistics are not updated."""
+    trainable = list(model.trainable_variables)
+
+    def on_replica(x, y):
+        values = [tf.convert_to_tensor(variable.value) for variable in trainable]
+        state = [tf.convert_to_tensor(variable.value) for variable in model.non_trainable_variables]
+        with tf.GradientTape() as tape:
+            tape.watch(values)
+            y_pred, _ = model.stateless_call(values, state, x, training=True)
+            loss = model.compute_loss(x=x, y=y, y_pred=y_pred, training=True)
+        gradients = [tf.convert_to_tensor(g) for g in tape.gradient(loss, values)]
+        context = tf.distribute.get_replica_context()
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, gradients) if strategy is not None else gradients
+
+    if strategy is None:
+        return tf.function(on_replica)(tf.constant(x), tf.constant(y))
+    pieces = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors((x, y)))))
+    summed = tf.function(lambda pieces: strategy.run(on_replica, args=pieces))(pieces)
+    return [strategy.experimental_local_results(g)[0] for g in summed]
+
+
+def describe_compile(definition, config: Config) -> str:
+    """What model.fit trains with, for the header and the details: whose compile settings, the optimizer and its
+    clipping, the loss."""
+    settings = compile_settings(definition.keras_model)
+    if settings is None:
+        return (
+            f"compiled by the tool: {config.optimizer} lr {config.learning_rate:g}, "
+            f"SparseCategoricalCrossentropy(from_logits=True)"
+        )
+    optimizer, loss = settings.get("optimizer"), settings.get("loss")
+    options = optimizer.get("config", {}) if isinstance(optimizer, dict) else {}
+    shown = [f"lr {options['learning_rate']:g}"] if isinstance(options.get("learning_rate"), float) else []
+    shown += [f"{name}={options[name]:g}" for name in CLIPPING if options.get(name) is not None]
+    name = optimizer.get("class_name") if isinstance(optimizer, dict) else optimizer
+    loss_name = loss.get("class_name") if isinstance(loss, dict) else loss
+    if isinstance(loss, dict) and loss.get("config", {}).get("from_logits"):
+        loss_name += "(from_logits=True)"
+    return f"compiled by your function: {' '.join([name, ', '.join(shown)]).strip()}; loss {loss_name}"
+
+
+def cautions_for(config: Config, train_examples: int) -> Tuple[Caution, ...]:
+    """The run's cautions: with --fit model.fit's (fit_cautions), else the model's own (ModelDefinition.cautions)."""
+    return fit_cautions(config, train_examples) if config.fit else definition_for(config).cautions
+
+
+def fit_cautions(config: Config, train_examples: int) -> Tuple[Caution, ...]:
+    """What makes model.fit under MirroredStrategy compute otherwise than on one device, known before it trains:
+    the model's layers, its compile settings and how the run's batches split over the replicas."""
+    definition = definition_for(config)
+    model, settings = definition.keras_model, compile_settings(definition.keras_model) or {}
+    replicas = config.clients if config.clients > 1 else config.devices
+    return (
+        layer_cautions(model, keras_module())
+        + clipping_cautions(settings)
+        + piece_cautions(config.batch_size, train_examples, replicas, settings)
+    )
+
+
+def layer_cautions(model, keras) -> Tuple[Caution, ...]:
+    """Keras's own BatchNormalization and random layers (a drop-in Dropout is Keras's Dropout in model.fit)."""
+    layers = list(model._flatten_layers(include_self=False, recursive=True))
+    found = []
+    unsynchronized = [
+        layer.name
+        for layer in layers
+        if isinstance(layer, keras.layers.BatchNormalization) and not getattr(layer, "synchronized", False)
+    ]
+    if unsynchronized:
+        found.append(
+            Caution(
+                f"{', '.join(unsynchronized)}: batch norm per replica: Keras BatchNormalization without "
+                f"synchronized=True normalises each replica's piece of the batch under MirroredStrategy (one device "
+                f"the whole batch); use BatchNormalization(synchronized=True)",
+                ("mirrored",),
+            )
+        )
+    random = [layer.name for layer in layers if getattr(layer, "_seed_generators", None)]
+    if random:
+        found.append(
+            Caution(
+                f"{', '.join(random)}: random per replica: each replica draws its piece's numbers from the same seed "
+                f"state under MirroredStrategy, so model.fit there draws other numbers than on one device",
+                ("mirrored",),
+                random=True,
+            )
+        )
+    return tuple(found)
+
+
+def clipping_cautions(settings: dict) -> Tuple[Caution, ...]:
+    """The optimizer's clipnorm, global_clipnorm and clipvalue: Keras clips each replica's gradient."""
+    optimizer = settings.get("optimizer")
+    options = optimizer.get("config", {}) if isinstance(optimizer, dict) else {}
+    clipping = [f"{name}={options[name]:g}" for name in CLIPPING if options.get(name) is not None]
+    if not clipping:
+        return ()
+    return (
+        Caution(
+            f"the optimizer's {', '.join(clipping)}: clipping before the all-reduce: under MirroredStrategy Keras "
+            f"clips each replica's part of the gradient (its optimizer's apply runs per replica; tensorflow#33929), "
+            f"one device the whole gradient, so the update differs from the first step that clips; no compile "
+            f"setting clips the combined gradient: drop it under a strategy, or clip after the all-reduce in a "
+            f"train step of yours (as compare.py --clip-global-norm does for the project's trainers)",
+            ("mirrored",),
+        ),
+    )
+
+
+def piece_cautions(batch_size: int, train_examples: int, replicas: int, settings: dict) -> Tuple[Caution, ...]:
+    """A global batch that does not divide over the replicas: Keras divides each replica's mean loss by the
+    replica count, so unequal pieces weigh examples unequally; and the compiled metrics average per replica."""
+    found = []
+    uneven = [size for size in batch_sizes(train_examples, batch_size) if size % replicas]
+    if uneven and replicas > 1:
+        pieces = "; ".join(
+            f"{'the last batch' if size != batch_size else 'every batch'} of {size} in pieces of "
+            f"{', '.join(map(str, rebatch_pieces(size, replicas)))}"
+            for size in uneven
+        )
+        found.append(
+            Caution(
+                f"unequal pieces: {pieces} over {replicas} replicas; Keras's loss is each replica's mean divided by "
+                f"{replicas} (loss reduction per replica), so a smaller piece's examples weigh more than on one "
+                f"device; use a batch size and example count whose batches divide over {replicas}",
+                ("mirrored",),
+            )
+        )
+    metrics = [m if isinstance(m, str) else m.get("class_name", "?") for m in settings.get("metrics") or []]
+    if metrics and replicas > 1:
+        found.append(
+            Caution(
+                f"metrics per replica: Keras reports the compiled metrics ({', '.join(map(str, metrics))}) as the mean "
+                f"of the replicas' results under MirroredStrategy, one device's over the batch when the pieces are "
+                f"equal; they are logs: the judged losses and weights do not depend on them",
+                ("mirrored",),
+                in_reason=False,
+            )
+        )
+    return tuple(found)

@@ -1,0 +1,121 @@
+"""--fit: Keras's own model.fit on one device (the reference) and under MirroredStrategy, judged step by step.
+Each step's loss is the batch's own as Keras computed it; the pre-run check lists Keras's causes that apply;
+what --fit cannot run is one line. The probe's models and their verdicts: examples/test_keras_fit.py."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip(
+    "keras",
+    minversion="3",
+    reason="Keras models need Keras 3 (TensorFlow 2.16 or later); this TensorFlow brings Keras 2",
+)
+import tensorflow as tf
+
+from shared.config import Config
+from shared.errors import UsageError
+from shared.model.registry import definition_for
+from shared.report.header import describe_training
+from shared.training import registry
+from shared.training.batches import epoch_batches
+from shared.training.data import load_run_data
+from shared.training.keras_fit import check_fit_model, fit_cautions, fit_model, rebatch_pieces
+
+EXAMPLE = "examples/keras_fit.py"
+MISTAKES = "tests/models/keras_mistakes.py"
+
+
+def test_tf_data_cuts_a_batch_into_pieces_of_its_ceiling_share_the_last_the_rest():
+    assert rebatch_pieces(64, 4) == [16, 16, 16, 16]
+    assert rebatch_pieces(44, 8) == [6, 6, 6, 6, 6, 6, 6, 2]
+    assert rebatch_pieces(3, 4) == [1, 1, 1, 0]
+
+
+def test_each_steps_loss_is_the_batchs_own_as_keras_computed_it_a_partial_last_one_too(devices):
+    """Not Keras's running mean: step 1, a partial batch of 36, records its own loss, and an uncompiled model
+    trains with the tool's Adam and softmax cross-entropy."""
+    config = Config(
+        model=f"{MISTAKES}:uncompiled", fit=True, data="embedded", train_examples=100, test_examples=64,
+        batch_size=64, epochs=1, dtype="float64", trainers=("reference",), quiet=True,
+    )  # fmt: skip
+    data = load_run_data(config)
+    history = registry.fit("reference", config, data, devices[:1])
+    with tf.device(devices[0]):
+        model = fit_model(definition_for(config), config)
+        expected = []
+        for x, y in epoch_batches(data.x_train, data.y_train, config.batch_size):
+            logits = model(x, training=True)
+            expected.append(float(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))))
+            model.train_on_batch(x, y)
+    assert len(history.step_losses) == 2
+    np.testing.assert_allclose(history.step_losses, expected, rtol=0, atol=1e-14)
+    assert history.details["compile"] == (
+        "compiled by the tool: adam lr 0.001, SparseCategoricalCrossentropy(from_logits=True)"
+    )
+
+
+def test_the_pre_run_check_lists_keras_s_causes_that_apply_to_the_compile_settings_and_batches():
+    config = Config(model=f"{EXAMPLE}:batch_norm", fit=True, batch_size=64)
+    bn, pieces, metrics = fit_cautions(config, train_examples=100)  # 8 replicas: a last batch of 36
+    assert bn.text.startswith("bn: batch norm per replica: Keras BatchNormalization without synchronized=True")
+    assert pieces.text.startswith(
+        "unequal pieces: the last batch of 36 in pieces of 5, 5, 5, 5, 5, 5, 5, 1 over 8 replicas; Keras's loss is "
+        "each replica's mean divided by 8 (loss reduction per replica)"
+    )
+    assert metrics.text.startswith("metrics per replica: Keras reports the compiled metrics (accuracy) as the mean")
+    assert (bn.trainers, bn.in_reason, metrics.in_reason) == (("mirrored",), True, False)
+    (clipping, _) = fit_cautions(Config(model=f"{EXAMPLE}:clipnorm", fit=True, devices=4, batch_size=64), 256)
+    assert clipping.text.startswith(
+        "the optimizer's clipnorm=0.01: clipping before the all-reduce: under MirroredStrategy Keras clips each "
+        "replica's part of the gradient"
+    )
+    assert fit_cautions(Config(model=f"{MISTAKES}:uncompiled", fit=True, devices=4, batch_size=64), 256) == ()
+    assert describe_training(Config(model=f"{EXAMPLE}:global_clipnorm", fit=True, dtype="float64")) == (
+        "Keras model.fit (--fit): the reference on one device, mirrored under MirroredStrategy; compiled by your "
+        "function: Adam lr 0.01, global_clipnorm=0.01; loss SparseCategoricalCrossentropy(from_logits=True); "
+        "float64; seed 22"
+    )
+
+
+def test_fit_trains_the_reference_and_mirrored_by_default():
+    assert Config(model=f"{EXAMPLE}:plain", fit=True).trainers == ("reference", "mirrored")
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"model": "mlp"}, "--fit trains a Keras model with its own model.fit; give --model FILE.py:FUNCTION"),
+        (
+            {"trainers": ("reference", "dtensor")},
+            "--fit trains Keras's model.fit, which has no DTensor path (keras-team/keras#18473); drop dtensor",
+        ),
+        ({"clip_global_norm": 1.0}, "--clip-global-norm clips the project's own trainers; under --fit the model's"),
+        ({"profile": True}, "--profile does not apply to --fit (Keras's model.fit trains there); drop it"),
+        ({"clients": 2}, "--fit with --clients 2: Keras 3's model.fit fails under MultiWorkerMirroredStrategy"),
+    ],
+)
+def test_what_fit_cannot_run_is_one_line(options, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        Config(**{"model": f"{EXAMPLE}:plain", "fit": True, **options})
+
+
+def test_a_model_fit_cannot_train_is_one_line():
+    with pytest.raises(UsageError, match="--fit trains a Keras model with its own model.fit; --model examples/my_mo"):
+        check_fit_model(Config(model="examples/my_model.py:my_model", fit=True))
+    with pytest.raises(UsageError, match="compiled with steps_per_execution=4, and each step's loss is recorded"):
+        check_fit_model(Config(model=f"{MISTAKES}:several_steps_per_call", fit=True))
+
+
+# extended: the cautions' texts are asserted above without training; this trains 8 replicas.
+@pytest.mark.extended
+def test_a_partial_last_batch_in_unequal_pieces_is_a_mismatch_at_that_step_naming_the_cause():
+    from shared.api import check_model
+
+    result = check_model(
+        f"{EXAMPLE}:plain", fit=True, devices=8, dtype="float64", epochs=1, batch_size=64, train_examples=100,
+        test_examples=64, trainer_process="shared",
+    )  # fmt: skip
+    mirrored = result.verdicts["mirrored"]
+    assert mirrored.line().startswith("MISMATCH at step 1: loss; after its update every variable and Adam slot")
+    assert "unequal pieces: the last batch of 36 in pieces of 5, 5, 5, 5, 5, 5, 5, 1 over 8 replicas" in mirrored.reason
+    assert "metrics per replica" not in mirrored.reason  # logs only: never in a reason
