@@ -125,7 +125,7 @@ class DTensorTrainer(Trainer):
         self.device_type = devices[0].split(":")[0]
         combining.settle(self.device_type)  # before anything starts DTensor in this process
         self.collectives = nccl.settle(self.device_type, len(devices), config.dtensor_nccl)  # compare.py's came first
-        self.all_gather = gathering.settle(self.device_type, self.spec.model or 1)  # before DTensor lowers the mesh's
+        self.all_gather = gathering.settle(self.device_type, self.spec.model or 1, config.clients)  # before lowering
         self.mesh, self.placement = self.place(devices)
         self.definition = definition_for(config)
         status(f"dtensor on {self.placement}: placing the variables")
@@ -299,7 +299,7 @@ class DTensorTrainer(Trainer):
         return state_variables(self.model, self.optimizer)  # padded units are zero: they add nothing to a checksum
 
     def final_weights(self):
-        return self.definition.unpad([to_numpy(w) for w in self.model.weights])  # an all-gather per sharded one
+        return self.definition.unpad([to_numpy(w) for w in self.model.weights])  # assembled on the host: no collective
 
     def per_device(self, tensors):
         """Every DVariable's per-device components (padding included: it is held)."""
