@@ -1,20 +1,16 @@
 """How DTensor lowers an all-gather: CollectiveGatherV2 on CPUs, else TensorFlow's default.
 
 An all-gather (with --shard-weights, each weight split on the batch axis, gathered whole for the forward) is by
-default lowered to an all-reduce of zero-padded shards: each device places its shard in a tensor of the whole
-shape, zeros elsewhere, and they all sum it, sending and adding the whole tensor. With
+default lowered to an all-reduce of zero-padded shards: every device sends and adds every whole weight. With
 LOWER_DTENSOR_GATHER_TO_COLLECTIVE_GATHER_V2 set, to any value, DTensor lowers it to CollectiveGatherV2, which
-passes on each shard once (tensorflow/dtensor/cc/dtensor_utils.cc reads it whenever it lowers a function or an
-eager op). On 8 logical CPUs it took the sharded batch=8 step from 48 to 36 ms (docs/throughput.md).
-
-With it, a tensor laid out [model, batch] (the MLP's second weight, sharded on batch=4,model=2) relaid out to
-replicated comes back out of order (a 16x8 tensor of 0..127 up to 62 off; [batch, model] exact; TensorFlow 2.21).
-The trainer reads its weights back without that relayout (variables.to_numpy assembles the per-device pieces on
-the host), and the steps themselves are exact with it (float64, every step, sharded batch=4,model=2 and
-batch=2,model=4: the MLP, the ViT and the GPT within 1.5e-14; tests/test_sharding.py), so it is on for every mesh
-of one client. Across --clients a mesh with a model axis keeps the default: there to_numpy relays out to
-replicated. A mesh's functions are lowered while its trainer runs, so `settle` sets the variable for each trainer
-as it starts. GPUs keep TensorFlow's default: not measured there. Your own value wins: any value is on, 0 is off.
+passes on each shard once (TensorFlow reads it whenever it lowers a function or an eager op): the sharded batch=8
+step went from 48 to 36 ms on 8 logical CPUs (docs/throughput.md). With it, a [model, batch] tensor relaid out to
+replicated comes back out of order (TensorFlow 2.21); the trainer reads its weights back without that relayout
+(variables.to_numpy assembles the pieces on the host) and the steps are exact with it (float64, sharded
+batch=4,model=2 and batch=2,model=4), so it is on for every mesh of one client. Across --clients a model-axis mesh
+keeps the default: there to_numpy relays out. `settle` sets the variable for each trainer as it starts (a mesh's
+functions are lowered while it runs). GPUs keep TensorFlow's default: not measured there. Your own value wins:
+any value is on, 0 is off.
 """
 
 import os

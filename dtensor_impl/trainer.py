@@ -285,7 +285,8 @@ class DTensorTrainer(Trainer):
             float(train_steps(self.model, self.optimizer, packed)[0][-1])  # host sync: the call has run
 
         notes = "input packed (training took DTensorDataset)" if self.config.dtensor_input == "dataset" else ""
-        return profile.StepCall(len(group), lambda: [pack_batch(x, y, self.mesh) for x, y in group], run, notes)
+        prepare = lambda: [pack_batch(x, y, self.mesh) for x, y in group]  # noqa: E731
+        return profile.StepCall(len(group), prepare, run, notes, examples=sum(len(y) for _, y in group))
 
     def test_batches(self, x, y):
         return (

@@ -280,6 +280,14 @@ class Config:
         metavar="MB",
         parse=float,
     )
+    timing: bool = option(
+        True,
+        "after training, do not time each trainer's steady train call in rounds beside the reference's; the speed "
+        "figures then come from the epochs after the first, and a sweep's ratios from fewer steps (default: time "
+        "them, a few seconds per trainer; docs/throughput.md)",
+        SPEED,
+        flag="--no-timing",
+    )
     sweep_meshes: str = option(
         "all",
         "all: DTensor on every batch x model mesh of each count and MirroredStrategy in each update "

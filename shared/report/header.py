@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.console import fit_width
+from shared.measure.machine import Machine, this_machine
 from shared.model.registry import definition_for
 from shared.training.protocol import RunFacts
 
@@ -33,7 +34,13 @@ def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], pro
         ]
         + describe_cautions(definition_for(config))
         + ([processes] if processes else [])
+        + [run_machine(config).describe()]
     )
+
+
+def run_machine(config) -> Machine:
+    """The machine the run's speeds stand for, at its largest device count (the sweep's included)."""
+    return this_machine(config.device_type, max([config.devices * config.clients, *(config.sweep_devices or ())]))
 
 
 def describe_model(definition) -> str:

@@ -16,7 +16,7 @@ from shared.measure.memory import with_peaks
 from shared.report.progress import Printed
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, RunControl
-from shared.training.registry import fit
+from shared.training.registry import fit_and_keep
 
 
 @dataclasses.dataclass
@@ -26,10 +26,22 @@ class TrainerResult:
     error: str = ""  # one line when the trainer raised
     traceback: str = ""  # and its whole traceback, for the JSON report (and --verbose)
     peak_memory_mb: float = 0.0
+    # RunControl.keep: the trained trainer, kept for timing (shared/run/timing.py): `time(steps)` a round of its
+    # steady call, `release()`; a trainer process's is its proxy. Not pickled: it stays where it trained.
+    kept: Optional[object] = None
 
     @property
     def failed(self) -> bool:
         return self.history is None
+
+    def __getstate__(self):
+        return {**self.__dict__, "kept": None}
+
+    def release(self) -> None:
+        """Let the kept trainer go (its process's memory, its variables)."""
+        if self.kept is not None:
+            self.kept.release()
+            self.kept = None
 
 
 def peak_memory_mb(config: Config, devices: Sequence[str]) -> float:
@@ -48,7 +60,7 @@ def train_one(
         for device in devices:
             tf.config.experimental.reset_memory_stats(device)
     try:
-        history = fit(name, config, data, devices, Printed(log, config.quiet), control)
+        history, kept = fit_and_keep(name, config, data, devices, Printed(log, config.quiet), control)
     except UsageError:
         raise
     except Exception as error:  # noqa: BLE001 - any trainer failure is reported, the others still run
@@ -66,4 +78,4 @@ def train_one(
             history.memory_per_device,
             {device: tf.config.experimental.get_memory_info(device)["peak"] for device in devices},
         )
-    return TrainerResult(name, history, peak_memory_mb=peak_memory_mb(config, devices))
+    return TrainerResult(name, history, peak_memory_mb=peak_memory_mb(config, devices), kept=kept)

@@ -1,0 +1,47 @@
+"""Timing apart from parity: after a run has trained (its trainers kept, RunControl.keep), each distributed
+trainer's steady call is timed in rounds, each round just after one of the reference's (shared/measure/timing.py),
+so that a ratio compares figures measured seconds apart however long the run was; the parity run stays as short
+as its options ask. The reference's rounds, all of them, are its own figure. Not for a float64 run: its steps
+also checksum the state (a timed call would trace anew)."""
+
+from typing import Dict, Optional
+
+from shared.config import Config
+from shared.measure.timing import ROUND_STEPS, ROUNDS, Timing
+
+
+def wanted(config: Config) -> bool:
+    """Whether a run with this configuration is timed apart from its epochs (not with --no-timing)."""
+    return config.timing and config.dtype == "float32"
+
+
+def beside(reference, result, rounds: int = ROUNDS, steps: int = ROUND_STEPS) -> Optional[Timing]:
+    """`result`'s kept trainer (shared.run.results.TrainerResult) timed in `rounds` rounds, each between two of the
+    kept reference's; None when either has no kept trainer or a round failed."""
+    if reference.kept is None or result.kept is None:
+        return None
+    references, own = [reference.kept.time(steps)], []
+    for _ in range(rounds):
+        own.append(result.kept.time(steps) if references[-1] is not None else None)
+        references.append(reference.kept.time(steps) if own[-1] is not None else None)
+    return None if None in references + own else Timing(own, references)
+
+
+def time_run(results: Dict[str, object], reference_key: str = "reference", trained_reference: bool = True) -> None:
+    """Each kept trainer of `results` beside the reference, into its history's `timing`, then let it go; the
+    reference's rounds into its own history when it was trained with these (`trained_reference`), and it stays
+    kept (the sweep times beside it too). A reference alone is timed alone."""
+    reference = results[reference_key]
+    rounds = []
+    for key, result in results.items():
+        if key == reference_key or result.history is None:
+            continue
+        result.history.timing = beside(reference, result)
+        result.release()
+        if result.history.timing is not None:
+            rounds += result.history.timing.beside
+    if trained_reference and reference.history is not None and reference.kept is not None:
+        if not rounds:
+            timed = [reference.kept.time(ROUND_STEPS) for _ in range(ROUNDS)]
+            rounds = [timed_round for timed_round in timed if timed_round is not None]
+        reference.history.timing = Timing(rounds) if rounds else None
