@@ -54,6 +54,7 @@ def test_a_round_is_whole_calls_until_its_steps_and_seconds_have_run():
     found = timing.time_round(call, steps=10, least_seconds=0.0)
     assert (found.steps, found.examples, call.calls, found.call_steps) == (12, 1536, 3, [4, 4, 4])
     assert timing.TIMED_STEPS == timing.ROUNDS * timing.ROUND_STEPS == 30  # shared.judge.ranking.MIN_RANKED_STEPS
+    assert (timing.ROUNDS + 1) * timing.REFERENCE_ROUND_STEPS >= timing.TIMED_STEPS  # the reference's, around them
 
 
 class Kept:
@@ -101,3 +102,20 @@ def test_a_trained_trainer_kept_for_timing_runs_its_steady_call_again(devices, e
     assert found.steps >= 10 and found.steps % 4 == 0 and found.examples == found.steps * 64  # whole calls of 4
     assert found.seconds >= timing.ROUND_SECONDS and len(history.step_losses) == 4
     kept.release()
+
+
+def test_the_speeds_say_what_they_stand_for_on_cpus_and_gpus():
+    from shared.measure.machine import Machine
+
+    assert Machine("CPU", 8, 1, 2, "AMD EPYC").describe() == (
+        "speeds: 8 logical CPUs sharing 2 cores (AMD EPYC): a device adds no compute, so examples/s and ratios rank "
+        "configurations on this machine only; bytes per step and memory per device carry over to GPUs, CPU speeds "
+        "do not"
+    )
+    one_each = Machine("GPU", 8, 8, 16, "NVIDIA H200")
+    assert one_each.describe() == "speeds: 8 GPUs (NVIDIA H200), one per device: measured on them"
+    assert one_each.speeds_transfer and not Machine("GPU", 4, 1, 16, "").speeds_transfer
+    assert Machine("GPU", 4, 1, 16, "").describe() == (
+        "speeds: 4 logical GPUs split from 1: they share its compute, so speeds rank configurations on this GPU "
+        "only; bytes per step and memory per device carry over"
+    )

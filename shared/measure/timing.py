@@ -6,7 +6,7 @@ examples/s over the mean of the reference's just before and just after it, a dri
 A round is whole calls, each call's inputs prepared and run as an epoch does, until ROUND_STEPS steps and
 ROUND_SECONDS have run (the first call after the other process ran is the slowest: a round of a few 15 ms calls
 moved by half); a warm-up call before the first round is not timed. Costs ROUNDS rounds of each trainer and
-ROUNDS + 1 of the reference's, each at least ROUND_SECONDS.
+ROUNDS + 1 of the reference's (REFERENCE_ROUND_STEPS steps), each at least ROUND_SECONDS.
 """
 
 import dataclasses
@@ -18,6 +18,9 @@ import numpy as np
 ROUNDS = 3  # a trainer's rounds: the spread of its ratio is the min-max of this many
 ROUND_STEPS = 10  # at least, in whole calls: ROUNDS x ROUND_STEPS = TIMED_STEPS
 ROUND_SECONDS = 0.4  # at least
+# The reference's rounds, one more than a trainer's: 4 x 8 = 32 steps or more, as a trainer's 30, in whole calls (the
+# GPT's reference runs an epoch of 8 a call: 10 steps took two, ~0.8 s more a round, 9 configurations x 4 rounds).
+REFERENCE_ROUND_STEPS = 8
 TIMED_STEPS = ROUNDS * ROUND_STEPS  # shared.judge.ranking.MIN_RANKED_STEPS: a ratio from fewer is not ranked
 
 

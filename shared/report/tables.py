@@ -11,7 +11,7 @@ from shared.devices import op_determinism_enabled
 from shared.judge.verdict import passed
 from shared.measure.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
 from shared.measure.memory import MB, largest_total_bytes
-from shared.measure.timing import ROUND_STEPS, ROUNDS
+from shared.measure.timing import ROUND_SECONDS, ROUND_STEPS, ROUNDS
 from shared.model.registry import definition_for
 from shared.report import baseline as baseline_report
 from shared.report import profile as profile_report
@@ -173,8 +173,9 @@ def speed_title(run) -> str:
     """The speed table's title: where its figures come from, timed rounds or measured epochs."""
     timed = any(result.history is not None and result.history.timing is not None for result in run.results.values())
     source = (
-        f"each trainer's steady train call timed after training, {ROUNDS} rounds of {ROUND_STEPS}+ steps, the\n"
-        f"distributed ones' each just after one of the reference's (median and min-max over the rounds)"
+        f"each trainer's steady train call timed after training, {ROUNDS} rounds of {ROUND_STEPS}+ steps and "
+        f"{ROUND_SECONDS:g}+ s,\nthe distributed ones' each between two of the reference's (median and min-max over "
+        f"the rounds)"
         if timed
         else "throughput and step times from the epochs after the first, which traces"
     )

@@ -7,7 +7,7 @@ also checksum the state (a timed call would trace anew)."""
 from typing import Dict, Optional
 
 from shared.config import Config
-from shared.measure.timing import ROUND_STEPS, ROUNDS, Timing
+from shared.measure.timing import REFERENCE_ROUND_STEPS, ROUND_STEPS, ROUNDS, Timing
 
 
 def wanted(config: Config) -> bool:
@@ -16,14 +16,14 @@ def wanted(config: Config) -> bool:
 
 
 def beside(reference, result, rounds: int = ROUNDS, steps: int = ROUND_STEPS) -> Optional[Timing]:
-    """`result`'s kept trainer (shared.run.results.TrainerResult) timed in `rounds` rounds, each between two of the
-    kept reference's; None when either has no kept trainer or a round failed."""
+    """`result`'s kept trainer (shared.run.results.TrainerResult) timed in `rounds` rounds of `steps`, each between
+    two of the kept reference's; None when either has no kept trainer or a round failed."""
     if reference.kept is None or result.kept is None:
         return None
-    references, own = [reference.kept.time(steps)], []
+    references, own = [reference.kept.time(REFERENCE_ROUND_STEPS)], []
     for _ in range(rounds):
         own.append(result.kept.time(steps) if references[-1] is not None else None)
-        references.append(reference.kept.time(steps) if own[-1] is not None else None)
+        references.append(reference.kept.time(REFERENCE_ROUND_STEPS) if own[-1] is not None else None)
     return None if None in references + own else Timing(own, references)
 
 
