@@ -252,7 +252,7 @@ class Config:
     sweep_devices: Optional[Tuple[int, ...]] = option(
         None,
         "also measure throughput, parity and memory per device at each device count, e.g. 1,2,4,8; "
-        "each configuration beside its own reference run (default: none)",
+        "each configuration judged against the run's reference and timed beside it (default: none)",
         SPEED,
         metavar="N,N,...",
         parse=_int_list,

@@ -25,8 +25,8 @@ class SweepEntry:
     trainer: str
     mesh: str  # DTensor's mesh; "" for MirroredStrategy
     update: str  # MirroredStrategy's update mode; "" for DTensor
-    throughput_examples_per_s: Optional[float]  # the fastest measured epoch; None: below the timing floor
-    reference_examples_per_s: Optional[float]  # the reference trained just before this configuration
+    throughput_examples_per_s: Optional[float]  # its timed rounds' median (untimed: its fastest epoch); None: none
+    reference_examples_per_s: Optional[float]  # the reference's, timed around this configuration's rounds
     ratio_to_reference: Optional[float]  # None when either figure is None
     parity_ok: bool  # its verdict is ok or float noise (shared/judge/verdict.py)
     # ok, float noise, MISMATCH or diverged (shared/judge/verdict.py); FAILED when it or its reference raised;
@@ -75,7 +75,7 @@ def mark_fastest(entries: List[SweepEntry]) -> List[SweepEntry]:
     """Mark, at each device count, the mesh with the best ratio (DTensor's) and the faster approach.
 
     Only configurations that matched the reference and have a ratio from enough measured steps compete.
-    Ratios, not raw figures: each is to its own reference, so the machine's drift between them cancels.
+    Ratios, not raw figures: each is to the reference timed around it, so the machine's drift cancels.
     """
     for entry in entries:
         entry.too_short = entry.ratio_to_reference is not None and entry.measured_steps < MIN_RANKED_STEPS

@@ -4,10 +4,11 @@
     python compare.py --sweep-devices 2,8 --data embedded --sweep-meshes batch  # batch=N only
 
 At each count every trainer offers its configurations (DTensor each mesh, MirroredStrategy each
-update mode: its module's `variants`); one that cannot run is skipped with the trainer's reason. Each
-trains beside a reference trained just before it, and its ratio is to that reference (the
-machine's speed drifts within minutes); parity is judged for each. The fastest DTensor mesh and
-the faster approach are marked by ratio. Measurements and costs: docs/throughput.md.
+update mode: its module's `variants`); one that cannot run is skipped with the trainer's reason, and one
+the main run trained is taken from it. Each is judged against the main run's reference (which computes
+the same run at any count) and timed beside it, round by round (shared/run/timing.py: the machine's
+speed drifts within minutes). The fastest DTensor mesh and the faster approach are marked by ratio.
+Measurements and costs: docs/throughput.md.
 """
 
 import dataclasses
