@@ -76,6 +76,12 @@ def test_each_round_runs_between_two_of_the_references_and_a_failed_round_gives_
     assert beside(reference, TrainerResult("mirrored", kept=Kept(500, fail_at=2))) is None
     assert beside(reference, TrainerResult("mirrored")) is None  # not kept: timed by its epochs
 
+    class Raising(Kept):
+        def time(self, steps):
+            raise RuntimeError("the call failed")
+
+    assert beside(reference, TrainerResult("mirrored", kept=Raising(500))) is None  # no figure; the run goes on
+
 
 def test_a_kept_trainer_is_not_pickled_and_a_trainer_process_times_and_releases_it():
     result = TrainerResult("dtensor", kept=Kept(500))

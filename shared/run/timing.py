@@ -20,11 +20,20 @@ def beside(reference, result, rounds: int = ROUNDS, steps: int = ROUND_STEPS) ->
     two of the kept reference's; None when either has no kept trainer or a round failed."""
     if reference.kept is None or result.kept is None:
         return None
-    references, own = [reference.kept.time(REFERENCE_ROUND_STEPS)], []
+    references, own = [timed_round(reference, REFERENCE_ROUND_STEPS)], []
     for _ in range(rounds):
-        own.append(result.kept.time(steps) if references[-1] is not None else None)
-        references.append(reference.kept.time(REFERENCE_ROUND_STEPS) if own[-1] is not None else None)
+        own.append(timed_round(result, steps) if references[-1] is not None else None)
+        references.append(timed_round(reference, REFERENCE_ROUND_STEPS) if own[-1] is not None else None)
     return None if None in references + own else Timing(own, references)
+
+
+def timed_round(result, steps: int):
+    """A round of `result`'s kept trainer; None when it raised (a trainer process answers None itself): no figure
+    then, and the run measures that trainer by its epochs, but the run goes on."""
+    try:
+        return result.kept.time(steps)
+    except Exception:  # noqa: BLE001 - a round that fails is no figure, not a failed run
+        return None
 
 
 def time_run(results: Dict[str, object], reference_key: str = "reference", trained_reference: bool = True) -> None:
@@ -42,6 +51,5 @@ def time_run(results: Dict[str, object], reference_key: str = "reference", train
             rounds += result.history.timing.beside
     if trained_reference and reference.history is not None and reference.kept is not None:
         if not rounds:
-            timed = [reference.kept.time(ROUND_STEPS) for _ in range(ROUNDS)]
-            rounds = [timed_round for timed_round in timed if timed_round is not None]
+            rounds = [found for found in (timed_round(reference, ROUND_STEPS) for _ in range(ROUNDS)) if found]
         reference.history.timing = Timing(rounds) if rounds else None
