@@ -331,6 +331,7 @@ def test_when_auto_falls_back_the_json_says_so(devices, monkeypatch):
         data="auto",
         train_examples=128,
         test_examples=64,
+        timing=False,
     )
     fallen_back = sequence.train_all(config, load_data("auto", 128, 64), devices[:1])
     environment = document.report_dict(fallen_back, [])["environment"]
