@@ -72,6 +72,12 @@ class Timing:
         return [1e3 * s / n for r in self.rounds for s, n in zip(r.call_seconds, r.call_steps)]
 
 
+def wanted(config) -> bool:
+    """Whether a run with this configuration (shared.config.Config) is timed apart from its epochs: not with
+    --no-timing, nor in float64, whose steps also checksum the state (a timed call would trace anew)."""
+    return config.timing and config.dtype == "float32"
+
+
 def _median_min_max(values: List[float]) -> Tuple[float, float, float]:
     return float(np.median(values)), float(min(values)), float(max(values))
 

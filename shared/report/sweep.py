@@ -7,6 +7,7 @@ from typing import List, Sequence
 from shared.config import Config
 from shared.judge import ranking
 from shared.judge.ranking import MIN_RANKED_STEPS, SweepEntry, conclude
+from shared.measure import timing
 from shared.measure.memory import MB
 
 SWEEP_HEADERS = ["dev", "configuration", "ex/s (ref.)", "ratio (spread)", "MB/dev", "MB/step", "parity", "mark"]
@@ -22,7 +23,7 @@ def describe_plan(config: Config, points: Sequence) -> str:
         f"{', '.join(map(str, counts[:-1]))}{', ' * (len(counts) > 1)}{_devices(counts[-1])}"
         + (f" ({skipped} skipped)" if skipped else "")
         + ", each judged against this run's reference"
-        + (", timed beside it" if config.timing and config.dtype == "float32" else "")
+        + (", timed beside it" if timing.wanted(config) else "")
     )
 
 

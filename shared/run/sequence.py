@@ -21,6 +21,7 @@ from shared.judge.baseline import BaselineResult
 from shared.judge.parity import Parity, check_parity
 from shared.judge.repeats import Repeatability, compare_runs
 from shared.measure.history import History
+from shared.measure.timing import wanted as timed_run
 from shared.model.registry import definition_for, random_ops
 from shared.run import replay, timing, worker
 from shared.run.results import TrainerResult, train_one
@@ -177,7 +178,7 @@ def train_and_judge(
     (`timed`: shared/run/timing.py), judge each against the reference, train the float64 runs the judge asks for
     (`no_float64_reason`: why this caller cannot), --repeat, --with-float64 and --baseline's; return the whole run."""
     reference, others = entries[0], list(entries[1:])
-    control = RunControl(keep=True) if timed and timing.wanted(config) else PLAIN_RUN
+    control = RunControl(keep=True) if timed and timed_run(config) else PLAIN_RUN
     results = {reference.key: reference_result or train_reference(train, reference, len(data.y_train), control)}
     results.update({entry.key: train(entry, entry.config, control) for entry in others})
     if control.keep:

@@ -1,18 +1,12 @@
 """Timing apart from parity: after a run has trained (its trainers kept, RunControl.keep), each distributed
-trainer's steady call is timed in rounds, each round just after one of the reference's (shared/measure/timing.py),
-so that a ratio compares figures measured seconds apart however long the run was; the parity run stays as short
-as its options ask. The reference's rounds, all of them, are its own figure. Not for a float64 run: its steps
-also checksum the state (a timed call would trace anew)."""
+trainer's steady call is timed in rounds, each between two of the reference's (shared/measure/timing.py), so that
+a ratio compares figures measured seconds apart however long the run was; the parity run stays as short as its
+options ask. The reference's rounds, all of them, are its own figure. Not for a float64 run nor with --no-timing
+(shared.measure.timing.wanted)."""
 
 from typing import Dict, Optional
 
-from shared.config import Config
 from shared.measure.timing import REFERENCE_ROUND_STEPS, ROUND_STEPS, ROUNDS, Timing
-
-
-def wanted(config: Config) -> bool:
-    """Whether a run with this configuration is timed apart from its epochs (not with --no-timing)."""
-    return config.timing and config.dtype == "float32"
 
 
 def beside(reference, result, rounds: int = ROUNDS, steps: int = ROUND_STEPS) -> Optional[Timing]:
