@@ -280,9 +280,12 @@ class DTensorTrainer(Trainer):
         return train_steps.experimental_get_tracing_count()
 
     def steady_group(self) -> list:
-        """A measured epoch's second call's host batches (its first full group of steps)."""
+        """The host batches of a call a measured epoch makes: its first full group of steps, or with none (fewer
+        full batches than a group, which go one a call: train_epoch) its first batch, as the first call."""
         batches = list(epoch_batches(self.data.x_train, self.data.y_train, self.config.batch_size))
-        return next(equal_shape_runs(batches[1:], lambda batch: batch[0].shape, self.steps_per_call or 1), batches[:1])
+        length = self.steps_per_call or 1
+        groups = equal_shape_runs(batches[1:], lambda batch: batch[0].shape, length)
+        return next((group for group in groups if len(group) == length), batches[:1])
 
     def step_call(self) -> profile.StepCall:
         group = self.steady_group()
