@@ -26,11 +26,33 @@ def on_mesh(value: np.ndarray, layout: dtensor.Layout):
 
 
 def to_numpy(tensor) -> np.ndarray:
-    """A DTensor (or DVariable) as one array; a sharded one is all-gathered first (`.numpy()` reads one device's
-    copy of a replicated DTensor and is refused for a sharded one)."""
+    """A DTensor (or DVariable) as one array, assembled on the host from its per-device pieces (`dtensor.unpack`):
+    no collective runs, so no two-axis gather either (a relayout to replicated of a [model, batch] tensor came back
+    out of order under the CollectiveGatherV2 lowering: gathering.py). A mesh with devices on other clients cannot
+    be assembled here: that tensor is relaid out to replicated, and one device's copy read."""
     tensor = tf.convert_to_tensor(tensor)
     layout = dtensor.fetch_layout(tensor)
-    return dtensor.relayout(tensor, dtensor.Layout.replicated(layout.mesh, layout.rank)).numpy()
+    mesh = layout.mesh
+    if mesh.num_local_devices() != mesh.size:  # --clients: the other pieces live in other processes
+        return dtensor.relayout(tensor, dtensor.Layout.replicated(mesh, layout.rank)).numpy()
+    assembled = None
+    for piece, location in zip(dtensor.unpack(tensor), mesh.local_device_locations()):
+        piece = piece.numpy()
+        if assembled is None:
+            assembled = np.empty(
+                [size * _pieces(mesh, axis) for size, axis in zip(piece.shape, layout.sharding_specs)], piece.dtype
+            )
+        assembled[tuple(_slice(location, axis, size) for size, axis in zip(piece.shape, layout.sharding_specs))] = piece
+    return assembled
+
+
+def _pieces(mesh: dtensor.Mesh, axis: str) -> int:
+    return 1 if axis == UNSHARDED else mesh.dim_size(axis)
+
+
+def _slice(location, axis: str, size: int) -> slice:
+    """Where a device's piece sits along one dimension: its index on the mesh axis that splits it."""
+    return slice(None) if axis == UNSHARDED else slice(location[axis] * size, (location[axis] + 1) * size)
 
 
 def build_model(

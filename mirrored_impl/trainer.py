@@ -362,7 +362,7 @@ class MirroredTrainer(Trainer):
                 self.strategy, self.model, self.optimizer, chunk, tf.constant(0), tf.constant(steps), self.primary_model
             )[0].numpy()  # host sync: the call has run
 
-        return profile.StepCall(steps, lambda: self.chunk, run)
+        return profile.StepCall(steps, lambda: self.chunk, run, examples=len(self.data.y_train))
 
     def test_batches(self, x, y):
         """Each global batch as every replica's (x, y, size) piece, padded to one width."""

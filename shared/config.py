@@ -273,7 +273,7 @@ class Config:
     sweep_devices: Optional[Tuple[int, ...]] = option(
         None,
         "also measure throughput, parity and memory per device at each device count, e.g. 1,2,4,8; "
-        "each configuration beside its own reference run (default: none)",
+        "each configuration judged against the run's reference and timed beside it (default: none)",
         SPEED,
         metavar="N,N,...",
         parse=_int_list,
@@ -300,6 +300,14 @@ class Config:
         SPEED,
         metavar="MB",
         parse=float,
+    )
+    timing: bool = option(
+        True,
+        "after training, do not time each trainer's steady train call in rounds beside the reference's; the speed "
+        "figures then come from the epochs after the first, and a sweep's ratios from fewer steps (default: time "
+        "them, a few seconds per trainer; docs/throughput.md)",
+        SPEED,
+        flag="--no-timing",
     )
     sweep_meshes: str = option(
         "all",

@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # test's process (a trainer process of their own is the default's subject: test_compare.py's full run,
 # tests/test_user_models.py's crash).
 SMALL = ["--data", "embedded", "--train-examples", "256", "--test-examples", "128", "--epochs", "1"]
-SMALL += ["--devices", "2", "--batch-size", "64", "--trainer-process", "shared"]
+SMALL += ["--devices", "2", "--batch-size", "64", "--trainer-process", "shared", "--no-timing"]  # timed: test_compare
 PNG_SIZE = (900, 600)  # shared/report/plots.py's FIGURE_SIZE (9, 6) at 100 dpi
 with open(SCHEMA_PATH) as _file:
     REPORT_VALIDATOR = jsonschema.Draft202012Validator(json.load(_file))

@@ -406,6 +406,7 @@ def test_compare_restores_checkpoints_and_exports(written, tmp_path):
         str(tmp_path / "checkpoints"),
         "--export",
         str(tmp_path / "exported"),
+        "--no-timing",  # timed: tests/test_compare.py
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.rstrip().endswith("PARITY OK")

@@ -54,7 +54,7 @@ def test_help_lists_every_option_with_its_default():
 
 
 def test_reference_prints_three_epochs_of_falling_loss():
-    result = run_here("--trainers", "reference", "--data", "embedded")
+    result = run_here("--trainers", "reference", "--data", "embedded", "--no-timing")
     assert result.returncode == 0, result.stderr[-2000:]
     losses = [float(v) for v in re.findall(r"^reference\s+epoch \d/3\s+train_loss (\S+)", result.stdout, re.M)]
     assert len(losses) == 3 and losses[0] > losses[1] > losses[2]

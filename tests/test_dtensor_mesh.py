@@ -173,6 +173,19 @@ def test_initial_values_reach_every_layout_unchanged(devices):
     np.testing.assert_array_equal(first_column_shard, values[0][:, 700 // 4 : 2 * 700 // 4])
 
 
+@pytest.mark.parametrize(
+    "layout", [("model", "batch"), ("batch", "model"), ("unsharded", "model"), ("model", "unsharded")]
+)
+def test_every_layout_reads_back_in_order_with_the_gather_lowering_on(devices, monkeypatch, layout):
+    """Assembled on the host from the per-device pieces: a relayout to replicated of [model, batch] came back out
+    of order with LOWER_DTENSOR_GATHER_TO_COLLECTIVE_GATHER_V2 (dtensor_impl/gathering.py)."""
+    monkeypatch.setenv("LOWER_DTENSOR_GATHER_TO_COLLECTIVE_GATHER_V2", "1")
+    mesh = create_mesh(MeshSpec(batch=2, model=4), devices)
+    value = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    variable = dtensor.DVariable(dtensor_variables.on_mesh(value, dtensor.Layout(list(layout), mesh)))
+    np.testing.assert_array_equal(dtensor_variables.to_numpy(variable), value)
+
+
 def test_partial_batch_is_padded_with_zero_weight_examples():
     x = np.arange(45 * 3, dtype=np.float32).reshape(45, 3) + 1
     y = np.arange(45) % 10

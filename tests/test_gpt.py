@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from dtensor_impl import gathering
 from dtensor_impl import spec as dtensor_spec
 from dtensor_impl.mesh import parse_mesh
 from shared.config import Config
@@ -71,6 +72,8 @@ def test_every_step_matches_the_reference_in_float64(runs, request, trainer):
     assert parity.ok, parity.reason
     assert parity.steps == STEPS and parity.state_judged
     assert parity.max_abs_loss_diff <= FLOAT64_BOUND and parity.max_abs_grad_diff <= FLOAT64_BOUND
+    if trainer == "dtensor":  # a model axis too: the weights read back on the host, not by a relayout
+        assert history.details["all_gather"] == gathering.GATHER
 
 
 def test_the_loss_is_the_mean_over_tokens(runs):

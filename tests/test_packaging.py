@@ -46,7 +46,7 @@ def test_the_expected_files_include_the_data_the_code_loads():
 RUNS = """
 import sys, compare, shared
 assert shared.__file__.startswith(sys.argv[1]), shared.__file__
-small = ["--trainers", "reference", "--data", "embedded", "--epochs", "1", "--devices", "1"]
+small = ["--trainers", "reference", "--data", "embedded", "--epochs", "1", "--devices", "1", "--no-timing"]
 mlp = compare.main([*small, "--train-examples", "128", "--test-examples", "64", "--batch-size", "64",
                     "--json", "mlp.json"])
 print("exit", mlp, flush=True)

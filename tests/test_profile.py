@@ -96,6 +96,7 @@ def test_the_profile_and_bytes_of_every_configuration_are_printed_written_and_dr
         str(report_path),
         "--plots",
         str(plots),
+        "--no-timing",  # timed: tests/test_compare.py
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()

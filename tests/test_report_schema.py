@@ -48,6 +48,15 @@ def minimal_report():
                     "data_sha256": "0" * 64,
                     "op_determinism": False,
                     "data_fallback": None,
+                    "machine": {
+                        "device_type": "CPU",
+                        "logical_devices": 8,
+                        "physical_devices": 1,
+                        "cores": 2,
+                        "name": "",
+                        "speeds_transfer": False,
+                        "line": "speeds: 8 logical CPUs sharing 2 cores: ...",
+                    },
                 },
                 "trainers": {"reference": {"failed": True, "error": "RuntimeError: x", "traceback": "Traceback ..."}},
                 "parity": {},
@@ -69,6 +78,8 @@ def minimal_report():
                     "matmul_peak_gflops": 80.0,
                     "matmul_peak_dtype": "float32",
                     "achieved_gflops": {},
+                    "yardstick_gflops": 80.0,
+                    "yardstick": "matmul",
                 },
             }
         )

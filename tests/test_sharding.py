@@ -41,28 +41,35 @@ def small(embedded):
 
 
 @pytest.mark.parametrize(
-    "yours, lowerings",  # your LOWER_DTENSOR_GATHER_TO_COLLECTIVE_GATHER_V2 -> on CPU (no model axis, model=2), GPU
+    "yours, lowerings",  # your LOWER_DTENSOR_GATHER_TO_COLLECTIVE_GATHER_V2 -> on CPU (no model axis, model=2,
+    # model=2 across 2 clients), GPU
     [
-        (None, (gathering.GATHER, gathering.ALL_REDUCE, gathering.ALL_REDUCE)),
-        ("0", (gathering.ALL_REDUCE,) * 3),
-        ("1", (gathering.GATHER,) * 3),
+        (None, (gathering.GATHER, gathering.GATHER, gathering.ALL_REDUCE, gathering.ALL_REDUCE)),
+        ("0", (gathering.ALL_REDUCE,) * 4),
+        ("1", (gathering.GATHER,) * 4),
     ],
 )
-def test_all_gathers_lower_to_collective_gather_on_a_data_parallel_cpu_mesh_unless_you_say(
+def test_all_gathers_lower_to_collective_gather_on_cpu_meshes_of_one_client_unless_you_say(
     monkeypatch, yours, lowerings
 ):
     """Set for each trainer as it starts, since every mesh's functions are lowered while its trainer runs: a
-    mesh with a model axis, after one without, gets TensorFlow's default again (gathering.py says why)."""
+    multi-client mesh with a model axis, whose weights are read back by a relayout, gets TensorFlow's default
+    (gathering.py says why)."""
     if yours is None:
         monkeypatch.delenv(gathering.VARIABLE, raising=False)
     else:
         monkeypatch.setenv(gathering.VARIABLE, yours)
     monkeypatch.setattr(gathering, "_yours", None)
-    found = (gathering.settle("CPU", 1), gathering.settle("CPU", 2), gathering.settle("GPU", 1))
+    found = (
+        gathering.settle("CPU", 1),
+        gathering.settle("CPU", 2),
+        gathering.settle("CPU", 2, clients=2),
+        gathering.settle("GPU", 1),
+    )
     assert found == lowerings
     assert (os.environ.get(gathering.VARIABLE) is not None) == (found[-1] == gathering.GATHER)
     if yours is None:
-        assert gathering.settle("CPU", 1) == gathering.GATHER and os.environ[gathering.VARIABLE] == gathering.OURS
+        assert gathering.settle("CPU", 2) == gathering.GATHER and os.environ[gathering.VARIABLE] == gathering.OURS
 
 
 def test_every_mlp_weight_but_the_last_bias_splits_on_the_batch_axis_padding_the_widths_it_needs():
@@ -140,6 +147,7 @@ def test_float64_matches_the_reference_on_every_step_with_a_model_axis_too(small
     assert parity.ok and parity.state_judged, parity.reason
     assert parity.max_abs_loss_diff <= FLOAT64_BOUND
     assert "sharded" in history.placement and history.details["shard_weights"].startswith("not split: ")
+    assert history.details["all_gather"] == gathering.GATHER  # read back on the host: exact (gathering.py)
 
 
 def test_batch_8_sharded_matches_and_holds_an_eighth_of_the_weights_and_adam_slots(small, devices, references):

@@ -200,7 +200,7 @@ def test_the_header_says_the_sweep_comes_after_the_run(devices):
     points = plan_sweep(Config(batch_size=100, trainers=("dtensor",), sweep_devices=(2, 8)), devices)
     assert describe_plan(Config(), points) == (
         "sweep: after this run at 8 devices, 10 configurations at 2, 8 devices "
-        "(2 skipped), each beside its own reference run"
+        "(2 skipped), each judged against this run's reference, timed beside it"
     )
 
 
@@ -245,3 +245,72 @@ def test_the_conclusion_names_the_fastest_the_smallest_the_quietest_and_what_fit
 def test_a_progress_line_keeps_the_longest_label_apart_from_its_figure():
     line = format_entry_line(entry(8, "dtensor", "batch=4,model=2 sharded", 0.74))
     assert "dtensor  batch=4,model=2 sharded 740 examples/s (0.74x), reference 1,000; parity" in line
+
+
+def spread_entry(devices, trainer, label, ratio, low, high):
+    found = entry(devices, trainer, label, ratio)
+    found.ratio_spread = [low, high]
+    return found
+
+
+def test_a_ratio_is_marked_tied_only_where_its_spread_overlaps_another_at_its_count():
+    """The spread: the min-max of its rounds' ratios, each beside the reference's (shared/run/timing.py)."""
+    entries = mark_fastest(
+        [
+            spread_entry(8, "dtensor", "batch=8", 0.20, 0.18, 0.22),
+            spread_entry(8, "dtensor", "batch=1,model=8", 0.55, 0.50, 0.61),
+            spread_entry(8, "mirrored", "primary", 0.60, 0.58, 0.66),  # overlaps batch=1,model=8
+            spread_entry(8, "mirrored", "replicas", 0.30, 0.27, 0.33),
+            spread_entry(2, "mirrored", "primary", 0.21, 0.19, 0.23),  # another count: no rival of batch=8
+        ]
+    )
+    assert [(e.label, e.tied) for e in entries if e.devices == 8] == [
+        ("batch=8", False),
+        ("batch=1,model=8", True),
+        ("update primary", True),
+        ("update replicas", False),
+    ]
+    assert [row[3] for row in sweep_rows(entries)] == [
+        "0.20x (0.18-0.22)",
+        "0.55x (0.50-0.61)?",
+        "0.60x (0.58-0.66)?",
+        "0.30x (0.27-0.33)",
+        "0.21x (0.19-0.23)",
+    ]
+    assert conclusion_lines(entries, "MLP")[:2] == [
+        "MLP at 8 devices: fastest mirrored update primary (0.60x, 0.58-0.66, within the spread of dtensor "
+        "batch=1,model=8); least memory dtensor batch=8 (10.00 MB/device)",
+        "8 devices: 2 ratios marked ? have spreads (the min-max of their rounds, each beside the reference's) that "
+        "overlap another's: their order was not measured",
+    ]
+    assert "(0.55x, 0.50-0.61), reference 1,000" in format_entry_line(entries[1])
+
+
+def test_a_configuration_the_main_run_trained_is_taken_from_it_and_the_reference_trains_once(devices):
+    from types import SimpleNamespace
+
+    from shared.measure.history import History
+    from shared.run.results import TrainerResult
+    from shared.run.sweep import reference_once, trained_by_main_run
+    from shared.training.protocol import RunControl
+
+    def trained(name, **details):
+        return TrainerResult(name, History(name, "", details=details))
+
+    main = SimpleNamespace(
+        config=Config(devices=8),
+        results={"dtensor": trained("dtensor", mesh="batch=8"), "mirrored": trained("mirrored", update="primary")},
+        float64_histories={},
+    )
+    points = {p.label: p for p in plan_sweep(Config(sweep_devices=(2, 8)), devices) if p.devices == 8}
+    assert [label for label, point in points.items() if trained_by_main_run(point, main)] == [
+        "batch=8",
+        "update primary",
+    ]  # not batch=8 sharded, not at 2 devices
+    calls = []
+    train = reference_once(lambda entry, config, control=None: calls.append(entry.trainer) or entry.trainer, main)
+    reference, dtensor = SimpleNamespace(trainer="reference"), SimpleNamespace(trainer="dtensor")
+    float64 = Config(dtype="float64")
+    results = [train(reference, float64), train(reference, float64), train(dtensor, float64)]
+    train(reference, float64, RunControl(replay_step=3))  # a replay is its own run
+    assert results == ["reference", "reference", "dtensor"] and calls == ["reference", "dtensor", "reference"]

@@ -205,7 +205,8 @@ def test_the_sweep_table_shows_each_verdict_and_the_reasons_under_it(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert (
-        "sweep: after this run at 1 device, 3 configurations at 2 devices, each beside its own reference run" in lines
+        "sweep: after this run at 1 device, 3 configurations at 2 devices, each judged against this run's reference"
+        in lines
     )
     sweep = json.loads(report_path.read_text())["sweep"]
     assert [(entry["mesh"], entry["shard_weights"]) for entry in sweep] == [

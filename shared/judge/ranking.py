@@ -1,15 +1,16 @@
 """The sweep's record of each configuration, its marks and its conclusion (numbers in, marks out): at each
-device count the fastest DTensor mesh and the faster approach, by ratio to the reference trained beside
-it; the configuration that holds least per device, the one that sends fewest bytes per step, and those
-that fit a stated memory per device. A ratio from fewer than MIN_RANKED_STEPS measured steps is too
-short to rank: one measured epoch of 4 steps once gave a 1.25x "faster approach"."""
+device count the fastest DTensor mesh and the faster approach, by ratio to the reference timed beside it; the
+configuration that holds least per device, the one that sends fewest bytes per step, and those that fit a stated
+memory per device. A ratio from fewer than MIN_RANKED_STEPS measured steps is too short to rank: one measured
+epoch of 4 steps once gave a 1.25x "faster approach". A ratio whose spread (the min-max of its rounds' ratios, each
+beside the reference's) overlaps another's at its count is ranked but marked tied: their order was not measured."""
 
 import dataclasses
 from typing import Dict, List, Optional
 
 SKIPPED, FAILED = "skipped", "FAILED"  # a sweep entry's verdict besides shared/judge/verdict.py's
-# Measured steps (epochs after the first, which traces) below which a ratio is not ranked. The default
-# sweep measures 64 (2 epochs of 32 steps); its ratios moved by up to 0.1 between runs (docs/throughput.md).
+# Measured steps below which a ratio is not ranked: the timed rounds give every configuration 30
+# (shared/measure/timing.py); a float64 sweep, untimed, has its epochs after the first, which traces.
 MIN_RANKED_STEPS = 30
 
 
@@ -24,8 +25,8 @@ class SweepEntry:
     trainer: str
     mesh: str  # DTensor's mesh; "" for MirroredStrategy
     update: str  # MirroredStrategy's update mode; "" for DTensor
-    throughput_examples_per_s: Optional[float]  # the fastest measured epoch; None: below the timing floor
-    reference_examples_per_s: Optional[float]  # the reference trained just before this configuration
+    throughput_examples_per_s: Optional[float]  # its timed rounds' median (untimed: its fastest epoch); None: none
+    reference_examples_per_s: Optional[float]  # the reference's, timed around this configuration's rounds
     ratio_to_reference: Optional[float]  # None when either figure is None
     parity_ok: bool  # its verdict is ok or float noise (shared/judge/verdict.py)
     # ok, float noise, MISMATCH or diverged (shared/judge/verdict.py); FAILED when it or its reference raised;
@@ -45,8 +46,11 @@ class SweepEntry:
     traffic: Optional[object] = None
     traffic_missing: str = ""
     shard_weights: bool = False  # DTensor: weights and optimizer slots split on the batch axis too
-    measured_steps: int = 0  # steps in the measured epochs, the fewer of this configuration's and its reference's
+    # steps timed (shared/run/timing.py; without timing, in the measured epochs), the fewer of its and its reference's
+    measured_steps: int = 0
     too_short: bool = False  # fewer than MIN_RANKED_STEPS: shown, not ranked
+    ratio_spread: Optional[List[float]] = None  # [min, max] of the ratios of its rounds, each beside the reference's
+    tied: bool = False  # its spread overlaps another ranked configuration's at this count: their order is unmeasured
 
     @property
     def ok(self) -> bool:
@@ -71,10 +75,11 @@ def mark_fastest(entries: List[SweepEntry]) -> List[SweepEntry]:
     """Mark, at each device count, the mesh with the best ratio (DTensor's) and the faster approach.
 
     Only configurations that matched the reference and have a ratio from enough measured steps compete.
-    Ratios, not raw figures: each is to its own reference, so the machine's drift between them cancels.
+    Ratios, not raw figures: each is to the reference timed around it, so the machine's drift cancels.
     """
     for entry in entries:
         entry.too_short = entry.ratio_to_reference is not None and entry.measured_steps < MIN_RANKED_STEPS
+    mark_ties(entries)
     for count in dict.fromkeys(entry.devices for entry in entries):
         best = {}
         for trainer in dict.fromkeys(entry.trainer for entry in entries):
@@ -86,6 +91,24 @@ def mark_fastest(entries: List[SweepEntry]) -> List[SweepEntry]:
         if len(best) > 1:
             max(best.values(), key=lambda e: e.ratio_to_reference).faster_approach = True
     return entries
+
+
+def spread(entry: SweepEntry) -> List[float]:
+    """[min, max] of its ratio: its rounds', or the one figure's when it has no rounds."""
+    return entry.ratio_spread or [entry.ratio_to_reference, entry.ratio_to_reference]
+
+
+def overlap(entry: SweepEntry, other: SweepEntry) -> bool:
+    return spread(other)[0] <= spread(entry)[1] and spread(entry)[0] <= spread(other)[1]
+
+
+def mark_ties(entries: List[SweepEntry]) -> None:
+    """`tied`: a ranked entry whose spread overlaps another ranked entry's at the same count."""
+    for entry in entries:
+        entry.tied = entry.ranked and any(
+            other is not entry and other.ranked and other.devices == entry.devices and overlap(entry, other)
+            for other in entries
+        )
 
 
 def best_when_none_beat_one_device(entries: List[SweepEntry]) -> Optional[SweepEntry]:
@@ -106,6 +129,8 @@ class Conclusion:
     fewest_bytes: Optional[SweepEntry] = None  # the fewest bytes per step on the busiest link
     fitting: Optional[List[SweepEntry]] = None  # within the stated memory per device (None: none stated)
     too_short: int = 0  # configurations measured on too few steps to rank
+    tied: Optional[List[SweepEntry]] = None  # ranked configurations whose spread overlaps another's
+    rivals: Optional[List[SweepEntry]] = None  # those whose spread overlaps the fastest's: it may not be
 
 
 def conclude(entries: List[SweepEntry], device_memory_bytes: Optional[int] = None) -> Dict[int, Conclusion]:
@@ -116,6 +141,8 @@ def conclude(entries: List[SweepEntry], device_memory_bytes: Optional[int] = Non
         conclusion = Conclusion(count, too_short=sum(e.too_short for e in entries if e.devices == count))
         ranked = [e for e in matched if e.ranked]
         conclusion.fastest = max(ranked, key=lambda e: e.ratio_to_reference, default=None)
+        conclusion.tied = [e for e in ranked if e.tied]
+        conclusion.rivals = [e for e in ranked if e is not conclusion.fastest and overlap(e, conclusion.fastest)]
         conclusion.least_memory = min(matched, key=lambda e: e.memory_per_device_bytes, default=None)
         counted = [e for e in matched if e.link_bytes is not None]
         conclusion.fewest_bytes = min(counted, key=lambda e: e.link_bytes, default=None)

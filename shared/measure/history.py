@@ -10,6 +10,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from shared.measure.timing import Timing
+
 
 @dataclasses.dataclass
 class EpochRecord:
@@ -53,6 +55,9 @@ class History:
     traffic: Optional[object] = None
     traffic_missing: str = ""
     taps: Optional[object] = None  # shared.measure.taps.Taps: a replay's (RunControl.replay_step), else None
+    # Its steady call timed after the run (shared/run/timing.py), beside the reference's rounds; None: not timed,
+    # and its speed is its measured epochs'.
+    timing: Optional[Timing] = None
 
     def add_final_state(self, checksums) -> None:
         """The state checksums after the last step (float64 runs; shared/measure/checksums.py)."""
@@ -89,17 +94,19 @@ def measured_epochs(history) -> List[EpochRecord]:
 
 
 def measured_steps(history) -> int:
-    """The training steps of the measured epochs (every epoch has the same steps: shared.training.batches)."""
+    """The timed steps (shared/measure/timing.py), or without them the training steps of the measured epochs
+    (every epoch has the same steps: shared.training.batches)."""
+    if history.timing is not None:
+        return history.timing.steps
     per_epoch = len(history.step_losses) // len(history.epochs) if history.epochs else 0
     return per_epoch * len(measured_epochs(history))
 
 
 def throughput(history, train_examples: int) -> Optional[Tuple[float, float, float]]:
-    """Training examples/s: (median, min, max) over the measured epochs; None when there is none.
-
-    The device sweep compares maxima: other processes on the machine only ever slow an
-    epoch down, so each trainer's fastest epoch is the closest to what its code costs.
-    """
+    """Training examples/s: (median, min, max) over the timed rounds (shared/measure/timing.py), or without them over
+    the measured epochs; None when there is none."""
+    if history.timing is not None:
+        return history.timing.throughput()
     rates = [train_examples / record.train_seconds for record in measured_epochs(history)]
     if not rates:
         return None
@@ -107,11 +114,15 @@ def throughput(history, train_examples: int) -> Optional[Tuple[float, float, flo
 
 
 def step_time_percentiles_ms(history) -> Optional[Tuple[float, float]]:
-    """p50 and p95 of the step times of the epochs after the first (which traces); None without them.
+    """p50 and p95 of the timed calls' step times, or without them of the epochs after the first (which traces);
+    None without either.
 
     Every epoch has the same steps (shared.training.data.epoch_batches), so the first epoch's are the
     first len / epochs of them.
     """
+    if history.timing is not None:
+        p50, p95 = np.percentile(history.timing.step_times_ms(), [50, 95])
+        return float(p50), float(p95)
     if len(history.epochs) < 2:
         return None
     first_epoch_steps = len(history.step_times_ms) // len(history.epochs)

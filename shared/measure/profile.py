@@ -43,6 +43,7 @@ class StepCall:
     prepare: Callable[[], object]  # the host work that makes the call's inputs (counted as input)
     run: Callable[[object], None]  # the call on those inputs; returns when its last step has run
     notes: str = ""  # what the profiled call does otherwise than training's (e.g. pack for DTensorDataset)
+    examples: int = 0  # training examples in its steps (shared/measure/timing.py's examples/s)
 
 
 @dataclasses.dataclass

@@ -11,9 +11,11 @@ from shared.devices import keras_version, op_determinism_enabled
 from shared.judge.digest import data_sha256, digests
 from shared.judge.verdict import exit_ok
 from shared.measure.history import step_time_percentiles_ms, throughput
+from shared.measure.peak import yardstick
 from shared.model.registry import definition_for
 from shared.report import profile as profile_report
 from shared.report.baseline import baseline_dict
+from shared.report.header import run_machine
 from shared.report.parity import float64_rerun_dict, parity_dict
 from shared.report.schema import SCHEMA_VERSION
 from shared.training.keras_fit import cautions_for
@@ -42,7 +44,8 @@ def model_facts(definition, cautions=None) -> dict:
 
 
 def compute_facts(run) -> dict:
-    """FLOPs per example, the measured matmul peak, and each trainer's achieved GFLOP/s (shared/measure/peak.py)."""
+    """FLOPs per example, the measured matmul rate, each trainer's achieved GFLOP/s and the yardstick of the
+    percentages: the fastest of them (shared/measure/peak.py)."""
     flops = definition_for(run.config).flops_per_example
     train_examples = len(run.data.y_train)
     achieved = {}
@@ -50,11 +53,14 @@ def compute_facts(run) -> dict:
         figures = throughput(result.history, train_examples) if result.history is not None else None
         if result.history is not None:
             achieved[name] = None if figures is None else figures[0] * flops / 1e9  # None: below the floor
+    measured = yardstick(run.matmul_peak_gflops, achieved) if run.matmul_peak_gflops else (None, None)
     return {
         "flops_per_example": flops,
         "matmul_peak_gflops": run.matmul_peak_gflops,
         "matmul_peak_dtype": run.config.dtype,
         "achieved_gflops": achieved,
+        "yardstick_gflops": measured[0],
+        "yardstick": measured[1],
     }
 
 
@@ -80,6 +86,7 @@ def report_dict(run, sweep) -> dict:
             "test_examples": len(run.data.y_test),
             "data_sha256": data_sha256(run.data),
             "op_determinism": op_determinism_enabled(),
+            "machine": machine_dict(run_machine(run.config)),
         },
         "trainers": trainers,
         "parity": parity_dict(run),
@@ -90,6 +97,11 @@ def report_dict(run, sweep) -> dict:
         "compute": compute_facts(run),
         **({"sweep": sweep_entries} if sweep else {}),
     }
+
+
+def machine_dict(machine) -> dict:
+    """What the speed figures stand for (shared/measure/machine.py), with the header's line."""
+    return {**dataclasses.asdict(machine), "speeds_transfer": machine.speeds_transfer, "line": machine.describe()}
 
 
 def trainer_dict(result, train_examples: int, link_gbps) -> dict:
@@ -118,6 +130,21 @@ def trainer_dict(result, train_examples: int, link_gbps) -> dict:
         "step_profile": profile_report.profile_dict(history.step_profile),  # --profile
         "traffic": profile_report.traffic_dict(history.traffic, link_gbps),
         "traffic_missing": history.traffic_missing,
+        "timing": timing_dict(history.timing),
+    }
+
+
+def timing_dict(timing) -> Optional[dict]:
+    """The rounds its steady call was timed in after training (shared/run/timing.py); null when it was not (float64,
+    --clients, the Python API): its speed figures are then its measured epochs'."""
+    if timing is None:
+        return None
+    ratio = timing.ratio()
+    return {
+        "steps": timing.steps,
+        "rounds": [dataclasses.asdict(timed) for timed in timing.rounds],
+        "beside": [dataclasses.asdict(timed) for timed in timing.beside],
+        "ratio_to_reference": None if ratio is None else list(ratio),
     }
 
 

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from shared.console import fit_width
 from shared.devices import keras_version
+from shared.measure.machine import Machine, this_machine
 from shared.measure.memory import can_reset_peak
 from shared.model.registry import definition_for
 from shared.training.keras_fit import cautions_for, describe_compile
@@ -37,6 +38,7 @@ def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], pro
         + describe_cautions(cautions_for(config, len(data.y_train)))
         + ([processes] if processes else [])
         + [describe_peak(config.device_type)]
+        + [run_machine(config).describe()]
     )
 
 
@@ -72,6 +74,11 @@ def describe_training(config) -> str:
         )
         + f"; {config.dtype}; seed {config.seed}"
     )
+
+
+def run_machine(config) -> Machine:
+    """The machine the run's speeds stand for, at its largest device count (the sweep's included)."""
+    return this_machine(config.device_type, max([config.devices * config.clients, *(config.sweep_devices or ())]))
 
 
 def describe_model(definition) -> str:

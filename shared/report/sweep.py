@@ -7,9 +7,10 @@ from typing import List, Sequence
 from shared.config import Config
 from shared.judge import ranking
 from shared.judge.ranking import MIN_RANKED_STEPS, SweepEntry, conclude
+from shared.measure import timing
 from shared.measure.memory import MB
 
-SWEEP_HEADERS = ["dev", "configuration", "ex/s (ref.)", "ratio", "MB/dev", "MB/step", "parity", "mark"]
+SWEEP_HEADERS = ["dev", "configuration", "ex/s (ref.)", "ratio (spread)", "MB/dev", "MB/step", "parity", "mark"]
 
 
 def describe_plan(config: Config, points: Sequence) -> str:
@@ -21,7 +22,8 @@ def describe_plan(config: Config, points: Sequence) -> str:
         f"sweep: after this run at {_devices(config.devices)}, {len(points)} configurations at "
         f"{', '.join(map(str, counts[:-1]))}{', ' * (len(counts) > 1)}{_devices(counts[-1])}"
         + (f" ({skipped} skipped)" if skipped else "")
-        + ", each beside its own reference run"
+        + ", each judged against this run's reference"
+        + (", timed beside it" if timing.wanted(config) else "")
     )
 
 
@@ -36,8 +38,14 @@ def format_entry_line(entry: SweepEntry) -> str:
         return f"{prefix}skipped (the reason is under the table)"
     figure = "-" if entry.throughput_examples_per_s is None else f"{entry.throughput_examples_per_s:,.0f}"
     reference = "-" if entry.reference_examples_per_s is None else f"{entry.reference_examples_per_s:,.0f}"
-    ratio = "" if entry.ratio_to_reference is None else f" ({entry.ratio_to_reference:.2f}x)"
+    ratio = "" if entry.ratio_to_reference is None else f" ({ratio_text(entry)})"
     return f"{prefix}{figure} examples/s{ratio}, reference {reference}; parity {entry.verdict}"
+
+
+def ratio_text(entry: SweepEntry) -> str:
+    """ "0.54x", or with its rounds' spread "0.54x, 0.50-0.58"."""
+    spread = entry.ratio_spread
+    return f"{entry.ratio_to_reference:.2f}x" + (f", {spread[0]:.2f}-{spread[1]:.2f}" if spread else "")
 
 
 def rerun_summary(entries: Sequence[SweepEntry], devices: int) -> str:
@@ -99,7 +107,7 @@ def sweep_rows(sweep) -> List[list]:
                 e.devices,
                 f"{e.trainer} {e.label}",
                 f"{figure(e.throughput_examples_per_s)} ({figure(e.reference_examples_per_s)})",
-                figure(e.ratio_to_reference, "{:.2f}x") + ("?" if e.too_short else ""),
+                ("-" if e.ratio_to_reference is None else ratio_cell(e)) + ("?" if e.too_short or e.tied else ""),
                 "-" if e.skipped else f"{e.memory_per_device_bytes / MB:,.2f}",
                 "-" if e.link_bytes is None else f"{e.link_bytes / MB:,.2f}",
                 e.verdict,
@@ -109,16 +117,22 @@ def sweep_rows(sweep) -> List[list]:
     return rows
 
 
+def ratio_cell(entry: SweepEntry) -> str:
+    spread = entry.ratio_spread
+    return f"{entry.ratio_to_reference:.2f}x" + (f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else "")
+
+
 def conclusion_lines(entries: Sequence[SweepEntry], model: str, device_memory_mb=None) -> List[str]:
-    """The sweep's own conclusion for the run's model, one line per device count: the fastest configuration,
-    the one that holds least per device and the one that sends fewest bytes, those within --device-memory,
-    and what was measured too briefly to rank."""
+    """The sweep's own conclusion for the run's model, one line per device count: the fastest configuration (and
+    those it may not be faster than), the one that holds least per device and the one that sends fewest bytes,
+    those within --device-memory, what was measured too briefly to rank and what ties."""
     limit = None if device_memory_mb is None else int(device_memory_mb * MB)
     lines = []
     for count, found in conclude(list(entries), limit).items():
         parts = []
         if found.fastest is not None:
-            parts.append(f"fastest {_named(found.fastest)} ({found.fastest.ratio_to_reference:.2f}x)")
+            rivals = f", within the spread of {', '.join(map(_named, found.rivals))}" if found.rivals else ""
+            parts.append(f"fastest {_named(found.fastest)} ({ratio_text(found.fastest)}{rivals})")
         if found.least_memory is not None:
             parts.append(
                 f"least memory {_named(found.least_memory)} ({found.least_memory.memory_per_device_bytes / MB:,.2f} "
@@ -139,6 +153,11 @@ def conclusion_lines(entries: Sequence[SweepEntry], model: str, device_memory_mb
                 f"{_devices(count)}: {found.too_short} ratio{'s' * (found.too_short > 1)} marked ? came from "
                 f"{short} measured steps, too few to rank; ask for {MIN_RANKED_STEPS} or more (more --epochs "
                 f"or --train-examples)"
+            )
+        if found.tied:
+            lines.append(
+                f"{_devices(count)}: {len(found.tied)} ratios marked ? have spreads (the min-max of their rounds, each "
+                f"beside the reference's) that overlap another's: their order was not measured"
             )
     return lines
 

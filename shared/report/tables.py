@@ -11,11 +11,12 @@ from shared.devices import op_determinism_enabled
 from shared.judge.verdict import passed
 from shared.measure.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
 from shared.measure.memory import MB, largest_total_bytes
-from shared.measure.peak import PEAK_MATMUL_SIZE
+from shared.measure.timing import ROUND_SECONDS, ROUND_STEPS, ROUNDS
 from shared.model.registry import definition_for
 from shared.report import baseline as baseline_report
 from shared.report import profile as profile_report
 from shared.report.document import compute_facts
+from shared.report.header import run_machine
 from shared.report.parity import PARITY_HEADERS, last_line, parity_notes, parity_rows, parity_title
 from shared.report.sweep import (
     SWEEP_HEADERS,
@@ -162,12 +163,7 @@ def print_results(run, out) -> bool:
     print(fit_width(collectives_line(run), indent=2), file=out)
     if clipping_line(run):
         print(fit_width(clipping_line(run), indent=2), file=out)
-    print(
-        "\nSpeed and memory (throughput and step times from the epochs after the first, which traces;\n"
-        "memory/device: weights + optimizer state on the busiest device; peak MB: each trainer's own, as the "
-        "header says)",
-        file=out,
-    )
+    print(speed_title(run), file=out)
     print(
         tabulate(
             [row[:1] + row[RESULT_COLUMNS:] for row in rows],
@@ -178,39 +174,79 @@ def print_results(run, out) -> bool:
     )
     compute = compute_facts(run)
     below_floor = any(row[RESULT_COLUMNS] == "-" for row in rows) or None in compute["achieved_gflops"].values()
-    if compute["matmul_peak_gflops"]:
-        achieved = ", ".join(
-            f"{name} -" if gflops is None else f"{name} {gflops:.0f} ({gflops / compute['matmul_peak_gflops']:.0%})"
-            for name, gflops in compute["achieved_gflops"].items()
-        )
-        print(
-            fit_width(
-                f"\nGFLOP/s: {achieved} of this run's {compute['matmul_peak_dtype']} matmul peak, "
-                f"{compute['matmul_peak_gflops']:.0f} GFLOP/s\n({compute['flops_per_example'] / 1e6:.2f} "
-                f"MFLOP per example, forward + backward; the peak: a {PEAK_MATMUL_SIZE}x{PEAK_MATMUL_SIZE} "
-                f"{compute['matmul_peak_dtype']} matmul on one device)",
-                indent=2,
-            ),
-            file=out,
-        )
+    if compute["yardstick_gflops"]:
+        print(fit_width(gflops_line(compute), indent=2), file=out)
     if below_floor:
         print(BELOW_FLOOR, file=out)
     return below_floor
 
 
+def speed_title(run) -> str:
+    """The speed table's title: where its figures come from, timed rounds or measured epochs."""
+    timed = any(result.history is not None and result.history.timing is not None for result in run.results.values())
+    source = (
+        f"each trainer's steady train call timed after training, {ROUNDS} rounds of {ROUND_STEPS}+ steps and "
+        f"{ROUND_SECONDS:g}+ s,\nthe distributed ones' each between two of the reference's (median and min-max over "
+        f"the rounds)"
+        if timed
+        else "throughput and step times from the epochs after the first, which traces"
+    )
+    return (
+        f"\nSpeed and memory ({source};\nmemory/device: weights + optimizer state on the busiest device; peak MB: "
+        f"each trainer's own, as the header says)"
+    )
+
+
+def gflops_line(compute: dict) -> str:
+    """Each trainer's achieved GFLOP/s as a share of the fastest rate the run measured, never over 100%: the
+    matmul's, or a trainer's that beat it (the model's FLOP count is a convention: shared/measure/peak.py)."""
+    top, dtype = compute["yardstick_gflops"], compute["matmul_peak_dtype"]
+    achieved = ", ".join(
+        f"{name} -" if gflops is None else f"{name} {gflops:.0f} ({gflops / top:.0%})"
+        for name, gflops in compute["achieved_gflops"].items()
+    )
+    matmul = f"a {dtype} matmul on one device"
+    fastest = (
+        f"{matmul}, {top:.0f} GFLOP/s"
+        if compute["yardstick"] == "matmul"
+        else f"the {compute['yardstick']}'s training, {top:.0f} GFLOP/s ({matmul}: {compute['matmul_peak_gflops']:.0f})"
+    )
+    return (
+        f"\nGFLOP/s: {achieved} of the fastest this run measured: {fastest}\n"
+        f"({compute['flops_per_example'] / 1e6:.2f} MFLOP per example by the model's count, forward + backward)"
+    )
+
+
+def sweep_legend(sweep) -> str:
+    """What the sweep table's columns hold: timed rounds' figures, or without timing the fastest epochs'."""
+    timed = any(entry.ratio_spread for entry in sweep)
+    speeds = (
+        "ex/s: training examples per second, the median of its timed rounds; (ref.): the reference's rounds around "
+        "them; ratio: the median of its rounds' ratios, each to the mean of the reference's rounds just before and "
+        "after it, (spread) their min-max; ?: the spread overlaps another's at that count, or too few steps to rank"
+        if timed
+        else "ex/s: training examples per second, its fastest epoch after the first; (ref.): the same of the "
+        "reference; ratio: the two's; ?: too few measured steps to rank"
+    )
+    return fit_width(
+        f"(dev: devices; {speeds}; MB/dev: weights + optimizer state on the busiest device; MB/step: what the busiest "
+        f"device sends or receives per step; mark, the fastest at that count by ratio: M the DTensor mesh, A the "
+        f"approach)",
+        indent=0,
+    )
+
+
 def print_sweep(run, sweep, below_floor: bool, out) -> None:
     """The sweep's table, its legend, the lines under it and its conclusion."""
-    print("\nThroughput against device count: every configuration, each beside its own reference", file=out)
-    print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
     print(
-        "(dev: devices; ex/s: training examples per second, each one's fastest epoch after the first; (ref.): "
-        "the same of the\nreference trained just before it; ratio: the two's (?: too few measured steps to rank); "
-        "MB/dev: weights + optimizer\nstate on the busiest device; MB/step: what the busiest device sends or "
-        "receives per step; mark, the fastest at that\ncount by ratio: M the DTensor mesh, A the approach)",
+        "\nThroughput against device count: every configuration, judged against this run's reference and timed "
+        "beside it",
         file=out,
     )
+    print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
+    print(sweep_legend(sweep), file=out)
     model = describe_model_short(run.config)
-    conclusion = conclusion_lines(sweep, model, run.config.device_memory_mb)
+    conclusion = conclusion_lines(sweep, model, run.config.device_memory_mb) + [run_machine(run.config).describe()]
     for line in [sweep_collectives_line(sweep)] + sweep_notes(sweep) + [best_against_one_device(sweep)] + conclusion:
         if line:
             print(fit_width(line, indent=2), file=out)

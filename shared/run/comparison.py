@@ -9,6 +9,7 @@ arguments. The training and judging themselves: shared/run/sequence.py.
 from typing import List, Optional, Sequence, Tuple
 
 from shared.config import Config, flag
+from shared.console import fit_width
 from shared.devices import configure_determinism, configure_devices
 from shared.errors import UsageError
 from shared.judge.baseline import check_options
@@ -72,10 +73,11 @@ def run(config: Config) -> int:
     devices = all_devices[: config.devices]
     print(header(config, devices, data, describe_runs(config), describe_processes(config)))
     if plan:
-        print(describe_plan(config, plan))
+        print(fit_width(describe_plan(config, plan), indent=2))
     main_run = train_all(config, data, devices, saved_baseline=saved_baseline)
     main_run.matmul_peak_gflops = matmul_peak_for(main_run)
-    entries = sweep.run_sweep(config, data, all_devices, plan) if plan else []
+    entries = sweep.run_sweep(config, data, all_devices, plan, main_run) if plan else []
+    main_run.results["reference"].release()  # kept for timing beside it (shared/run/timing.py)
     return outputs.publish(config, main_run, entries)
 
 

@@ -15,7 +15,7 @@ from shared.measure.memory import peak_rss_mb, start_peak, with_peaks
 from shared.report.progress import Printed
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, RunControl
-from shared.training.registry import fit
+from shared.training.registry import fit_and_keep
 
 
 @dataclasses.dataclass
@@ -27,6 +27,9 @@ class TrainerResult:
     peak_memory_mb: float = 0.0  # GPU: TensorFlow's peak allocation; CPU: the process's peak RSS while it trained
     # CPU: how far the process's RSS rose above its level when the trainer started; None where it cannot be told
     peak_memory_rise_mb: Optional[float] = None
+    # RunControl.keep: the trained trainer, kept for timing (shared/run/timing.py): `time(steps)` a round of its
+    # steady call, `release()`; a trainer process's is its proxy. Not pickled: it stays where it trained.
+    kept: Optional[object] = None
 
     @property
     def failed(self) -> bool:
@@ -36,6 +39,15 @@ class TrainerResult:
     def peak_shown_mb(self) -> float:
         """The results' "peak MB": the rise where it could be told (CPU), else the peak."""
         return self.peak_memory_mb if self.peak_memory_rise_mb is None else self.peak_memory_rise_mb
+
+    def __getstate__(self):
+        return {**self.__dict__, "kept": None}
+
+    def release(self) -> None:
+        """Let the kept trainer go (its process's memory, its variables)."""
+        if self.kept is not None:
+            self.kept.release()
+            self.kept = None
 
 
 def reset_peak_memory(config: Config, devices: Sequence[str]) -> Optional[float]:
@@ -63,7 +75,7 @@ def train_one(
     reason."""
     baseline = reset_peak_memory(config, devices)
     try:
-        history = fit(name, config, data, devices, Printed(log, config.quiet), control)
+        history, kept = fit_and_keep(name, config, data, devices, Printed(log, config.quiet), control)
     except UsageError:
         raise
     except Exception as error:  # noqa: BLE001 - any trainer failure is reported, the others still run
@@ -81,4 +93,4 @@ def train_one(
             history.memory_per_device,
             {device: tf.config.experimental.get_memory_info(device)["peak"] for device in devices},
         )
-    return TrainerResult(name, history, **peak_memory(config, devices, baseline))
+    return TrainerResult(name, history, kept=kept, **peak_memory(config, devices, baseline))

@@ -22,8 +22,9 @@ from shared.judge.first_difference import FirstDifference
 from shared.judge.parity import Parity, check_parity
 from shared.judge.repeats import Repeatability, compare_runs
 from shared.measure.history import History
+from shared.measure.timing import wanted as timed_run
 from shared.model.registry import definition_for, random_ops
-from shared.run import replay, worker
+from shared.run import replay, timing, worker
 from shared.run.results import TrainerResult, train_one
 from shared.training import checkpoint
 from shared.training.batches import batch_slices
@@ -172,13 +173,18 @@ def train_and_judge(
     log: Callable = print_fitted,
     no_float64_reason: str = "",
     saved_baseline: Optional[dict] = None,
+    timed: bool = False,
+    reference_result: Optional[TrainerResult] = None,
 ) -> RunResult:
-    """Train `entries` (the reference first) with `train`, judge each against the reference, train the float64
-    runs the judge asks for (`no_float64_reason`: why this caller cannot), --repeat, --with-float64 and
-    --baseline's; return the whole run."""
+    """Train `entries` (the reference first; `reference_result`: its run, already trained) with `train`, time them
+    (`timed`: shared/run/timing.py), judge each against the reference, train the float64 runs the judge asks for
+    (`no_float64_reason`: why this caller cannot), --repeat, --with-float64 and --baseline's; return the whole run."""
     reference, others = entries[0], list(entries[1:])
-    results = {reference.key: train_reference(train, reference, len(data.y_train))}
-    results.update({entry.key: train(entry, entry.config) for entry in others})
+    control = RunControl(keep=True) if timed and timed_run(config) else PLAIN_RUN
+    results = {reference.key: reference_result or train_reference(train, reference, len(data.y_train), control)}
+    results.update({entry.key: train(entry, entry.config, control) for entry in others})
+    if control.keep:
+        timing.time_run(results, reference.key, trained_reference=reference_result is None)
     histories = {key: result.history for key, result in results.items()}
     parity = {
         key: check_parity(history, histories["reference"], config.tolerance)
@@ -308,17 +314,24 @@ def train_all(
 ) -> RunResult:
     """The run that `config` describes, every trainer in this process on `devices`: compare.py's main run."""
     return train_and_judge(
-        config, data, devices, lineup(config), trained_by(data, devices, log), log, saved_baseline=saved_baseline
+        config,
+        data,
+        devices,
+        lineup(config),
+        trained_by(data, devices, log),
+        log,
+        saved_baseline=saved_baseline,
+        timed=True,
     )
 
 
-def train_reference(train: Train, entry: Entry, train_examples: int) -> TrainerResult:
+def train_reference(train: Train, entry: Entry, train_examples: int, control: RunControl = PLAIN_RUN) -> TrainerResult:
     """The reference; with --reference-from-scratch trained from the initial values for every epoch and cut
     to the steps after the restore point."""
     config = entry.config
     if not config.reference_from_scratch:
-        return train(entry, config)
-    result = train(entry, config.replace(restore=None, reference_from_scratch=False))
+        return train(entry, config, control)
+    result = train(entry, config.replace(restore=None, reference_from_scratch=False), control)
     if result.history is not None:
         result.history = after_restore_point(result.history, config, train_examples)
     return result

@@ -4,10 +4,11 @@
     python compare.py --sweep-devices 2,8 --data embedded --sweep-meshes batch  # batch=N only
 
 At each count every trainer offers its configurations (DTensor each mesh, MirroredStrategy each
-update mode: its spec's `variants`); one that cannot run is skipped with the trainer's reason. Each
-trains beside a reference trained just before it, and its ratio is to that reference (the
-machine's speed drifts within minutes); parity is judged for each. The fastest DTensor mesh and
-the faster approach are marked by ratio. Measurements and costs: docs/throughput.md.
+update mode: its spec's `variants`); one that cannot run is skipped with the trainer's reason, and one
+the main run trained is taken from it. Each is judged against the main run's reference (which computes
+the same run at any count) and timed beside it, round by round (shared/run/timing.py: the machine's
+speed drifts within minutes). The fastest DTensor mesh and the faster approach are marked by ratio.
+Measurements and costs: docs/throughput.md.
 """
 
 import dataclasses
@@ -17,11 +18,13 @@ from shared.config import Config
 from shared.console import print_fitted
 from shared.errors import UsageError
 from shared.judge.ranking import FAILED, SKIPPED, SweepEntry, label, mark_fastest
-from shared.measure.history import measured_steps, throughput
+from shared.measure.history import History, measured_steps, throughput
 from shared.measure.memory import largest_total_bytes
 from shared.report.sweep import format_entry_line, rerun_summary
-from shared.run.sequence import lineup, train_and_judge, trained_by
+from shared.run.results import TrainerResult
+from shared.run.sequence import Entry, RunResult, Train, lineup, train_and_judge, trained_by
 from shared.training.data import Dataset
+from shared.training.protocol import PLAIN_RUN, RunControl
 from shared.training.registry import distributed, trainer_spec
 
 
@@ -99,44 +102,103 @@ def sweep_entry(point: SweepPoint, run, train_examples: int) -> SweepEntry:
         return entry
     reference, result = run.results["reference"], run.results[point.trainer]
     entry.error = result.error or (f"reference: {reference.error}" if reference.failed else "")
-    if not reference.failed:
-        entry.reference_examples_per_s = _fastest(throughput(reference.history, train_examples))
     if not result.failed:
-        entry.throughput_examples_per_s = _fastest(throughput(result.history, train_examples))
         entry.memory_per_device_bytes = largest_total_bytes(result.history.memory_per_device)
         entry.collectives, entry.step_profile = result.history.collectives, result.history.step_profile
         entry.traffic, entry.traffic_missing = result.history.traffic, result.history.traffic_missing
-    if entry.throughput_examples_per_s is not None and entry.reference_examples_per_s:
-        entry.ratio_to_reference = entry.throughput_examples_per_s / entry.reference_examples_per_s
-        entry.measured_steps = min(measured_steps(reference.history), measured_steps(result.history))
+        if not reference.failed:
+            speed(entry, reference.history, result.history, train_examples)
     verdict = run.verdicts.get(point.trainer)
     entry.parity_ok = bool(verdict is not None and verdict.ok) and not run.results["reference"].failed
     if entry.error:
         entry.verdict, entry.reason = FAILED, entry.error
     elif verdict is not None:
         entry.verdict, entry.reason, entry.summary = verdict.verdict, verdict.reason, verdict.short_reason()
-    entry.float64_rerun_seconds = run.explain_seconds
+    entry.float64_rerun_seconds = run.explain_seconds if point.trainer in run.float64_histories else 0.0
     return entry
+
+
+def speed(entry: SweepEntry, reference: History, history: History, train_examples: int) -> None:
+    """The entry's examples/s, its reference's and their ratio: from the rounds timed side by side
+    (shared/run/timing.py), the ratio the median of the pairs' with their min-max; without them from each side's
+    fastest measured epoch, as before timing (a float64 sweep)."""
+    timing = history.timing
+    if timing is not None and timing.beside:
+        entry.throughput_examples_per_s = timing.throughput()[0]
+        entry.reference_examples_per_s = timing.reference_throughput()[0]
+        ratio, low, high = timing.ratio()
+        entry.ratio_to_reference, entry.ratio_spread, entry.measured_steps = ratio, [low, high], timing.steps
+        return
+    entry.reference_examples_per_s = _fastest(throughput(reference, train_examples))
+    entry.throughput_examples_per_s = _fastest(throughput(history, train_examples))
+    if entry.throughput_examples_per_s is not None and entry.reference_examples_per_s:
+        entry.ratio_to_reference = entry.throughput_examples_per_s / entry.reference_examples_per_s
+        entry.measured_steps = min(measured_steps(reference), measured_steps(history))
 
 
 def _fastest(figures) -> Optional[float]:
     return None if figures is None else figures[2]
 
 
+def trained_by_main_run(point: SweepPoint, main_run: RunResult) -> bool:
+    """Whether the main run trained `point`'s configuration (at --devices, as its trainer's details describe it), so
+    that its run and timing serve the sweep too."""
+    result = main_run.results.get(point.trainer)
+    if point.skipped or result is None or result.failed or point.devices != main_run.config.devices:
+        return False
+    details = result.history.details
+    return (
+        details.get("mesh", "") == point.mesh
+        and details.get("update", "") == point.update
+        and bool(details.get("shard_weights")) == point.shard_weights
+    )
+
+
+def reference_once(train: Train, main_run: RunResult) -> Train:
+    """The sweep's Train: the reference's float64 run (the float32 one is the main run's) trained once for every
+    configuration, or taken from the main run: it depends on no device count, mesh or update."""
+    done = {}
+    if "reference" in main_run.float64_histories:
+        done["float64"] = TrainerResult("reference", main_run.float64_histories["reference"])
+
+    def sweep_train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
+        if entry.trainer != "reference" or control != PLAIN_RUN:
+            return train(entry, config, control)
+        if config.dtype not in done:
+            done[config.dtype] = train(entry, config, control)
+        return done[config.dtype]
+
+    return sweep_train
+
+
 def run_sweep(
-    config: Config, data: Dataset, all_devices: Sequence[str], plan: Sequence[SweepPoint], log=print_fitted
+    config: Config,
+    data: Dataset,
+    all_devices: Sequence[str],
+    plan: Sequence[SweepPoint],
+    main_run: RunResult,
+    log=print_fitted,
 ) -> List[SweepEntry]:
-    """Train each planned configuration beside a reference trained just before it."""
+    """Train each planned configuration (or take the main run's), timed beside the main run's reference, which is
+    also every configuration's parity reference (shared/run/timing.py)."""
     entries = []
+    silent = lambda line: None  # noqa: E731 - the configurations train quietly
+    train = reference_once(trained_by(data, all_devices, log=silent), main_run)
     for index, point in enumerate(plan):
-        # The configurations train quietly; what their float32 failures' float64 reruns would log (two
-        # lines each) is summed up per device count below instead.
-        run_at_point = None
-        if not point.skipped:
+        # What their float32 failures' float64 reruns would log (two lines each) is summed up per count below.
+        run_at_point = main_run if trained_by_main_run(point, main_run) else None
+        if not point.skipped and run_at_point is None:
             devices = all_devices[: point.devices]
-            silent = lambda line: None  # noqa: E731 - the configurations train quietly
-            train = trained_by(data, devices, log=silent)
-            run_at_point = train_and_judge(point.config, data, devices, lineup(point.config), train, log=silent)
+            run_at_point = train_and_judge(
+                point.config,
+                data,
+                devices,
+                lineup(point.config),
+                train,
+                log=silent,
+                timed=True,
+                reference_result=main_run.results["reference"],
+            )
         entries.append(sweep_entry(point, run_at_point, len(data.y_train)))
         if not config.quiet:
             log(format_entry_line(entries[-1]))

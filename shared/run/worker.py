@@ -69,7 +69,7 @@ class TrainerProcess:
 
         if self.process is None or self.process.poll() is not None:
             self.start()
-        status = "starting TensorFlow"
+        status, token = "starting TensorFlow", None
         try:
             if self.sent_data is not data:  # the data goes once to each process, not with every job
                 send(self.process.stdin, ("data", data))
@@ -92,8 +92,28 @@ class TrainerProcess:
                 status = value
             elif kind == "usage":
                 raise UsageError(value)
+            elif kind == "kept":
+                token = value
             else:
+                value.kept = None if token is None else KeptThere(self, token)
                 return value
+
+    def time(self, token: int, steps: int):
+        """A timed round (shared.measure.timing.TimedRound) of the trainer kept there as `token`; None if it is gone."""
+        try:
+            send(self.process.stdin, ("time", token, steps))
+            message = receive(self.process.stdout)
+        except Exception as error:  # noqa: BLE001 - a broken stream: no figure, and the process is stopped
+            self.death("timing a kept trainer", f"its messages broke off ({type(error).__name__})")
+            return None
+        if message is None:
+            self.death("timing a kept trainer")
+            return None
+        return message[1]
+
+    def release(self, token: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            send(self.process.stdin, ("release", token))
 
     def death(self, status: str, broke: str = "") -> str:
         """One line: how the process ended, and what the trainer was doing; `broke`: why this side stopped it (its
@@ -122,6 +142,21 @@ class TrainerProcess:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+
+class KeptThere:
+    """The parent's handle on a trainer kept in a trainer process (shared.run.results.TrainerResult.kept)."""
+
+    def __init__(self, owner: TrainerProcess, token: int):
+        self.owner, self.token, self.process = owner, token, owner.process
+
+    def time(self, steps: int):
+        """A timed round of its steady call; None when its process has gone since."""
+        return self.owner.time(self.token, steps) if self.owner.process is self.process else None
+
+    def release(self) -> None:
+        if self.owner.process is self.process:
+            self.owner.release(self.token)
 
 
 def _stderr():
@@ -163,13 +198,16 @@ def serve(jobs, replies) -> None:
     from shared.errors import UsageError
 
     console.status_sink = lambda text: send(replies, ("status", text))
-    started, data = False, None
+    started, kept, data = False, {}, None
     while True:
         job = receive(jobs)
         if job is None:
             return
         if job[0] == "data":  # the run's data, once, for the jobs after it
             data = job[1]
+            continue
+        if job[0] != "train":
+            keep(job, kept, replies)
             continue
         _, name, config, device_count, control = job
         if not started:
@@ -185,7 +223,24 @@ def serve(jobs, replies) -> None:
         except UsageError as error:  # the parent raises it, as train_one would have there
             send(replies, ("usage", str(error)))
             continue
+        if result.kept is not None:
+            kept[len(kept) + 1] = result.kept
+            send(replies, ("kept", len(kept)))
         send(replies, ("result", result))
+
+
+def keep(job, kept: dict, replies) -> None:
+    """The child's side of a kept trainer: ("time", token, steps) answers a timed round (None if it failed: the run
+    then measures that trainer by its epochs); ("release", token) lets it go."""
+    if job[0] == "release":
+        kept[job[1]].release()
+        kept[job[1]] = None  # its token stays counted: the next trainer kept gets a new one
+        return
+    try:
+        timed = kept[job[1]].time(job[2])
+    except Exception:  # noqa: BLE001 - a round that fails is no figure, not a failed trainer
+        timed = None
+    send(replies, ("timed", timed))
 
 
 def start_tensorflow(config, device_count: int) -> None:

@@ -113,6 +113,8 @@ class RunControl:
     replay_step: Optional[int] = None
     # ...or, given a directory, train the steps before it first and write the state there (the reference's side).
     replay_state: Optional[str] = None
+    # Keep the trained trainer for timing after its run (shared/run/timing.py times it beside the reference).
+    keep: bool = False
 
 
 PLAIN_RUN = RunControl()  # a training run as its Config describes it

@@ -118,7 +118,8 @@ class ReferenceTrainer(Trainer):
         def run(inputs):
             train_steps(self.model, self.optimizer, *inputs)[0].numpy()  # host sync: the call has run
 
-        return profile.StepCall(len(prepare()[1]), prepare, run)
+        steps, batch = prepare()[1].shape[:2]
+        return profile.StepCall(steps, prepare, run, examples=steps * batch)
 
     def test_batches(self, x, y):
         return epoch_batches(x, y, self.config.batch_size)

@@ -6,13 +6,14 @@ trainer package (tests/test_imports.py resolves the module names below as import
 """
 
 import importlib
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 from shared.config import Config
+from shared.measure import timing
 from shared.measure.history import History
 from shared.training import loop
 from shared.training.data import Dataset
-from shared.training.protocol import PLAIN_RUN, Progress, RunControl, RunFacts, Silent, TrainerSpec
+from shared.training.protocol import PLAIN_RUN, Progress, RunControl, RunFacts, Silent, Trainer, TrainerSpec
 
 SPEC_MODULES = {  # each module's SPEC; shared.config.TRAINER_NAMES lists the same names (a test keeps them equal)
     "reference": "shared.training.reference",
@@ -47,15 +48,46 @@ def fit(
 ) -> History:
     """Train trainer `name` on exactly `devices` (every client's with --clients) and return its history;
     `progress`: what it prints as it trains (shared/report/progress.py; None: nothing)."""
+    return fit_and_keep(name, config, data, devices, progress, control)[0]
+
+
+def fit_and_keep(
+    name: str,
+    config: Config,
+    data: Dataset,
+    devices: Sequence[str],
+    progress: Optional[Progress] = None,
+    control: Optional[RunControl] = None,
+) -> Tuple[History, Optional["Kept"]]:
+    """`fit`, and with control.keep the trained trainer kept for timing (None without)."""
     spec = trainer_spec(name)
-    progress = progress or Silent()
+    progress, control = progress or Silent(), control or PLAIN_RUN
     spec.check_config(config, devices)
     make, count_bytes = spec.trainer, spec.count_bytes
     if config.fit:  # Keras's model.fit in this trainer's place: its steps are Keras's, their bytes not counted
         make, count_bytes = spec.fit_trainer, lambda trainer: (None, "not counted: Keras's model.fit (--fit)")
     with spec.scope(devices):
         trainer = make(config, data, devices, progress.line)
-        return loop.fit(trainer, config, data, progress, count_bytes, control or PLAIN_RUN)
+        history = loop.fit(trainer, config, data, progress, count_bytes, control)
+    return history, Kept(trainer, lambda: spec.scope(devices)) if control.keep else None
+
+
+class Kept:
+    """A trained trainer kept for timing (shared/measure/timing.py): more rounds of its steady train call, on the
+    batches it trained on. The first round is preceded by a warm-up call; the weights step on."""
+
+    def __init__(self, trainer: Trainer, scope: Callable[[], ContextManager]):
+        self.trainer, self.scope, self.call = trainer, scope, None
+
+    def time(self, steps: int = timing.ROUND_STEPS) -> timing.TimedRound:
+        with self.scope():
+            if self.call is None:
+                self.call = self.trainer.step_call()
+                self.call.run(self.call.prepare())  # warm: nothing traced or compiled is timed
+            return timing.time_round(self.call, steps)
+
+    def release(self) -> None:
+        self.trainer = self.call = None
 
 
 def describe_runs(config: Config) -> Dict[str, RunFacts]:

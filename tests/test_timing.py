@@ -1,0 +1,127 @@
+"""Timing apart from parity (shared/measure/timing.py, shared/run/timing.py): the arithmetic of rounds and ratios on
+set seconds (the timings themselves are the benchmark's, not a test's), a trainer kept after its run and timed
+again, and a trainer process's side of it. ~5 s on 2 cores.
+"""
+
+import io
+
+import pytest
+
+from shared.config import Config
+from shared.measure import timing
+from shared.measure.timing import TimedRound, Timing
+from shared.run import worker
+from shared.run.results import TrainerResult
+from shared.run.timing import beside
+from shared.training.registry import fit_and_keep
+from tests.cli import data_slice
+
+
+def timed(examples_per_second: float, steps: int = 10, batch: int = 100) -> TimedRound:
+    seconds = steps * batch / examples_per_second
+    return TimedRound(steps, steps * batch, seconds, [seconds / 2] * 2, [steps // 2] * 2)
+
+
+def test_a_ratio_is_each_round_against_the_mean_of_the_reference_rounds_around_it():
+    """A reference that drifts from 1,000 to 1,400 examples/s while the trainer runs at 600 gives 0.5 each time,
+    not the 0.6 to 0.43 that one side of each pair would."""
+    found = Timing([timed(600), timed(600), timed(600)], [timed(1000), timed(1400), timed(1000), timed(1400)])
+    assert [round(ratio, 6) for ratio in found.ratios()] == [0.5, 0.5, 0.5]
+    assert found.ratio() == pytest.approx((0.5, 0.5, 0.5))
+    assert found.throughput() == pytest.approx((600, 600, 600))
+    assert found.reference_throughput() == pytest.approx((1200, 1000, 1400))
+    assert found.steps == 30  # the fewer: its own 30 against the reference's 40
+    spread = Timing([timed(500), timed(600), timed(700)], [timed(1000)] * 4)
+    assert spread.ratio() == pytest.approx((0.6, 0.5, 0.7))
+    assert spread.step_times_ms() == pytest.approx([1e5 / rate for rate in (500, 500, 600, 600, 700, 700)])
+
+
+class FakeCall:
+    """A StepCall of `steps` steps and `examples` examples whose run takes no time; counts its calls."""
+
+    def __init__(self, steps: int, examples: int):
+        self.steps, self.examples, self.calls = steps, examples, 0
+
+    def prepare(self):
+        return None
+
+    def run(self, inputs):
+        self.calls += 1
+
+
+def test_a_round_is_whole_calls_until_its_steps_and_seconds_have_run():
+    call = FakeCall(4, 512)
+    found = timing.time_round(call, steps=10, least_seconds=0.0)
+    assert (found.steps, found.examples, call.calls, found.call_steps) == (12, 1536, 3, [4, 4, 4])
+    assert timing.TIMED_STEPS == timing.ROUNDS * timing.ROUND_STEPS == 30  # shared.judge.ranking.MIN_RANKED_STEPS
+    assert (timing.ROUNDS + 1) * timing.REFERENCE_ROUND_STEPS >= timing.TIMED_STEPS  # the reference's, around them
+
+
+class Kept:
+    def __init__(self, examples_per_second, fail_at=None):
+        self.rate, self.rounds, self.fail_at, self.released = examples_per_second, 0, fail_at, False
+
+    def time(self, steps):
+        self.rounds += 1
+        return None if self.rounds == self.fail_at else timed(self.rate, steps)
+
+    def release(self):
+        self.released = True
+
+
+def test_each_round_runs_between_two_of_the_references_and_a_failed_round_gives_no_figure():
+    reference, trainer = TrainerResult("reference", kept=Kept(1000)), TrainerResult("dtensor", kept=Kept(500))
+    found = beside(reference, trainer)
+    assert (reference.kept.rounds, trainer.kept.rounds) == (4, 3) and found.ratio() == pytest.approx((0.5,) * 3)
+    assert beside(reference, TrainerResult("mirrored", kept=Kept(500, fail_at=2))) is None
+    assert beside(reference, TrainerResult("mirrored")) is None  # not kept: timed by its epochs
+
+    class Raising(Kept):
+        def time(self, steps):
+            raise RuntimeError("the call failed")
+
+    assert beside(reference, TrainerResult("mirrored", kept=Raising(500))) is None  # no figure; the run goes on
+
+
+def test_a_kept_trainer_is_not_pickled_and_a_trainer_process_times_and_releases_it():
+    result = TrainerResult("dtensor", kept=Kept(500))
+    assert result.__getstate__()["kept"] is None  # it stays in the process that trained it
+    kept, replies = {1: Kept(500, fail_at=2)}, io.BytesIO()
+    worker.keep(("time", 1, 10), kept, replies)
+    worker.keep(("time", 1, 10), kept, replies)  # its second round fails: no figure, no crash
+    held = kept[1]
+    worker.keep(("release", 1), kept, replies)
+    replies.seek(0)
+    first, second = worker.receive(replies), worker.receive(replies)
+    assert first[0] == "timed" and first[1].steps == 10 and second == ("timed", None)
+    assert held.released and kept == {1: None}
+
+
+def test_a_trained_trainer_kept_for_timing_runs_its_steady_call_again(devices, embedded):
+    from shared.training.protocol import RunControl
+
+    config = Config(trainers=("reference",), devices=1, epochs=1, batch_size=64, hidden=(32,), quiet=True)
+    history, kept = fit_and_keep(
+        "reference", config, data_slice(embedded, 256, 64), devices[:1], None, RunControl(keep=True)
+    )
+    found = kept.time(10)
+    assert found.steps >= 10 and found.steps % 4 == 0 and found.examples == found.steps * 64  # whole calls of 4
+    assert found.seconds >= timing.ROUND_SECONDS and len(history.step_losses) == 4
+    kept.release()
+
+
+def test_the_speeds_say_what_they_stand_for_on_cpus_and_gpus():
+    from shared.measure.machine import Machine
+
+    assert Machine("CPU", 8, 1, 2, "AMD EPYC").describe() == (
+        "speeds: 8 logical CPUs sharing 2 cores (AMD EPYC): a device adds no compute, so examples/s and ratios rank "
+        "configurations on this machine only; bytes per step and memory per device carry over to GPUs, CPU speeds "
+        "do not"
+    )
+    one_each = Machine("GPU", 8, 8, 16, "NVIDIA H200")
+    assert one_each.describe() == "speeds: 8 GPUs (NVIDIA H200), one per device: measured on them"
+    assert one_each.speeds_transfer and not Machine("GPU", 4, 1, 16, "").speeds_transfer
+    assert Machine("GPU", 4, 1, 16, "").describe() == (
+        "speeds: 4 logical GPUs split from 1: they share its compute, so speeds rank configurations on this GPU "
+        "only; bytes per step and memory per device carry over"
+    )
