@@ -59,6 +59,19 @@ def prepare_keras(seed: int) -> bool:
     return True
 
 
+def keras_2_hint() -> str:
+    """What to add to a user's file's error when the Keras it imported is Keras 2 (TensorFlow 2.12-2.15): a model
+    written for Keras 3 fails there on the first name Keras 2 lacks; "" otherwise."""
+    keras = sys.modules.get("keras")
+    version = getattr(keras, "__version__", "")
+    if not version or not version.split(".")[0].isdigit() or int(version.split(".")[0]) >= 3:
+        return ""
+    return (
+        f"; this is Keras {version} (TensorFlow {tf.__version__} brings Keras 2), and Keras models need Keras 3: "
+        f"use TensorFlow 2.16 or later (pip install 'tensorflow>=2.16')"
+    )
+
+
 def check_keras(source: str):
     """Keras 3 on the TensorFlow backend, or UsageError in one line that says which release to use."""
     import keras

@@ -29,7 +29,7 @@ from shared.config import BUILT_IN_MODELS, TUTORIAL_HIDDEN
 from shared.errors import UsageError
 from shared.model.definition import Model, ModelDefinition, check_definition
 from shared.model.gpt import gpt
-from shared.model.keras import is_keras_model, keras_definition, prepare_keras
+from shared.model.keras import is_keras_model, keras_2_hint, keras_definition, prepare_keras
 from shared.model.mlp import mlp
 from shared.model.vit import vit
 
@@ -103,7 +103,7 @@ def call_user_function(path: str, function_name: str, spec: str, seed: int = 0):
             module = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)
         except Exception as error:  # noqa: BLE001 - the user's file: any error is one line
-            raise UsageError(f"--model {spec}: importing {path} raised {describe(error)}") from None
+            raise UsageError(f"--model {spec}: importing {path} raised {describe(error)}{keras_2_hint()}") from None
         function = getattr(module, function_name, None)
         if not callable(function):
             raise UsageError(f"--model {spec}: {path} has no function {function_name}")
@@ -131,7 +131,7 @@ def call_seeded(function, seed: int, what: str):
         try:
             result = function()
         except Exception as error:  # noqa: BLE001 - the user's function: any error is one line
-            raise UsageError(f"{what} raised {describe(error)}") from None
+            raise UsageError(f"{what} raised {describe(error)}{keras_2_hint()}") from None
         if seeded or not is_keras_model(result):
             return result
     return result
