@@ -12,7 +12,7 @@ Measurements and costs: docs/throughput.md.
 """
 
 import dataclasses
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from shared.config import Config
 from shared.console import print_fitted
@@ -21,8 +21,9 @@ from shared.judge.ranking import FAILED, SKIPPED, SweepEntry, label, mark_fastes
 from shared.measure.history import History, measured_steps, throughput
 from shared.measure.memory import largest_total_bytes
 from shared.report.sweep import format_entry_line, rerun_summary
+from shared.run.lanes import Pending, lane_count, side_by_side
 from shared.run.results import TrainerResult
-from shared.run.sequence import Entry, RunResult, Train, lineup, train_and_judge, trained_by
+from shared.run.sequence import Entry, RunResult, Train, lineup, timed_control, train_and_judge, trained_by
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, RunControl
 from shared.training.registry import distributed, trainer_spec
@@ -171,6 +172,28 @@ def reference_once(train: Train, main_run: RunResult) -> Train:
     return sweep_train
 
 
+def train_ahead(
+    config: Config, data: Dataset, all_devices: Sequence[str], plan: Sequence[SweepPoint], main_run: RunResult
+) -> Dict[int, Pending]:
+    """With more than one lane (shared/run/lanes.py): each configuration the sweep trains, trained and kept before
+    any is timed, side by side, by plan index; {} with one lane (run_sweep trains each in its turn)."""
+    lanes = lane_count(config)
+    indices = [i for i, point in enumerate(plan) if not point.skipped and not trained_by_main_run(point, main_run)]
+    if lanes < 2 or len(indices) < 2:
+        return {}
+    silent = lambda line: None  # noqa: E731
+    trains = [trained_by(data, all_devices, log=silent, lane=lane) for lane in range(lanes)]
+
+    def job(point: SweepPoint):
+        def run(train: Train) -> Dict[str, TrainerResult]:
+            control = timed_control(point.config, True)
+            return {entry.key: train(entry, entry.config, control) for entry in lineup(point.config)[1:]}
+
+        return run
+
+    return dict(zip(indices, side_by_side([job(plan[index]) for index in indices], trains)))
+
+
 def run_sweep(
     config: Config,
     data: Dataset,
@@ -184,6 +207,11 @@ def run_sweep(
     entries = []
     silent = lambda line: None  # noqa: E731 - the configurations train quietly
     train = reference_once(trained_by(data, all_devices, log=silent), main_run)
+    ahead = train_ahead(config, data, all_devices, plan, main_run)
+    if ahead and not config.quiet:
+        log(f"sweep: {len(ahead)} configurations trained {lane_count(config)} at a time, then each timed alone")
+    for outcome in ahead.values():
+        outcome.wait()  # every lane idle before the first timing round
     for index, point in enumerate(plan):
         # What their float32 failures' float64 reruns would log (two lines each) is summed up per count below.
         run_at_point = main_run if trained_by_main_run(point, main_run) else None
@@ -198,6 +226,7 @@ def run_sweep(
                 log=silent,
                 timed=True,
                 reference_result=main_run.results["reference"],
+                trained=ahead[index].result() if index in ahead else None,
             )
         entries.append(sweep_entry(point, run_at_point, len(data.y_train)))
         if not config.quiet:

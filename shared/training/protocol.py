@@ -39,6 +39,11 @@ class Trainer(metaclass=_Checked):
     model: object  # a shared.model.Model on the trainer's devices
     optimizer: object  # its Adam or SGD
     checkpointed: Tuple[object, object]  # (model, optimizer) as checkpoints hold them: unpadded
+    # A trainer whose first train call also returns that step's gradients sets `first_call_gradients` (unpadded
+    # arrays) in train_epoch: the loop takes them as the first-step gradients, the ones the step applied, instead
+    # of calling `gradients` before training, a function of its own to trace (docs/throughput.md).
+    steps_give_gradients: bool = False
+    first_call_gradients: Optional[List[np.ndarray]] = None
 
     @abc.abstractmethod
     def gradients(self, x: np.ndarray, y: np.ndarray) -> List[np.ndarray]:
@@ -56,7 +61,8 @@ class Trainer(metaclass=_Checked):
     @abc.abstractmethod
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool) -> None:
         """Every step of one epoch, each added to `meter`; the run's first call (`first`) is one step that
-        waits for its loss, so that its time is the trace time."""
+        waits for its loss, so that its time is the trace time (and with `steps_give_gradients`, keeps its
+        gradients in `first_call_gradients`)."""
 
     @abc.abstractmethod
     def trace_count(self) -> int:
