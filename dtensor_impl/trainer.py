@@ -229,6 +229,10 @@ class DTensorTrainer(Trainer):
         text = f"{self.collectives.describe()}; " + ("; ".join(split) or "every variable replicated")
         return text + (f"; padded with zero units: {self.details['padding']}" if "padding" in self.details else "")
 
+    def first_call_gradients(self):
+        grads, self.first_grads = self.first_grads, None
+        return self.definition.unpad([to_numpy(g) for g in grads], self.definition.trainable_variables)
+
     def gradients(self, x, y):
         grads = compute_gradients(self.model, self.optimizer, *pack_batch(x, y, self.mesh))
         return self.definition.unpad([to_numpy(g) for g in grads], self.definition.trainable_variables)
@@ -253,9 +257,7 @@ class DTensorTrainer(Trainer):
         first_shape = opening[0][0].shape
         grads = self.call([opening], meter, record_state)
         if first:
-            self.first_call_gradients = self.definition.unpad(
-                [to_numpy(g) for g in grads], self.definition.trainable_variables
-            )
+            self.first_grads = grads  # read back after the epoch: first_call_gradients
         if self.steps_per_call is None:
             self.steps_per_call = steps_per_call(self.device_type, self.traced_operations(record_state))
         for group in equal_shape_runs(items, lambda item: item[0][0].shape, self.steps_per_call):

@@ -311,6 +311,10 @@ class MirroredTrainer(Trainer):
         )
         self.chunk = next(self.train_iterator)  # the first epoch's pieces
 
+    def first_call_gradients(self):
+        grads, self.first_grads = self.first_grads, None
+        return [self.strategy.experimental_local_results(g)[0].numpy() for g in grads]
+
     def gradients(self, x, y):
         grads = global_gradients(self.strategy, self.model, self.optimizer, replica_values(self.strategy, x, y))
         return [self.strategy.experimental_local_results(g)[0].numpy() for g in grads]
@@ -336,7 +340,7 @@ class MirroredTrainer(Trainer):
                 self.strategy, self.model, self.optimizer, self.chunk, tf.constant(0), self.primary_model
             )
             float(loss)  # host sync, once
-            self.first_call_gradients = [self.strategy.experimental_local_results(g)[0].numpy() for g in grads]
+            self.first_grads = grads  # read back after the epoch: first_call_gradients
             meter.add(loss, correct, self.global_counts[0], initial_state)
             done = 1
         if done < len(self.global_counts):  # the rest of the epoch in one call

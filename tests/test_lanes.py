@@ -1,6 +1,6 @@
-"""A sweep's configurations trained side by side (shared/run/lanes.py): each job on one free lane at a time, the
-outcomes in the jobs' order, a job's error raised in its turn; and a timed sweep that trains on two lanes judges
-and times every configuration as one lane would."""
+"""A sweep's configurations trained side by side (shared/run/lanes.py): a wave runs one job a lane, all at once, the
+outcomes in the jobs' order, a job's error raised in its turn; and a timed sweep that trains in waves of two judges
+and times every configuration."""
 
 import threading
 
@@ -13,42 +13,35 @@ from tests.cli import SMALL, read_report, run_here
 WAIT_S = 30  # a job waits this long at most for the other lane's: a hang fails, it does not stall the suite
 
 
-def test_jobs_run_on_free_lanes_at_once_and_their_outcomes_come_in_order():
-    both_started = threading.Barrier(2, timeout=WAIT_S)  # the first two jobs return only if they ran at once
-    busy, clashes = set(), []
+def test_a_wave_runs_one_job_a_lane_at_once_and_gives_their_outcomes_in_order():
+    both_started = threading.Barrier(2, timeout=WAIT_S)  # each job returns only if the other ran at the same time
 
     def job(index):
         def run(lane):
-            if lane in busy:
-                clashes.append(lane)
-            busy.add(lane)
-            if index < 2:
-                both_started.wait()
-            busy.discard(lane)
+            both_started.wait()
             return (index, lane)
 
         return run
 
-    outcomes = side_by_side([job(index) for index in range(6)], ["a", "b"])
-    results = [outcome.result() for outcome in outcomes]
-    assert [index for index, _ in results] == list(range(6)) and clashes == []
-    assert {lane for _, lane in results[:2]} == {"a", "b"}  # one job on each lane
+    outcomes = side_by_side([job(0), job(1)], ["a", "b"])
+    assert [outcome.result() for outcome in outcomes] == [(0, "a"), (1, "b")]
+    with pytest.raises(ValueError, match="a wave of 3 jobs on 2 lanes"):
+        side_by_side([job(0), job(1), job(2)], ["a", "b"])
 
 
-def test_a_jobs_error_is_raised_in_its_turn_and_the_other_jobs_finish():
+def test_a_jobs_error_is_raised_in_its_turn_and_the_other_job_finishes():
     def job(index):
         def run(lane):
-            if index == 1:
-                raise ValueError("job 1 failed")
+            if index == 0:
+                raise ValueError("job 0 failed")
             return index
 
         return run
 
-    outcomes = side_by_side([job(index) for index in range(4)], ["a", "b"])
-    assert outcomes[0].result() == 0
-    with pytest.raises(ValueError, match="job 1 failed"):
-        outcomes[1].result()
-    assert [outcome.result() for outcome in outcomes[2:]] == [2, 3]
+    outcomes = side_by_side([job(0), job(1)], ["a", "b"])
+    assert outcomes[1].result() == 1
+    with pytest.raises(ValueError, match="job 0 failed"):
+        outcomes[0].result()
 
 
 def test_lanes_only_where_nothing_measured_while_training_is_reported():
@@ -58,6 +51,7 @@ def test_lanes_only_where_nothing_measured_while_training_is_reported():
     assert lane_count(Config(timing=False)) == 1
     assert lane_count(Config(profile=True)) == 1  # the step split is measured as the trainer finishes
     assert lane_count(Config(trainer_process="shared")) == 1  # one process: nothing to run beside it
+    assert lane_count(Config(device_type="GPU", trainer_process="own")) == 1  # each would reserve every GPU
 
 
 @pytest.mark.skipif(lane_count(Config()) < 2, reason="one core: a sweep trains on one lane")

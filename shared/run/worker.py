@@ -188,9 +188,18 @@ def trainer_process(environment: Dict[str, str], config, device_count: int, lane
 
 @atexit.register
 def close_all() -> None:
-    for process in _processes.values():
+    for process in list(_processes.values()):
         process.close()
     _processes.clear()
+
+
+def kill_all() -> None:
+    """Stop every trainer process now, mid-job or not (an interrupted sweep: shared/run/lanes.py); the threads
+    reading them see their end."""
+    for trainer_process in list(_processes.values()):
+        process = trainer_process.process
+        if process is not None and process.poll() is None:
+            process.kill()
 
 
 def serve(jobs, replies) -> None:

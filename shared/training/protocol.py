@@ -39,15 +39,19 @@ class Trainer(metaclass=_Checked):
     model: object  # a shared.model.Model on the trainer's devices
     optimizer: object  # its Adam or SGD
     checkpointed: Tuple[object, object]  # (model, optimizer) as checkpoints hold them: unpadded
-    # A trainer whose first train call also returns that step's gradients sets `first_call_gradients` (unpadded
-    # arrays) in train_epoch: the loop takes them as the first-step gradients, the ones the step applied, instead
-    # of calling `gradients` before training, a function of its own to trace (docs/throughput.md).
+    # True where the run's first train call also returns that step's gradients: the loop then takes them
+    # (first_call_gradients) as the first-step gradients, the ones the step applied, instead of calling `gradients`
+    # before training, a function of its own to trace (docs/throughput.md).
     steps_give_gradients: bool = False
-    first_call_gradients: Optional[List[np.ndarray]] = None
 
     @abc.abstractmethod
     def gradients(self, x: np.ndarray, y: np.ndarray) -> List[np.ndarray]:
         """The gradients of the global mean loss on the global batch x, y at the current weights, unpadded arrays."""
+
+    def first_call_gradients(self) -> List[np.ndarray]:
+        """With `steps_give_gradients`: the gradients the run's first train call returned, unpadded arrays, read
+        back after its epoch (not in its timed calls)."""
+        raise NotImplementedError(f"{self.name}'s steps do not give their gradients")
 
     @abc.abstractmethod
     def taps(self, x: np.ndarray, y: np.ndarray) -> Taps:
