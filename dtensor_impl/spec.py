@@ -48,9 +48,10 @@ def tensorflow_release() -> Tuple[int, int]:
 
 def float64_collectives_since(spec: MeshSpec, shard_weights: bool = False) -> Tuple[int, int]:
     """The oldest release whose DTensor collectives carry float64 on this mesh: 2.12's all-reduce has none, and
-    every mesh of more than one device all-reduces; 2.13's all-gather has none, and a model axis (or weights split
-    on the batch axis) all-gathers (docs/releases.md)."""
-    if (spec.model or 1) > 1 or (shard_weights and spec.batch > 1):
+    every mesh of more than one device all-reduces; 2.13's all-gather has none, and weights split on the batch axis
+    all-gather (a model axis no longer does: the weights are read back per device, dtensor_impl/variables.py;
+    docs/releases.md)."""
+    if shard_weights and spec.batch > 1:
         return FLOAT64_ALL_GATHER_SINCE
     return FLOAT64_ALL_REDUCE_SINCE if spec.device_count > 1 else (0, 0)
 

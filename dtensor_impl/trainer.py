@@ -70,15 +70,16 @@ def compute_gradients(model, optimizer, x, y, example_weights):
 
 @tf.function
 def train_step(model, optimizer, x, y, example_weights):
-    """One optimizer step on a global batch; returns (mean loss, correct count) before the update. The real-example
-    count is summed from the weights on the devices, so it is global and the padded last batch needs no input."""
+    """One optimizer step on a global batch; returns (mean loss, correct count, gradients) before the update. The
+    real-example count is summed from the weights on the devices, so it is global and the padded last batch needs
+    no input."""
     context = training_context(model, optimizer, x)
     count = label_count(y, example_weights)
     logits, loss, grads = step.loss_and_gradients(model, x, y, count, context, example_weights)
     with tf.name_scope(profile.UPDATE_SCOPE):
         model.apply_updates(context, into_layout)  # running statistics: once, from the global batch
         optimizer.apply_gradients(grads, model.trainable)
-    return loss, correct_count(logits, y, example_weights)
+    return loss, correct_count(logits, y, example_weights), grads
 
 
 @tf.function
@@ -86,17 +87,18 @@ def train_steps(model, optimizer, batches, record_state: bool = False):
     """`train_step` on each packed (x, y, example_weights) of `batches` in turn, in one call.
 
     The Python loop unrolls when traced: one graph of len(batches) steps, so one dispatch instead of several.
-    Returns ([mean losses], [correct counts], [state checksums]), one per step; the checksums (at each step's
-    start) only with `record_state`, else [].
+    Returns ([mean losses], [correct counts], [state checksums], gradients), one per step; the checksums (at
+    each step's start) only with `record_state`, else []; a one-step call's gradients (what the run's first
+    call gives as its first-step gradients: no function of their own to trace), else [].
     """
-    losses, corrects, checksums = [], [], []
+    losses, corrects, checksums, grads = [], [], [], []
     for batch in batches:
         if record_state:
             checksums.append(state_checksums(state_variables(model, optimizer)))
-        loss, correct = train_step(model, optimizer, *batch)
+        loss, correct, grads = train_step(model, optimizer, *batch)
         losses.append(loss)
         corrects.append(correct)
-    return losses, corrects, checksums
+    return losses, corrects, checksums, grads if len(batches) == 1 else []
 
 
 @tf.function
@@ -116,6 +118,7 @@ class DTensorTrainer(Trainer):
     """The parts shared.training.loop.fit calls, on a mesh over exactly `devices` (every client's with --clients)."""
 
     name = "dtensor"
+    steps_give_gradients = True  # a one-step call returns its gradients (train_steps)
 
     def __init__(self, config: Config, data: Dataset, devices: Sequence[str], log: Callable = print, gather=None):
         """`gather`: the forward all-gathers the weights split on the batch axis (True), or leaves them to
@@ -170,12 +173,11 @@ class DTensorTrainer(Trainer):
         return gathered
 
     def expansion_failure(self, values: Sequence[np.ndarray]) -> str:
-        """DTensor's error (one line) when it cannot expand the first-step gradients or a train step with the
-        weights split on the batch axis (each function's layouts propagate differently); "" when it can. The
-        probes are the run's own first calls (their traces kept); then the weights go back to `values`."""
+        """DTensor's error (one line) when it cannot expand a train step with the weights split on the batch axis;
+        "" when it can. The probe is the run's own first call (its trace kept); then the weights go back to
+        `values`."""
         batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh))
         try:
-            compute_gradients(self.model, self.optimizer, *batch)
             float(train_steps(self.model, self.optimizer, [batch], self.config.dtype == "float64")[0][-1])
         except (tf.errors.UnknownError, tf.errors.InvalidArgumentError) as error:
             message = str(error).split("error: ", 1)[-1].splitlines()[0]
@@ -227,6 +229,10 @@ class DTensorTrainer(Trainer):
         text = f"{self.collectives.describe()}; " + ("; ".join(split) or "every variable replicated")
         return text + (f"; padded with zero units: {self.details['padding']}" if "padding" in self.details else "")
 
+    def first_call_gradients(self):
+        grads, self.first_grads = self.first_grads, None
+        return self.definition.unpad([to_numpy(g) for g in grads], self.definition.trainable_variables)
+
     def gradients(self, x, y):
         grads = compute_gradients(self.model, self.optimizer, *pack_batch(x, y, self.mesh))
         return self.definition.unpad([to_numpy(g) for g in grads], self.definition.trainable_variables)
@@ -249,7 +255,9 @@ class DTensorTrainer(Trainer):
         items = iter(batches(self.data, self.config, epoch, self.mesh))
         opening = next(items)
         first_shape = opening[0][0].shape
-        self.call([opening], meter, record_state)
+        grads = self.call([opening], meter, record_state)
+        if first:
+            self.first_grads = grads  # read back after the epoch: first_call_gradients
         if self.steps_per_call is None:
             self.steps_per_call = steps_per_call(self.device_type, self.traced_operations(record_state))
         for group in equal_shape_runs(items, lambda item: item[0][0].shape, self.steps_per_call):
@@ -260,13 +268,15 @@ class DTensorTrainer(Trainer):
                 self.call(calls, meter, record_state)
 
     def call(self, group, meter, record_state: bool):
-        losses, corrects, checksums = train_steps(
+        """The steps of `group` in one train_steps call, into `meter`; returns a one-step call's gradients."""
+        losses, corrects, checksums, grads = train_steps(
             self.model, self.optimizer, [batch for batch, _ in group], record_state
         )
         # Wait for the call's last step: a call of several steps can return before they have
         # run, and the step times would then be dispatch times (measured: ~3% of throughput).
         float(losses[-1])
         meter.add_steps(losses, corrects, [real_count for _, real_count in group], checksums if record_state else None)
+        return grads
 
     def traced_operations(self, record_state: bool) -> int:
         """Operations in the traced one-step call (deterministic, unlike its trace time)."""

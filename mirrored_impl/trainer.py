@@ -74,7 +74,8 @@ def global_gradients(strategy, model, optimizer, pieces):
 @tf.function
 def train_step(strategy, model, optimizer, chunk, step_index=None, primary_model=None):
     """One optimizer step on global batch `step_index` of the epoch's `chunk` (None: `chunk` is a host batch's
-    replica_values); returns (mean loss, correct count) before the update.
+    replica_values); returns (mean loss, correct count, the summed gradients) before the update, the gradients
+    as the update took them (per replica with "replicas", on the first device with "primary").
 
     primary_model None ("replicas", the tf.distribute tutorial's pattern): the gradients are all-reduced and
     every replica applies the optimizer to its own copies. Otherwise ("primary"): the gradients are summed on
@@ -88,35 +89,34 @@ def train_step(strategy, model, optimizer, chunk, step_index=None, primary_model
         logits, loss, grads = step.loss_and_gradients(model, x, y, global_count, context)
         model.apply_updates(context)  # running statistics: this replica's copy, from its own piece
         if primary_model is None:
-            summed = all_reduced(grads)
+            grads = all_reduced(grads)
             with tf.name_scope(profile.UPDATE_SCOPE):
-                apply_gradients_fused(optimizer, summed, model.trainable)  # XLA; this replica's copies
-            grads = []
+                apply_gradients_fused(optimizer, grads, model.trainable)  # XLA; this replica's copies
         return loss, correct_count(logits, y), grads
 
     losses, corrects, grads = strategy.run(on_replica, args=chunk)
     if primary_model is not None:
-        update_on_primary(strategy, model, optimizer, primary_model, grads)
+        grads = update_on_primary(strategy, model, optimizer, primary_model, grads)
     with tf.name_scope(profile.COLLECTIVES_SCOPE):
-        return strategy.reduce(SUM, losses, axis=None), strategy.reduce(SUM, corrects, axis=None)
+        return strategy.reduce(SUM, losses, axis=None), strategy.reduce(SUM, corrects, axis=None), grads
 
 
-def update_on_primary(strategy, model, optimizer, primary_model, grads) -> None:
+def update_on_primary(strategy, model, optimizer, primary_model, grads) -> list:
     """In cross-replica context: the replicas' gradients summed on the first device, the update there, its
-    weights copied to every replica and the replicas' running statistics read back."""
+    weights copied to every replica and the replicas' running statistics read back; returns the summed gradients."""
     primary = strategy.extended.worker_devices[0]
     with tf.name_scope(profile.COLLECTIVES_SCOPE):
         summed = strategy.extended.batch_reduce_to(SUM, [(grad, primary) for grad in grads])
+    summed = [strategy.experimental_local_results(grad)[0] for grad in summed]
     with tf.device(primary), tf.name_scope(profile.UPDATE_SCOPE):  # the reference's update and variables
-        apply_gradients_fused(
-            optimizer, [strategy.experimental_local_results(grad)[0] for grad in summed], primary_model.trainable
-        )
+        apply_gradients_fused(optimizer, summed, primary_model.trainable)
     with tf.name_scope(profile.COLLECTIVES_SCOPE):
         for copies, weight, variable in zip(model.weights, primary_model.weights, model.definition.variables):
             if variable.trainable:
                 copies.assign(weight)  # cross-replica context: writes every replica's copy
             else:
                 weight.assign(copies)  # the replicas' running statistics, read as their setting aggregates
+    return summed
 
 
 @tf.function
@@ -127,7 +127,7 @@ def train_steps(strategy, model, optimizer, chunk, first_step, steps, primary_mo
     `primary`: cross-replica context reads them)."""
 
     def one_step(i):
-        return train_step(strategy, model, optimizer, chunk, first_step + i, primary_model)
+        return train_step(strategy, model, optimizer, chunk, first_step + i, primary_model)[:2]
 
     variables = state_variables(primary_model or model, optimizer)
     return step.loop_steps(steps, model.weights[0].dtype, variables, record_state, one_step)
@@ -269,6 +269,7 @@ class MirroredTrainer(Trainer):
     """The parts shared.training.loop.fit calls, with one replica per device (per worker with --clients)."""
 
     name = "mirrored"
+    steps_give_gradients = True  # the first step's call returns its gradients (train_step)
 
     def __init__(self, config: Config, data: Dataset, devices: Sequence[str], log: Callable = print):
         self.config, self.data = config, data
@@ -310,6 +311,10 @@ class MirroredTrainer(Trainer):
         )
         self.chunk = next(self.train_iterator)  # the first epoch's pieces
 
+    def first_call_gradients(self):
+        grads, self.first_grads = self.first_grads, None
+        return [self.strategy.experimental_local_results(g)[0].numpy() for g in grads]
+
     def gradients(self, x, y):
         grads = global_gradients(self.strategy, self.model, self.optimizer, replica_values(self.strategy, x, y))
         return [self.strategy.experimental_local_results(g)[0].numpy() for g in grads]
@@ -331,10 +336,11 @@ class MirroredTrainer(Trainer):
         done = 0
         if first:  # the first step alone: its time is the trace time
             initial_state = read_state_checksums(self.state()) if record_state else None
-            loss, correct = train_step(
+            loss, correct, grads = train_step(
                 self.strategy, self.model, self.optimizer, self.chunk, tf.constant(0), self.primary_model
             )
             float(loss)  # host sync, once
+            self.first_grads = grads  # read back after the epoch: first_call_gradients
             meter.add(loss, correct, self.global_counts[0], initial_state)
             done = 1
         if done < len(self.global_counts):  # the rest of the epoch in one call

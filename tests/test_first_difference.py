@@ -64,6 +64,31 @@ def test_a_replay_from_a_mid_run_state_agrees_where_the_run_agreed(devices):
         assert found.agreed[:2] == ["layers/0", "layers/1"] and len(found.agreed) == 6
 
 
+def test_a_trainer_that_cannot_run_float64_here_gives_no_replay_and_says_why(devices, monkeypatch):
+    """TensorFlow 2.12's DTensor has no float64 collectives (its release stood in for here): the replay of a float32
+    MISMATCH says so in the verdict's line instead of ending the run with exit 2 (found by the release matrix)."""
+    from dtensor_impl import spec as dtensor_spec
+    from shared.config import Config
+    from shared.run import replay
+    from shared.run.sequence import Entry, float64_config, in_process
+
+    monkeypatch.setattr(dtensor_spec, "tensorflow_release", lambda: (2, 12))
+    data = load_data("embedded", 128, 32)
+    config = Config(trainers=("dtensor",), mesh="batch=8", hidden=(16, 8), epochs=1, batch_size=32)
+    found = replay.first_difference(
+        Entry("dtensor", "dtensor", config),
+        Entry("reference", "reference", config),
+        config,
+        in_process(data, devices),
+        0,
+        float64_config,
+    )
+    assert found.line().startswith(
+        "first difference not located at step 0: no float64 replay here: --dtype float64 on DTensor mesh batch=8 "
+        "needs TensorFlow 2.13 or later"
+    ), found.line()
+
+
 def test_batch_norm_with_running_statistics(tmp_path):
     report_path = tmp_path / "report.json"
     args = ["--model", BATCH_NORM, "--data", "embedded", "--train-examples", "256", "--test-examples", "128"]

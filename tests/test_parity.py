@@ -162,6 +162,13 @@ def test_runs_of_different_length_fail():
     assert not parity.ok and "9 steps, reference has 10" in parity.reason
 
 
+def test_missing_first_step_gradients_fail_rather_than_compare_nothing():
+    candidate = history([1.0] * 3)
+    candidate.first_step_gradients = []  # what a trainer whose first train call never ran would have
+    parity = check_parity(candidate, history([1.0] * 3))
+    assert not parity.ok and f"0 first-step gradients, reference has {len(WEIGHTS)}" in parity.reason
+
+
 # --- verdicts ---------------------------------------------------------------------------------
 
 

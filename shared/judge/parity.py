@@ -218,6 +218,9 @@ def check_parity(candidate: History, reference: History, tolerance: Optional[flo
     if not same_shapes:
         reasons.append("final weight shapes differ from the reference's")
     gradients_judged = bool(reference.first_step_gradients)
+    if gradients_judged and len(candidate.first_step_gradients) != len(reference.first_step_gradients):
+        count, expected = len(candidate.first_step_gradients), len(reference.first_step_gradients)
+        reasons.append(f"{count} first-step gradients, reference has {expected}")
     grads_beyond = arrays_beyond(candidate.first_step_gradients, reference.first_step_gradients, bounds["gradient"])
     weights_beyond = same_shapes and arrays_beyond(candidate.final_weights, reference.final_weights, bounds["weight"])
     state_beyond = _state_beyond(candidate, reference, bounds["state"])

@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from shared.config import Config
+from shared.errors import UsageError
 from shared.judge.first_difference import FirstDifference, locate
 from shared.judge.parity import tolerances
 from shared.training.protocol import RunControl
@@ -23,7 +24,15 @@ def first_difference(
     entry, reference, config: Config, train: Callable, step: int, float64: Callable
 ) -> FirstDifference:
     """Replay `step` for `entry` against the `reference` entry, both trained by `train(entry, config, control)`;
-    `float64(config)`: the run's float64 config."""
+    `float64(config)`: the run's float64 config. A trainer that cannot run in float64 here (TensorFlow 2.12's
+    DTensor) gives no replay and says why: the run's verdict stands, no exit 2."""
+    try:
+        return _replay(entry, reference, config, train, step, float64)
+    except UsageError as error:
+        return FirstDifference(step, "", "", 0.0, [], 0.0, f"no float64 replay here: {error}")
+
+
+def _replay(entry, reference, config: Config, train: Callable, step: int, float64: Callable) -> FirstDifference:
     started = time.perf_counter()
     replay = float64(config)
     with tempfile.TemporaryDirectory(prefix="replay-") as directory:

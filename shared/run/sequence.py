@@ -117,9 +117,10 @@ def describe_processes(config: Config) -> str:
     return f"processes: the reference here (TensorFlow's default threads); {own}"
 
 
-def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train:
+def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted, lane: int = 0) -> Train:
     """How compare.py trains: the reference here; the others here too, or each approach in its trainer process
-    (own_process), with its environment (its spec's `process_environment`)."""
+    (own_process), with its environment (its spec's `process_environment`); `lane`: which of a sweep's processes
+    for that environment (shared/run/lanes.py)."""
     here = in_process(data, devices, log)
 
     def train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
@@ -128,7 +129,7 @@ def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train
             return here(entry, config, control)
         # As many logical devices as this process has: one trainer process serves every count of a sweep.
         count = max(len(devices), len(tf.config.list_logical_devices(config.device_type)))
-        process = worker.trainer_process(spec.process_environment(config), config, count)
+        process = worker.trainer_process(spec.process_environment(config), config, count, lane)
         result = process.train(entry.trainer, config, data, log, control)
         result.name = entry.key
         return result
@@ -175,14 +176,17 @@ def train_and_judge(
     saved_baseline: Optional[dict] = None,
     timed: bool = False,
     reference_result: Optional[TrainerResult] = None,
+    trained: Optional[Dict[str, TrainerResult]] = None,
 ) -> RunResult:
-    """Train `entries` (the reference first; `reference_result`: its run, already trained) with `train`, time them
-    (`timed`: shared/run/timing.py), judge each against the reference, train the float64 runs the judge asks for
-    (`no_float64_reason`: why this caller cannot), --repeat, --with-float64 and --baseline's; return the whole run."""
+    """Train `entries` (the reference first; `reference_result`: its run, already trained; `trained`: others'
+    runs already trained, kept when `timed`) with `train`, time them (`timed`: shared/run/timing.py), judge each
+    against the reference, train the float64 runs the judge asks for (`no_float64_reason`: why this caller
+    cannot), --repeat, --with-float64 and --baseline's; return the whole run."""
     reference, others = entries[0], list(entries[1:])
-    control = RunControl(keep=True) if timed and timed_run(config) else PLAIN_RUN
+    control = timed_control(config, timed)
     results = {reference.key: reference_result or train_reference(train, reference, len(data.y_train), control)}
-    results.update({entry.key: train(entry, entry.config, control) for entry in others})
+    trained = trained or {}
+    results.update({entry.key: trained.get(entry.key) or train(entry, entry.config, control) for entry in others})
     if control.keep:
         timing.time_run(results, reference.key, trained_reference=reference_result is None)
     histories = {key: result.history for key, result in results.items()}
@@ -208,6 +212,11 @@ def train_and_judge(
     )
     more_runs(run, entries, train, saved_baseline)
     return run
+
+
+def timed_control(config: Config, timed: bool) -> RunControl:
+    """A run's control: its trainers kept for the timing rounds when it is timed (shared.measure.timing.wanted)."""
+    return RunControl(keep=True) if timed and timed_run(config) else PLAIN_RUN
 
 
 def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: Train, log) -> None:

@@ -12,7 +12,7 @@ Measurements and costs: docs/throughput.md.
 """
 
 import dataclasses
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from shared.config import Config
 from shared.console import print_fitted
@@ -21,8 +21,10 @@ from shared.judge.ranking import FAILED, SKIPPED, SweepEntry, label, mark_fastes
 from shared.measure.history import History, measured_steps, throughput
 from shared.measure.memory import largest_total_bytes
 from shared.report.sweep import format_entry_line, rerun_summary
+from shared.run import worker
+from shared.run.lanes import lane_count, side_by_side
 from shared.run.results import TrainerResult
-from shared.run.sequence import Entry, RunResult, Train, lineup, train_and_judge, trained_by
+from shared.run.sequence import Entry, RunResult, Train, lineup, timed_control, train_and_judge, trained_by
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, RunControl
 from shared.training.registry import distributed, trainer_spec
@@ -83,8 +85,9 @@ def plan_sweep(config: Config, all_devices: Sequence[str]) -> List[SweepPoint]:
     return points
 
 
-def sweep_entry(point: SweepPoint, run, train_examples: int) -> SweepEntry:
-    """The entry for `point` from its RunResult (the reference and the point's trainer); run None: skipped."""
+def sweep_entry(point: SweepPoint, run, train_examples: int, beside_another: bool = False) -> SweepEntry:
+    """The entry for `point` from its RunResult (the reference and the point's trainer); run None: skipped.
+    `beside_another`: it trained while another lane did (shared/run/lanes.py), so its epochs' times are no figure."""
     entry = SweepEntry(
         point.devices,
         point.trainer,
@@ -107,7 +110,7 @@ def sweep_entry(point: SweepPoint, run, train_examples: int) -> SweepEntry:
         entry.collectives, entry.step_profile = result.history.collectives, result.history.step_profile
         entry.traffic, entry.traffic_missing = result.history.traffic, result.history.traffic_missing
         if not reference.failed:
-            speed(entry, reference.history, result.history, train_examples)
+            speed(entry, reference.history, result.history, train_examples, beside_another)
     verdict = run.verdicts.get(point.trainer)
     entry.parity_ok = bool(verdict is not None and verdict.ok) and not run.results["reference"].failed
     if entry.error:
@@ -118,16 +121,20 @@ def sweep_entry(point: SweepPoint, run, train_examples: int) -> SweepEntry:
     return entry
 
 
-def speed(entry: SweepEntry, reference: History, history: History, train_examples: int) -> None:
+def speed(
+    entry: SweepEntry, reference: History, history: History, train_examples: int, beside_another: bool = False
+) -> None:
     """The entry's examples/s, its reference's and their ratio: from the rounds timed side by side
     (shared/run/timing.py), the ratio the median of the pairs' with their min-max; without them from each side's
-    fastest measured epoch, as before timing (a float64 sweep)."""
+    fastest measured epoch, as before timing (a float64 sweep), unless it trained `beside_another`: then none."""
     timing = history.timing
     if timing is not None and timing.beside:
         entry.throughput_examples_per_s = timing.throughput()[0]
         entry.reference_examples_per_s = timing.reference_throughput()[0]
         ratio, low, high = timing.ratio()
         entry.ratio_to_reference, entry.ratio_spread, entry.measured_steps = ratio, [low, high], timing.steps
+        return
+    if beside_another:
         return
     entry.reference_examples_per_s = _fastest(throughput(reference, train_examples))
     entry.throughput_examples_per_s = _fastest(throughput(history, train_examples))
@@ -171,6 +178,45 @@ def reference_once(train: Train, main_run: RunResult) -> Train:
     return sweep_train
 
 
+class Waves:
+    """With more than one lane (shared/run/lanes.py): the configurations the sweep trains, a wave of one a lane at a
+    time, trained and kept before any of them is timed; with one lane, none (run_sweep trains each in its turn)."""
+
+    def __init__(self, config: Config, data: Dataset, all_devices: Sequence[str], plan, main_run: RunResult):
+        self.lanes, self.plan = lane_count(config), plan
+        to_train = [i for i, point in enumerate(plan) if not point.skipped and not trained_by_main_run(point, main_run)]
+        self.indices = to_train if self.lanes > 1 and len(to_train) > 1 else []
+        silent = lambda line: None  # noqa: E731
+        self.trains = [trained_by(data, all_devices, log=silent, lane=lane) for lane in range(self.lanes)]
+        self.trained: Dict[int, Dict[str, TrainerResult]] = {}
+
+    def take(self, index: int) -> Optional[Dict[str, TrainerResult]]:
+        """The trained (and kept) runs of plan[index]'s trainer, by key, its wave trained first if it has not been;
+        None where run_sweep trains it itself."""
+        if index not in self.indices:
+            return None
+        if index not in self.trained:
+            start = self.indices.index(index)
+            wave = self.indices[start : start + self.lanes]
+            outcomes = side_by_side([self.job(self.plan[i]) for i in wave], self.trains)
+            try:
+                for outcome in outcomes:
+                    outcome.wait()  # every lane idle before a timing round
+            except BaseException:  # an interrupt: the lanes' processes stop now, not after their jobs
+                worker.kill_all()
+                raise
+            self.trained.update((i, outcome.result()) for i, outcome in zip(wave, outcomes))
+        return self.trained.pop(index)
+
+    @staticmethod
+    def job(point: SweepPoint):
+        def run(train: Train) -> Dict[str, TrainerResult]:
+            control = timed_control(point.config, True)
+            return {entry.key: train(entry, entry.config, control) for entry in lineup(point.config)[1:]}
+
+        return run
+
+
 def run_sweep(
     config: Config,
     data: Dataset,
@@ -184,6 +230,9 @@ def run_sweep(
     entries = []
     silent = lambda line: None  # noqa: E731 - the configurations train quietly
     train = reference_once(trained_by(data, all_devices, log=silent), main_run)
+    waves = Waves(config, data, all_devices, plan, main_run)
+    if waves.indices and not config.quiet:
+        log(f"sweep: {len(waves.indices)} configurations trained {waves.lanes} at a time, then each timed alone")
     for index, point in enumerate(plan):
         # What their float32 failures' float64 reruns would log (two lines each) is summed up per count below.
         run_at_point = main_run if trained_by_main_run(point, main_run) else None
@@ -198,8 +247,9 @@ def run_sweep(
                 log=silent,
                 timed=True,
                 reference_result=main_run.results["reference"],
+                trained=waves.take(index),
             )
-        entries.append(sweep_entry(point, run_at_point, len(data.y_train)))
+        entries.append(sweep_entry(point, run_at_point, len(data.y_train), index in waves.indices))
         if not config.quiet:
             log(format_entry_line(entries[-1]))
             last_at_count = index + 1 == len(plan) or plan[index + 1].devices != point.devices

@@ -171,11 +171,12 @@ def _stderr():
 _processes: Dict[tuple, TrainerProcess] = {}  # one per environment, kept for the next run in this process
 
 
-def trainer_process(environment: Dict[str, str], config, device_count: int) -> TrainerProcess:
+def trainer_process(environment: Dict[str, str], config, device_count: int, lane: int = 0) -> TrainerProcess:
     """The trainer process for `environment` (and op determinism, process-wide like it), started on its first
     train call and kept: a second run, a sweep's next configuration or a float64 rerun finds TensorFlow started.
-    A request for more devices than it has replaces it."""
-    key = (tuple(sorted(environment.items())), config.deterministic, config.device_type, config.verbose)
+    A request for more devices than it has replaces it. `lane`: a sweep's second lane gets a process of its own
+    (shared/run/lanes.py)."""
+    key = (tuple(sorted(environment.items())), config.deterministic, config.device_type, config.verbose, lane)
     found = _processes.get(key)
     if found is None or found.device_count < device_count:
         if found is not None:
@@ -187,9 +188,18 @@ def trainer_process(environment: Dict[str, str], config, device_count: int) -> T
 
 @atexit.register
 def close_all() -> None:
-    for process in _processes.values():
+    for process in list(_processes.values()):
         process.close()
     _processes.clear()
+
+
+def kill_all() -> None:
+    """Stop every trainer process now, mid-job or not (an interrupted sweep: shared/run/lanes.py); the threads
+    reading them see their end."""
+    for trainer_process in list(_processes.values()):
+        process = trainer_process.process
+        if process is not None and process.poll() is None:
+            process.kill()
 
 
 def serve(jobs, replies) -> None:

@@ -53,11 +53,12 @@ def fit(
     if control.replay_step is not None:
         replay(trainer, config, data, state, control, history)
         return history
-    first_x, first_y = next(
-        epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch, config.shuffle, config.seed)
-    )
-    doing(trainer, "tracing and running the first-step gradients")
-    history.first_step_gradients = trainer.gradients(first_x, first_y)
+    if not trainer.steps_give_gradients or start_epoch >= config.epochs:  # else the first call's (train_and_evaluate)
+        first_x, first_y = next(
+            epoch_batches(data.x_train, data.y_train, config.batch_size, start_epoch, config.shuffle, config.seed)
+        )
+        doing(trainer, "tracing and running the first-step gradients")
+        history.first_step_gradients = trainer.gradients(first_x, first_y)
     for epoch in range(start_epoch, config.epochs):
         train_and_evaluate(trainer, config, data, progress, history, epoch, first=epoch == start_epoch)
         if config.checkpoint_dir:
@@ -101,6 +102,8 @@ def train_and_evaluate(trainer, config: Config, data: Dataset, progress: Progres
     traces = trainer.trace_count() - traces_before
     if first:
         history.trace_seconds = meter.call_seconds[0]  # the first call: one step and its tracing
+        if trainer.steps_give_gradients:
+            history.first_step_gradients = trainer.first_call_gradients()
     doing(trainer, f"evaluating after epoch {epoch + 1}")
     test_loss, test_accuracy = step.evaluate(trainer, data.x_test, data.y_test, host_label_count(data.y_test))
     record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy, traces)

@@ -39,10 +39,19 @@ class Trainer(metaclass=_Checked):
     model: object  # a shared.model.Model on the trainer's devices
     optimizer: object  # its Adam or SGD
     checkpointed: Tuple[object, object]  # (model, optimizer) as checkpoints hold them: unpadded
+    # True where the run's first train call also returns that step's gradients: the loop then takes them
+    # (first_call_gradients) as the first-step gradients, the ones the step applied, instead of calling `gradients`
+    # before training, a function of its own to trace (docs/throughput.md).
+    steps_give_gradients: bool = False
 
     @abc.abstractmethod
     def gradients(self, x: np.ndarray, y: np.ndarray) -> List[np.ndarray]:
         """The gradients of the global mean loss on the global batch x, y at the current weights, unpadded arrays."""
+
+    def first_call_gradients(self) -> List[np.ndarray]:
+        """With `steps_give_gradients`: the gradients the run's first train call returned, unpadded arrays, read
+        back after its epoch (not in its timed calls)."""
+        raise NotImplementedError(f"{self.name}'s steps do not give their gradients")
 
     @abc.abstractmethod
     def taps(self, x: np.ndarray, y: np.ndarray) -> Taps:
@@ -56,7 +65,8 @@ class Trainer(metaclass=_Checked):
     @abc.abstractmethod
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool) -> None:
         """Every step of one epoch, each added to `meter`; the run's first call (`first`) is one step that
-        waits for its loss, so that its time is the trace time."""
+        waits for its loss, so that its time is the trace time (and with `steps_give_gradients`, keeps its
+        gradients in `first_call_gradients`)."""
 
     @abc.abstractmethod
     def trace_count(self) -> int:

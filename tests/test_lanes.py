@@ -1,0 +1,75 @@
+"""A sweep's configurations trained side by side (shared/run/lanes.py): a wave runs one job a lane, all at once, the
+outcomes in the jobs' order, a job's error raised in its turn; and a timed sweep that trains in waves of two judges
+and times every configuration."""
+
+import threading
+
+import pytest
+
+from shared.config import Config
+from shared.run.lanes import lane_count, side_by_side
+from tests.cli import SMALL, read_report, run_here
+
+WAIT_S = 30  # a job waits this long at most for the other lane's: a hang fails, it does not stall the suite
+
+
+def test_a_wave_runs_one_job_a_lane_at_once_and_gives_their_outcomes_in_order():
+    both_started = threading.Barrier(2, timeout=WAIT_S)  # each job returns only if the other ran at the same time
+
+    def job(index):
+        def run(lane):
+            both_started.wait()
+            return (index, lane)
+
+        return run
+
+    outcomes = side_by_side([job(0), job(1)], ["a", "b"])
+    assert [outcome.result() for outcome in outcomes] == [(0, "a"), (1, "b")]
+    with pytest.raises(ValueError, match="a wave of 3 jobs on 2 lanes"):
+        side_by_side([job(0), job(1), job(2)], ["a", "b"])
+
+
+def test_a_jobs_error_is_raised_in_its_turn_and_the_other_job_finishes():
+    def job(index):
+        def run(lane):
+            if index == 0:
+                raise ValueError("job 0 failed")
+            return index
+
+        return run
+
+    outcomes = side_by_side([job(0), job(1)], ["a", "b"])
+    assert outcomes[1].result() == 1
+    with pytest.raises(ValueError, match="job 0 failed"):
+        outcomes[0].result()
+
+
+def test_lanes_only_where_nothing_measured_while_training_is_reported():
+    lanes = lane_count(Config())
+    assert 1 <= lanes <= 2
+    assert lane_count(Config(dtype="float64")) == 1  # untimed: a ratio from its epochs
+    assert lane_count(Config(timing=False)) == 1
+    assert lane_count(Config(profile=True)) == 1  # the step split is measured as the trainer finishes
+    assert lane_count(Config(trainer_process="shared")) == 1  # one process: nothing to run beside it
+    assert lane_count(Config(device_type="GPU", trainer_process="own")) == 1  # each would reserve every GPU
+
+
+@pytest.mark.skipif(lane_count(Config()) < 2, reason="one core: a sweep trains on one lane")
+def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configuration(tmp_path):
+    report_path = tmp_path / "report.json"
+    small = [arg for arg in SMALL if arg not in ("--no-timing",)]
+    small[small.index("--trainer-process") + 1] = "own"
+    result = run_here(*small, "--sweep-devices", "2", "--json", str(report_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "sweep: 3 configurations trained 2 at a time, then each timed alone" in result.stdout.splitlines()
+    sweep = read_report(report_path)["sweep"]
+    assert [(e["mesh"], e["shard_weights"], e["update"]) for e in sweep] == [
+        ("batch=2", False, ""),  # the main run's
+        ("batch=2", True, ""),
+        ("batch=1,model=2", False, ""),
+        ("", False, "primary"),  # the main run's
+        ("", False, "replicas"),
+    ]
+    for entry in sweep:
+        assert (entry["verdict"], entry["parity_ok"]) == ("ok", True)
+        assert entry["measured_steps"] >= 30 and entry["ratio_spread"][0] <= entry["ratio_to_reference"]
