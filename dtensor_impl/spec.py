@@ -104,7 +104,9 @@ def variants(config: Config, count: int, every_layout: bool, meshes: Sequence[st
 def count_bytes(trainer: DTensorTrainer):
     """The bytes its steady call's collectives send per device, from the lowered functions."""
     packed = [pack_batch(x, y, trainer.mesh) for x, y in trainer.steady_group()]
-    step = train_steps.get_concrete_function(trainer.model, trainer.optimizer, packed, False)
+    step = train_steps.get_concrete_function(
+        trainer.model, trainer.optimizer, packed, False, trainer.steps_give_gradients
+    )
     devices = [short_device(device) for device in trainer.mesh.local_devices()]
     return dtensor_traffic(step, len(packed), trainer.spec.axes, devices)
 

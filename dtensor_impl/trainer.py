@@ -83,13 +83,13 @@ def train_step(model, optimizer, x, y, example_weights):
 
 
 @tf.function
-def train_steps(model, optimizer, batches, record_state: bool = False):
+def train_steps(model, optimizer, batches, record_state: bool = False, with_gradients: bool = False):
     """`train_step` on each packed (x, y, example_weights) of `batches` in turn, in one call.
 
     The Python loop unrolls when traced: one graph of len(batches) steps, so one dispatch instead of several.
     Returns ([mean losses], [correct counts], [state checksums], gradients), one per step; the checksums (at
-    each step's start) only with `record_state`, else []; a one-step call's gradients (what the run's first
-    call gives as its first-step gradients: no function of their own to trace), else [].
+    each step's start) only with `record_state`, else []; with `with_gradients`, a one-step call's gradients
+    (what the run's first call gives as its first-step gradients: no function of their own to trace), else [].
     """
     losses, corrects, checksums, grads = [], [], [], []
     for batch in batches:
@@ -98,7 +98,7 @@ def train_steps(model, optimizer, batches, record_state: bool = False):
         loss, correct, grads = train_step(model, optimizer, *batch)
         losses.append(loss)
         corrects.append(correct)
-    return losses, corrects, checksums, grads if len(batches) == 1 else []
+    return losses, corrects, checksums, grads if with_gradients and len(batches) == 1 else []
 
 
 @tf.function
@@ -118,7 +118,6 @@ class DTensorTrainer(Trainer):
     """The parts shared.training.loop.fit calls, on a mesh over exactly `devices` (every client's with --clients)."""
 
     name = "dtensor"
-    steps_give_gradients = True  # a one-step call returns its gradients (train_steps)
 
     def __init__(self, config: Config, data: Dataset, devices: Sequence[str], log: Callable = print, gather=None):
         """`gather`: the forward all-gathers the weights split on the batch axis (True), or leaves them to
@@ -135,6 +134,9 @@ class DTensorTrainer(Trainer):
         self.plan = layout_plan(config, self.spec)  # a width an axis does not divide gets zero units
         values = self.definition.pad(self.definition.initial_values(config.seed, config.dtype), self.plan.sizes)
         self.gathered = self.build(values, gather)
+        # A one-step call returns its gradients (train_steps), but not with weights split on the batch axis: as
+        # outputs there they changed the step's layouts (the GPT's sharded batch=8 sent 32 MB more a step).
+        self.steps_give_gradients = not any(BATCH_AXIS in spec for spec in self.plan.specs)
         self.steps_per_call = None  # decided by the first call's graph (steps_per_call)
         # Checkpoints hold the unpadded model, so any trainer and mesh restores them: with padding, an
         # unpadded copy on the host is what they read and write (one all-gather per save).
@@ -173,11 +175,12 @@ class DTensorTrainer(Trainer):
         return gathered
 
     def expansion_failure(self, values: Sequence[np.ndarray]) -> str:
-        """DTensor's error (one line) when it cannot expand a train step with the weights split on the batch axis;
-        "" when it can. The probe is the run's own first call (its trace kept); then the weights go back to
-        `values`."""
+        """DTensor's error (one line) when it cannot expand the first-step gradients or a train step with the
+        weights split on the batch axis (each function's layouts propagate differently); "" when it can. The
+        probes are the run's own first calls (their traces kept); then the weights go back to `values`."""
         batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh))
         try:
+            compute_gradients(self.model, self.optimizer, *batch)
             float(train_steps(self.model, self.optimizer, [batch], self.config.dtype == "float64")[0][-1])
         except (tf.errors.UnknownError, tf.errors.InvalidArgumentError) as error:
             message = str(error).split("error: ", 1)[-1].splitlines()[0]
@@ -270,7 +273,7 @@ class DTensorTrainer(Trainer):
     def call(self, group, meter, record_state: bool):
         """The steps of `group` in one train_steps call, into `meter`; returns a one-step call's gradients."""
         losses, corrects, checksums, grads = train_steps(
-            self.model, self.optimizer, [batch for batch, _ in group], record_state
+            self.model, self.optimizer, [batch for batch, _ in group], record_state, self.steps_give_gradients
         )
         # Wait for the call's last step: a call of several steps can return before they have
         # run, and the step times would then be dispatch times (measured: ~3% of throughput).
@@ -282,7 +285,7 @@ class DTensorTrainer(Trainer):
         """Operations in the traced one-step call (deterministic, unlike its trace time)."""
         first_batch, _ = next(iter(packed_batches(self.data, self.config, 0, self.mesh)))
         graph = train_steps.get_concrete_function(
-            self.model, self.optimizer, [first_batch], record_state
+            self.model, self.optimizer, [first_batch], record_state, self.steps_give_gradients
         ).graph.as_graph_def()
         return len(graph.node) + sum(len(function.node_def) for function in graph.library.function)
 
@@ -301,7 +304,7 @@ class DTensorTrainer(Trainer):
         group = self.steady_group()
 
         def run(packed):
-            float(train_steps(self.model, self.optimizer, packed)[0][-1])  # host sync: the call has run
+            float(train_steps(self.model, self.optimizer, packed, False, self.steps_give_gradients)[0][-1])  # host sync
 
         notes = "input packed (training took DTensorDataset)" if self.config.dtensor_input == "dataset" else ""
         prepare = lambda: [pack_batch(x, y, self.mesh) for x, y in group]  # noqa: E731
