@@ -234,10 +234,13 @@ class DTensorTrainer(Trainer):
 
     def first_call_gradients(self):
         grads, self.first_grads = self.first_grads, None
-        return self.definition.unpad([to_numpy(g) for g in grads], self.definition.trainable_variables)
+        return self.host_gradients(grads)
 
     def gradients(self, x, y):
-        grads = compute_gradients(self.model, self.optimizer, *pack_batch(x, y, self.mesh))
+        return self.host_gradients(compute_gradients(self.model, self.optimizer, *pack_batch(x, y, self.mesh)))
+
+    def host_gradients(self, grads):
+        """Gradients on the mesh as unpadded host arrays, each assembled from its per-device pieces."""
         return self.definition.unpad([to_numpy(g) for g in grads], self.definition.trainable_variables)
 
     def taps(self, x, y) -> Taps:

@@ -313,10 +313,14 @@ class MirroredTrainer(Trainer):
 
     def first_call_gradients(self):
         grads, self.first_grads = self.first_grads, None
-        return [self.strategy.experimental_local_results(g)[0].numpy() for g in grads]
+        return self.host_gradients(grads)
 
     def gradients(self, x, y):
-        grads = global_gradients(self.strategy, self.model, self.optimizer, replica_values(self.strategy, x, y))
+        pieces = replica_values(self.strategy, x, y)
+        return self.host_gradients(global_gradients(self.strategy, self.model, self.optimizer, pieces))
+
+    def host_gradients(self, grads):
+        """Summed gradients as host arrays: the first replica's copy (every replica holds the same sum)."""
         return [self.strategy.experimental_local_results(g)[0].numpy() for g in grads]
 
     def taps(self, x, y) -> Taps:

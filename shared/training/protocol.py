@@ -66,7 +66,7 @@ class Trainer(metaclass=_Checked):
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool) -> None:
         """Every step of one epoch, each added to `meter`; the run's first call (`first`) is one step that
         waits for its loss, so that its time is the trace time (and with `steps_give_gradients`, keeps its
-        gradients in `first_call_gradients`)."""
+        gradients for `first_call_gradients()`)."""
 
     @abc.abstractmethod
     def trace_count(self) -> int:
