@@ -19,12 +19,14 @@ from dtensor_impl import combining, gathering, nccl, variables
 from dtensor_impl.inputs import dataset_batches, pack_batch, packed_batches
 from dtensor_impl.layouts import layout_plan
 from dtensor_impl.mesh import BATCH_AXIS, create_client_mesh, create_mesh, mesh_spec
+from dtensor_impl.traffic import dtensor_traffic
 from dtensor_impl.variables import build_model, build_optimizer, to_numpy
 from shared.config import Config
 from shared.console import status
 from shared.measure import profile
 from shared.measure.checksums import state_checksums, state_variables
 from shared.measure.history import History
+from shared.measure.memory import short_device
 from shared.measure.taps import Taps
 from shared.model.definition import MODEL_AXIS
 from shared.model.registry import definition_for
@@ -133,10 +135,12 @@ class DTensorTrainer(Trainer):
         status(f"dtensor on {self.placement}: placing the variables")
         self.plan = layout_plan(config, self.spec)  # a width an axis does not divide gets zero units
         values = self.definition.pad(self.definition.initial_values(config.seed, config.dtype), self.plan.sizes)
+        self.expanded = ""  # why DTensor's expansion computes with the weights split on the batch axis (choose_forward)
         self.gathered = self.build(values, gather)
-        # A one-step call returns its gradients (train_steps), but not with weights split on the batch axis: as
-        # outputs there they changed the step's layouts (the GPT's sharded batch=8 sent 32 MB more a step).
-        self.steps_give_gradients = not any(BATCH_AXIS in spec for spec in self.plan.specs)
+        # A one-step call returns its gradients (train_steps), but not where DTensor's expansion computes with weights
+        # split on the batch axis: as outputs there they changed the step's layouts (the GPT's sharded batch=8 sent
+        # 32 MB more a step); all-gathered, the same bytes (choose_forward probes that call).
+        self.steps_give_gradients = bool(self.gathered) or not any(BATCH_AXIS in spec for spec in self.plan.specs)
         self.steps_per_call = None  # decided by the first call's graph (steps_per_call)
         # Checkpoints hold the unpadded model, so any trainer and mesh restores them: with padding, an
         # unpadded copy on the host is what they read and write (one all-gather per save).
@@ -162,31 +166,83 @@ class DTensorTrainer(Trainer):
 
     def build(self, values: Sequence[np.ndarray], gather) -> str:
         """The model and optimizer on the mesh; returns why the forward all-gathers the weights split on the batch
-        axis ("asked for", DTensor's error when it cannot expand them otherwise), "" when it does not."""
+        axis ("asked for", or what choose_forward found), "" when it leaves them to DTensor's expansion."""
         self.model = build_model(self.definition, values, self.mesh, self.plan, seed=self.config.seed)
         self.optimizer = build_optimizer(self.config, self.model, self.mesh)
-        if not any(BATCH_AXIS in spec for spec in self.plan.specs):
+        if gather is False or not any(BATCH_AXIS in spec for spec in self.plan.specs):
             return ""
-        status(f"dtensor on {self.placement}: tracing a step with the weights split on the batch axis")
-        gathered = "asked for" if gather else "" if gather is False else self.expansion_failure(values)
-        if gathered:
-            self.model = build_model(self.definition, values, self.mesh, self.plan, gather=True, seed=self.config.seed)
-            self.optimizer = build_optimizer(self.config, self.model, self.mesh)
-        return gathered
+        if gather:
+            self.model, self.optimizer = self.gathering_model(values)
+            return "asked for"
+        status(f"dtensor on {self.placement}: tracing a step each way with the weights split on the batch axis")
+        return self.choose_forward(values)
 
-    def expansion_failure(self, values: Sequence[np.ndarray]) -> str:
-        """DTensor's error (one line) when it cannot expand the first-step gradients or a train step with the
-        weights split on the batch axis (each function's layouts propagate differently); "" when it can. The
-        probes are the run's own first calls (their traces kept); then the weights go back to `values`."""
+    def gathering_model(self, values: Sequence[np.ndarray]):
+        model = build_model(self.definition, values, self.mesh, self.plan, gather=True, seed=self.config.seed)
+        return model, build_optimizer(self.config, model, self.mesh)
+
+    def choose_forward(self, values: Sequence[np.ndarray]) -> str:
+        """Of the two forwards for weights split on the batch axis, DTensor's SPMD expansion and the explicit
+        all-gather (FSDP's), the one whose step sends fewer bytes, each counted in its own traced first step: the
+        expansion computes with the split weights by moving activations, which costs more where activations
+        outweigh the weights (the GPT's batch=8 sharded: 107.94 MB a step expanded, 1.13 MB gathered; the MLP's
+        3.90 against 9.14). The gather, with the reason, where DTensor cannot expand a step or the first-step
+        gradients. The probes are the run's own first calls (the kept model's traces are reused); the weights go
+        back to `values` after them."""
         batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh))
+        record, self.bytes_compared = self.config.dtype == "float64", None
+        expanded = self.expansion_error(lambda: self.probe_step(self.model, self.optimizer, batch, record))
+        gathering = self.gathering_model(values)
+        if expanded:
+            self.model, self.optimizer = gathering
+            return expanded
+        expanded_bytes = self.probe_bytes(self.model, self.optimizer, batch, record, False)
+        self.probe_step(*gathering, batch, record, True)  # as the run calls it gathered (steps_give_gradients)
+        gathered_bytes = self.probe_bytes(*gathering, batch, record, True)
+        variables.reset(*gathering, values)
+        if expanded_bytes is not None and gathered_bytes is not None:
+            self.bytes_compared = (expanded_bytes, gathered_bytes)
+            if gathered_bytes < expanded_bytes:
+                self.model, self.optimizer = gathering
+                return f"{gathered_bytes / 2**20:.2f} MB a step against {expanded_bytes / 2**20:.2f} MB expanded"
+        failed = self.expansion_error(lambda: compute_gradients(self.model, self.optimizer, *batch))
+        if failed:
+            self.model, self.optimizer = gathering
+            return failed
+        variables.reset(self.model, self.optimizer, values)
+        self.expanded = (
+            f"{expanded_bytes / 2**20:.2f} MB a step against {gathered_bytes / 2**20:.2f} MB all-gathered"
+            if self.bytes_compared
+            else "the all-gather's bytes not counted here"
+        )
+        return ""
+
+    @staticmethod
+    def expansion_error(call) -> str:
+        """DTensor's error (one line) when it cannot expand what `call` traces with the weights split on the batch
+        axis; "" when it can."""
         try:
-            compute_gradients(self.model, self.optimizer, *batch)
-            float(train_steps(self.model, self.optimizer, [batch], self.config.dtype == "float64")[0][-1])
+            call()
         except (tf.errors.UnknownError, tf.errors.InvalidArgumentError) as error:
             message = str(error).split("error: ", 1)[-1].splitlines()[0]
             return f"DTensor could not expand the model with its weights split on the batch axis ({message[:160]})"
-        variables.reset(self.model, self.optimizer, values)
         return ""
+
+    @staticmethod
+    def probe_step(model, optimizer, batch, record: bool, with_gradients: bool = False) -> None:
+        float(train_steps(model, optimizer, [batch], record, with_gradients)[0][-1])
+
+    def probe_bytes(self, model, optimizer, batch, record: bool, with_gradients: bool):
+        """The bytes a device sends in probe_step's call (already run); None where they are not counted here."""
+        traffic, _ = self.call_traffic(model, optimizer, [batch], record, with_gradients)
+        return None if traffic is None else traffic.link_bytes
+
+    def call_traffic(self, model, optimizer, packed, record: bool, with_gradients: bool):
+        """(Traffic, "") of a train_steps call already run on `packed`, from what DTensor lowered it to; (None, why)
+        when that is not found (dtensor_impl/traffic.py)."""
+        step = train_steps.get_concrete_function(model, optimizer, packed, record, with_gradients)
+        devices = [short_device(device) for device in self.mesh.local_devices()]
+        return dtensor_traffic(step, len(packed), self.spec.axes, devices)
 
     def padding(self) -> str:
         """The named sizes padded with zero units for this mesh, e.g. "hidden 700 -> 704"; "" when none is."""
@@ -208,6 +264,7 @@ class DTensorTrainer(Trainer):
             "padding": self.padding(),
             "shard_weights": self.config.shard_weights and "not split: " + (", ".join(self.plan.not_split) or "none"),
             "weights_all_gathered": self.gathered,
+            "weights_expanded": self.expanded,
             "running_statistics": self.definition.has_running_statistics
             and "assigned once a step, from the global batch's values",
         }
@@ -227,6 +284,8 @@ class DTensorTrainer(Trainer):
             split.append(f"{on[BATCH_AXIS]} of {count} variables split on the batch axis")
         if self.gathered:
             split.append("the forward all-gathers them: " + self.gathered)
+        elif self.expanded:
+            split.append("DTensor's expansion computes with them: " + self.expanded)
         if split:  # a layout that DTensor gathers: the lowering it gathers with
             split.append(f"all-gathers as {self.all_gather}")
         text = f"{self.collectives.describe()}; " + ("; ".join(split) or "every variable replicated")

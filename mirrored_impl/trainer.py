@@ -19,7 +19,7 @@ from mirrored_impl.collectives import choose_cross_device_ops, implementation
 from mirrored_impl.inputs import describe_pieces, distribute_batches, distribute_pieces, piece, replica_values
 from shared.config import Config
 from shared.measure import profile
-from shared.measure.checksums import read_state_checksums, state_variables
+from shared.measure.checksums import state_variables
 from shared.measure.history import History
 from shared.measure.taps import Taps
 from shared.measure.traffic import Implementation
@@ -124,13 +124,17 @@ def train_steps(strategy, model, optimizer, chunk, first_step, steps, primary_mo
     """`train_step` on global batches first_step .. first_step + steps - 1 of the epoch's chunk, in one call: the
     loop in the graph (the tf.distribute guide's pattern; step.loop_steps), with `record_state` the state checksums
     at the start of each step (replica 0's copies with `replicas`; the first device's plain model and optimizer with
-    `primary`: cross-replica context reads them)."""
+    `primary`: cross-replica context reads them). Returns (losses, corrects, checksums, the call's first step's
+    summed gradients, the first device's copy): the run's first call, of one step, gives the first-step gradients
+    and every later call runs its trace (one trace for the run: the step's cost ~5 s of the GPT's ~16 s)."""
 
     def one_step(i):
-        return train_step(strategy, model, optimizer, chunk, first_step + i, primary_model)[:2]
+        loss, correct, grads = train_step(strategy, model, optimizer, chunk, first_step + i, primary_model)
+        return loss, correct, [strategy.experimental_local_results(grad)[0] for grad in grads]
 
     variables = state_variables(primary_model or model, optimizer)
-    return step.loop_steps(steps, model.weights[0].dtype, variables, record_state, one_step)
+    zeros = [tf.zeros(weight.shape, weight.dtype) for weight in model.trainable]
+    return step.loop_steps(steps, model.weights[0].dtype, variables, record_state, one_step, zeros)
 
 
 @tf.function
@@ -337,28 +341,24 @@ class MirroredTrainer(Trainer):
         self.global_counts = batch_label_counts(
             self.data.y_train, config.batch_size, epoch, config.shuffle, config.seed
         )
-        done = 0
-        if first:  # the first step alone: its time is the trace time
-            initial_state = read_state_checksums(self.state()) if record_state else None
-            loss, correct, grads = train_step(
-                self.strategy, self.model, self.optimizer, self.chunk, tf.constant(0), self.primary_model
-            )
-            float(loss)  # host sync, once
-            self.first_grads = grads  # read back after the epoch: first_call_gradients
-            meter.add(loss, correct, self.global_counts[0], initial_state)
-            done = 1
-        if done < len(self.global_counts):  # the rest of the epoch in one call
-            losses, corrects, checksums = train_steps(
+        steps = len(self.global_counts)
+        calls = [(0, 1), (1, steps - 1)] if first and steps > 1 else [(0, steps)]  # the first step alone: its trace
+        for start, count in calls:
+            losses, corrects, checksums, grads = train_steps(
                 self.strategy,
                 self.model,
                 self.optimizer,
                 self.chunk,
-                tf.constant(done),
-                tf.constant(len(self.global_counts) - done),
+                tf.constant(start),
+                tf.constant(count),
                 self.primary_model,
                 record_state,
             )
-            meter.add_steps(losses, corrects, self.global_counts[done:], checksums if record_state else None)
+            if first and start == 0:
+                self.first_grads = grads  # read back after the epoch: first_call_gradients
+            meter.add_steps(
+                losses, corrects, self.global_counts[start : start + count], checksums if record_state else None
+            )
 
     def trace_count(self) -> int:
         return train_step.experimental_get_tracing_count() + train_steps.experimental_get_tracing_count()

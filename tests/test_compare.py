@@ -112,14 +112,16 @@ def test_json_report_keys_and_types(full_run):
         # One epoch, which traces, measures nothing: the figures are the timed rounds' after it.
         timing = trainer["timing"]
         assert timing["steps"] >= 30 and trainer["throughput_examples_per_s"] > 0
-        # 3 rounds each, between 4 of the reference's (one before each, one after the last): the reference's 8 its own
-        assert [len(timing["rounds"]), len(timing["beside"])] == ([8, 0] if name == "reference" else [3, 4])
+        # 3 rounds each, in turn between 4 of the reference's, which both share: the reference's 4 its own
+        assert [len(timing["rounds"]), len(timing["beside"])] == ([4, 0] if name == "reference" else [3, 4])
         assert (timing["ratio_to_reference"] is None) == (name == "reference")
         assert report["compute"]["achieved_gflops"][name] > 0
         assert [epoch["traces"] > 0 for epoch in trainer["epochs"]] == [True]
         (busiest, *_) = sorted(trainer["memory_per_device"], key=lambda record: -record["weight_bytes"])
         assert busiest["weight_bytes"] >= 4 * 905_010  # the 784-700-500-10 MLP's parameters, float32
     assert [d["device"] for d in report["trainers"]["dtensor"]["memory_per_device"]] == ["CPU:0", "CPU:1"]
+    shared = [report["trainers"][name]["timing"]["beside"] for name in ("dtensor", "mirrored")]
+    assert shared[0] == shared[1] == report["trainers"]["reference"]["timing"]["rounds"]  # the same 4 rounds
     for name in ("dtensor", "mirrored"):
         parity = report["parity"][name]
         for key in ("max_abs_loss_diff", "max_rel_loss_diff", "max_abs_grad_diff", "max_abs_weight_diff"):

@@ -7,6 +7,7 @@ Every position's next character is a label, so a step's loss is the mean over 32
 """
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -95,3 +96,16 @@ def test_the_sharded_checkpoint_and_the_export_hold_the_trained_model(runs):
     signature = tf.saved_model.load(str(directory / "x" / "dtensor")).signatures["serving_default"]
     assert signature.structured_input_signature[1] == {"tokens": tf.TensorSpec([None, CONTEXT], tf.int32, "tokens")}
     assert dataclasses.asdict(dtensor.memory_per_device[0])["weight_bytes"] < 8 * gpt().parameter_count() / 2
+
+
+def test_the_sharded_forward_all_gathers_the_weights_where_that_sends_fewer_bytes(runs):
+    """DTensor's expansion would compute with the split weights by moving activations, which outweigh the GPT's
+    weights: both forwards traced, the one that sends fewer bytes a step kept (the MLP keeps the expansion, with
+    the bytes the run then sends: tests/test_sharding.py)."""
+    dtensor = runs[0]["dtensor"]
+    found = re.fullmatch(r"([\d.]+) MB a step against ([\d.]+) MB expanded", dtensor.details["weights_all_gathered"])
+    assert found, dtensor.details["weights_all_gathered"]
+    gathered, expanded = float(found[1]), float(found[2])
+    print(f"\ngpt {MESH} sharded: {gathered} MB a step all-gathered, {expanded} MB expanded")
+    assert gathered < expanded and "weights_expanded" not in dtensor.details
+    assert dtensor.details["weights_all_gathered"] == f"{gathered:.2f} MB a step against {expanded:.2f} MB expanded"

@@ -1,32 +1,36 @@
-"""A sweep's configurations trained side by side (shared/run/lanes.py): a wave runs one job a lane, all at once, the
-outcomes in the jobs' order, a job's error raised in its turn; and a timed sweep that trains in waves of two judges
-and times every configuration."""
+"""A sweep's configurations trained side by side (shared/run/lanes.py): a block runs its jobs on the lanes, each lane
+taking the next when it is free, the outcomes in the jobs' order, a job's error raised in its turn; and a timed sweep
+that trains two at a time judges and times every configuration, its main run's trainers side by side too."""
 
 import threading
 
 import pytest
 
 from shared.config import Config
-from shared.run.lanes import lane_count, side_by_side
+from shared.run.lanes import lane_count, queued
 from tests.cli import SMALL, read_report, run_here
 
 WAIT_S = 30  # a job waits this long at most for the other lane's: a hang fails, it does not stall the suite
 
 
-def test_a_wave_runs_one_job_a_lane_at_once_and_gives_their_outcomes_in_order():
-    both_started = threading.Barrier(2, timeout=WAIT_S)  # each job returns only if the other ran at the same time
+def test_a_block_runs_its_jobs_on_the_lanes_at_once_each_lane_taking_the_next_and_gives_them_in_order():
+    both_started = threading.Barrier(2, timeout=WAIT_S)  # the first two return only if they ran at the same time
+    ran = []
 
     def job(index):
         def run(lane):
-            both_started.wait()
+            if index < 2:
+                both_started.wait()
+            ran.append((index, lane))
             return (index, lane)
 
         return run
 
-    outcomes = side_by_side([job(0), job(1)], ["a", "b"])
-    assert [outcome.result() for outcome in outcomes] == [(0, "a"), (1, "b")]
-    with pytest.raises(ValueError, match="a wave of 3 jobs on 2 lanes"):
-        side_by_side([job(0), job(1), job(2)], ["a", "b"])
+    outcomes = queued([job(0), job(1), job(2), job(3)], ["a", "b"])
+    found = [outcome.result() for outcome in outcomes]
+    assert [index for index, _ in found] == [0, 1, 2, 3] and {lane for _, lane in found} == {"a", "b"}
+    assert {lane for index, lane in found[:2]} == {"a", "b"}  # one job a lane at first
+    assert sorted(ran) == found
 
 
 def test_a_jobs_error_is_raised_in_its_turn_and_the_other_job_finishes():
@@ -38,7 +42,7 @@ def test_a_jobs_error_is_raised_in_its_turn_and_the_other_job_finishes():
 
         return run
 
-    outcomes = side_by_side([job(0), job(1)], ["a", "b"])
+    outcomes = queued([job(0), job(1)], ["a", "b"])
     assert outcomes[1].result() == 1
     with pytest.raises(ValueError, match="job 0 failed"):
         outcomes[0].result()
@@ -61,7 +65,13 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     small[small.index("--trainer-process") + 1] = "own"
     result = run_here(*small, "--sweep-devices", "2", "--json", str(report_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "sweep: 3 configurations trained 2 at a time, then each timed alone" in result.stdout.splitlines()
+    count = 3
+    joined = result.stdout.replace("\n" + " " * 11, " ").replace("\n  ", " ")  # lines broken to fit, joined
+    assert (
+        f"sweep: {count} configurations trained 2 at a time, then timed in blocks of up to 8, their rounds in turn "
+        "between the reference's" in joined.splitlines()
+    )
+    assert "dtensor and mirrored train side by side, one a core, as the sweep's configurations do" in joined
     sweep = read_report(report_path)["sweep"]
     assert [(e["mesh"], e["shard_weights"], e["update"]) for e in sweep] == [
         ("batch=2", False, ""),  # the main run's

@@ -9,6 +9,7 @@ Data: 236 training and 100 test embedded examples, global batch 64 (4 steps an e
 """
 
 import os
+import re
 
 import pytest
 
@@ -159,3 +160,10 @@ def test_batch_8_sharded_matches_and_holds_an_eighth_of_the_weights_and_adam_slo
     assert ratio <= 1 / 6  # the issue's bound: padded 704/504 units and the replicated last bias cost a little
     assert {record.device for record in sharded.memory_per_device} == {f"CPU:{i}" for i in range(8)}
     assert sharded.traffic is not None and sharded.traffic.link_bytes > 0  # counted without --profile
+    # The MLP's activations are lighter than its weights: DTensor's expansion sends fewer bytes than the gather.
+    found = re.fullmatch(r"([\d.]+) MB a step against ([\d.]+) MB all-gathered", sharded.details["weights_expanded"])
+    assert found and float(found[1]) < float(found[2]), sharded.details["weights_expanded"]
+    assert sharded.traffic.link_bytes / 2**20 == pytest.approx(float(found[1]), abs=0.005)
+    assert "weights_all_gathered" not in sharded.details
+    expanded, gathered = float(found[1]), float(found[2])
+    assert sharded.details["weights_expanded"] == f"{expanded:.2f} MB a step against {gathered:.2f} MB all-gathered"

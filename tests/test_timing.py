@@ -58,11 +58,13 @@ def test_a_round_is_whole_calls_until_its_steps_and_seconds_have_run():
 
 
 class Kept:
-    def __init__(self, examples_per_second, fail_at=None):
+    def __init__(self, examples_per_second, fail_at=None, order=None, name=""):
         self.rate, self.rounds, self.fail_at, self.released = examples_per_second, 0, fail_at, False
+        self.order, self.name = order if order is not None else [], name
 
     def time(self, steps):
         self.rounds += 1
+        self.order.append(self.name)
         return None if self.rounds == self.fail_at else timed(self.rate, steps)
 
     def release(self):
@@ -71,16 +73,33 @@ class Kept:
 
 def test_each_round_runs_between_two_of_the_references_and_a_failed_round_gives_no_figure():
     reference, trainer = TrainerResult("reference", kept=Kept(1000)), TrainerResult("dtensor", kept=Kept(500))
-    found = beside(reference, trainer)
+    [found] = beside(reference, [trainer])
     assert (reference.kept.rounds, trainer.kept.rounds) == (4, 3) and found.ratio() == pytest.approx((0.5,) * 3)
-    assert beside(reference, TrainerResult("mirrored", kept=Kept(500, fail_at=2))) is None
-    assert beside(reference, TrainerResult("mirrored")) is None  # not kept: timed by its epochs
+    assert beside(reference, [TrainerResult("mirrored", kept=Kept(500, fail_at=2))]) == [None]
+    assert beside(reference, [TrainerResult("mirrored")]) == [None]  # not kept: timed by its epochs
 
     class Raising(Kept):
         def time(self, steps):
             raise RuntimeError("the call failed")
 
-    assert beside(reference, TrainerResult("mirrored", kept=Raising(500))) is None  # no figure; the run goes on
+    assert beside(reference, [TrainerResult("mirrored", kept=Raising(500))]) == [None]  # no figure; the run goes on
+
+
+def test_a_block_is_timed_interleaved_sharing_the_reference_rounds_and_one_failure_stops_only_its_own():
+    """R A B R A B R A B R: 4 reference rounds for two trainers where one each took 8; each ratio against the
+    reference rounds just before and after its round; B failing its second round leaves A timed, B without."""
+    order = []
+    reference = TrainerResult("reference", kept=Kept(1000, order=order, name="R"))
+    a, b = (TrainerResult(n, kept=Kept(rate, order=order, name=n)) for n, rate in (("A", 500), ("B", 250)))
+    found = beside(reference, [a, b])
+    assert "".join(order) == "RABRABRABR"
+    assert [f.ratio() for f in found] == [pytest.approx((0.5,) * 3), pytest.approx((0.25,) * 3)]
+    assert all(len(f.beside) == 4 and f.steps == 30 for f in found)
+    order.clear()
+    reference.kept.rounds, failing = 0, TrainerResult("B", kept=Kept(250, fail_at=2, order=order, name="B"))
+    a = TrainerResult("A", kept=Kept(500, order=order, name="A"))
+    found = beside(reference, [a, failing])
+    assert "".join(order) == "RABRABRAR" and found[1] is None and found[0].ratio() == pytest.approx((0.5,) * 3)
 
 
 def test_a_kept_trainer_is_not_pickled_and_a_trainer_process_times_and_releases_it():

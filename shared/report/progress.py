@@ -1,10 +1,14 @@
 """What a trainer's run prints as it trains: its own lines, a progress bar per epoch on a terminal, and one
 fixed-format line per epoch with the same keys for every trainer (the values are the history's)."""
 
+import os
 import sys
 from typing import Callable
 
 from tqdm import tqdm
+
+# "1": this process draws no progress bar; a second lane's trainer process (shared/run/worker.py): two would overwrite.
+NO_PROGRESS_BAR = "COMPARE_NO_PROGRESS_BAR"
 
 
 def format_epoch_line(trainer: str, record, epochs: int) -> str:
@@ -29,7 +33,8 @@ class Printed:
 
     def epoch_started(self, label: str, steps: int) -> None:
         """A progress bar on a terminal only (tqdm); logs and pipes get the epoch lines alone."""
-        self.bar = tqdm(total=steps, desc=label, unit="step", leave=False, disable=not sys.stderr.isatty())
+        drawn = sys.stderr.isatty() and os.environ.get(NO_PROGRESS_BAR) != "1"
+        self.bar = tqdm(total=steps, desc=label, unit="step", leave=False, disable=not drawn)
 
     def steps_done(self, count: int) -> None:
         if self.bar is not None:

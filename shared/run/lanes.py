@@ -1,8 +1,9 @@
-"""A sweep's configurations trained side by side, in waves: each lane a trainer process of its own, as many lanes
-as cores (at most MAX_LANES); a wave trains one configuration on each lane and keeps them, then each is timed alone,
-beside the reference, on a machine that trains nothing else (shared/run/timing.py), and let go before the next
-wave. Tracing, most of a configuration's training time, runs on one core, so two lanes train two configurations in
-about the time of one; a wave keeps at most one trainer a lane, and a lane's crash loses only its own.
+"""A sweep's configurations trained side by side, in blocks: each lane a trainer process of its own, as many lanes
+as cores (at most MAX_LANES); a block's configurations (BLOCK_LANES a lane) are trained, each lane taking the next
+when it is free, and kept, then timed together beside the reference on a machine that trains nothing else
+(shared/run/timing.py), and let go before the next block. Tracing, most of a configuration's training time, runs on
+one core, so two lanes train two configurations in about the time of one; a block keeps at most BLOCK_LANES trainers
+a lane, and a lane's crash loses only its own.
 
 Only where nothing measured while training is reported: a timed float32 run (its speeds are the timing rounds'),
 in trainer processes on the CPU, without --profile (whose step split is measured as the trainer finishes).
@@ -15,9 +16,16 @@ from typing import Callable, List, Sequence
 
 from shared.config import Config
 from shared.measure.timing import wanted as timed_run
-from shared.run.sequence import own_process
 
 MAX_LANES = 2
+BLOCK_LANES = 4  # configurations a lane trains and keeps before a block is timed, all sharing the reference's rounds
+
+
+def own_process(config: Config) -> bool:
+    """Whether distributed trainers train in a trainer process of their own (--trainer-process)."""
+    if config.trainer_process == "auto":
+        return config.device_type == "CPU"  # GPUs: two processes would each reserve every GPU's memory
+    return config.trainer_process == "own"
 
 
 def lane_count(config: Config) -> int:
@@ -48,19 +56,24 @@ class Pending:
         return self._value
 
 
-def side_by_side(jobs: Sequence[Callable], lanes: Sequence[object]) -> List[Pending]:
-    """A wave: each job called with its own lane (one of `lanes`: here, how a lane trains), all at once; their
-    outcomes, in the jobs' order. The threads are daemons: an interrupted run does not wait for them."""
-    if len(jobs) > len(lanes):
-        raise ValueError(f"a wave of {len(jobs)} jobs on {len(lanes)} lanes")
+def queued(jobs: Sequence[Callable], lanes: Sequence[object]) -> List[Pending]:
+    """A block: each lane (one of `lanes`: here, how a lane trains) takes the next job when it is free, in the jobs'
+    order, and calls it with itself; their outcomes, in the jobs' order. The threads are daemons: an interrupted run
+    does not wait for them."""
     outcomes = [Pending() for _ in jobs]
+    pending, lock = iter(range(len(jobs))), threading.Lock()
 
-    def drive(job, lane, outcome: Pending) -> None:
-        try:
-            outcome.settle(job(lane))
-        except BaseException as error:  # noqa: BLE001 - the caller's result() raises it, in its turn
-            outcome.settle(error=error)
+    def drive(lane) -> None:
+        while True:
+            with lock:
+                index = next(pending, None)
+            if index is None:
+                return
+            try:
+                outcomes[index].settle(jobs[index](lane))
+            except BaseException as error:  # noqa: BLE001 - the caller's result() raises it, in its turn
+                outcomes[index].settle(error=error)
 
-    for job, lane, outcome in zip(jobs, lanes, outcomes):
-        threading.Thread(target=drive, args=(job, lane, outcome), daemon=True).start()
+    for lane in lanes[: len(jobs)]:
+        threading.Thread(target=drive, args=(lane,), daemon=True).start()
     return outcomes

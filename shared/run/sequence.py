@@ -8,6 +8,7 @@ trainers need a float64 run; only this module trains them.
 """
 
 import dataclasses
+import itertools
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -25,6 +26,7 @@ from shared.measure.history import History
 from shared.measure.timing import wanted as timed_run
 from shared.model.registry import definition_for, random_ops
 from shared.run import replay, timing, worker
+from shared.run.lanes import lane_count, own_process, queued
 from shared.run.results import TrainerResult, train_one
 from shared.training import checkpoint
 from shared.training.batches import batch_slices
@@ -94,13 +96,6 @@ def in_process(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train
     return train
 
 
-def own_process(config: Config) -> bool:
-    """Whether distributed trainers train in a trainer process of their own (--trainer-process)."""
-    if config.trainer_process == "auto":
-        return config.device_type == "CPU"  # GPUs: two processes would each reserve every GPU's memory
-    return config.trainer_process == "own"
-
-
 def describe_processes(config: Config) -> str:
     """The header's line on where each trainer trains and with which threads; "" when all train here."""
     names = distributed(config.trainers)
@@ -114,7 +109,13 @@ def describe_processes(config: Config) -> str:
         f"{' and '.join(group)} in a trainer process" + (f" ({setting})" if setting else "")
         for setting, group in settings.items()
     )
-    return f"processes: the reference here (TensorFlow's default threads); {own}"
+    line = f"processes: the reference here (TensorFlow's default threads); {own}"
+    if config.sweep_devices and lane_count(config) > 1 and len(names) > 1:  # train_all
+        line += (
+            f"; {' and '.join(names)} train side by side, one a core, as the sweep's configurations do: their epoch and"
+            " trace times ran beside each other's (the speeds are the timing rounds', taken alone)"
+        )
+    return line
 
 
 def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted, lane: int = 0) -> Train:
@@ -123,17 +124,23 @@ def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted, lane: in
     for that environment (shared/run/lanes.py)."""
     here = in_process(data, devices, log)
 
-    def train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
-        spec = trainer_spec(entry.trainer)
+    def process(trainer: str, config: Config):
+        spec = trainer_spec(trainer)
         if not spec.distributes or not own_process(config):
-            return here(entry, config, control)
+            return None
         # As many logical devices as this process has: one trainer process serves every count of a sweep.
         count = max(len(devices), len(tf.config.list_logical_devices(config.device_type)))
-        process = worker.trainer_process(spec.process_environment(config), config, count, lane)
-        result = process.train(entry.trainer, config, data, log, control)
+        return worker.trainer_process(spec.process_environment(config), config, count, lane)
+
+    def train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
+        found = process(entry.trainer, config)
+        if found is None:
+            return here(entry, config, control)
+        result = found.train(entry.trainer, config, data, log, control)
         result.name = entry.key
         return result
 
+    train.process = process  # start_lanes
     return train
 
 
@@ -177,15 +184,18 @@ def train_and_judge(
     timed: bool = False,
     reference_result: Optional[TrainerResult] = None,
     trained: Optional[Dict[str, TrainerResult]] = None,
+    lanes: Sequence[Train] = (),
 ) -> RunResult:
     """Train `entries` (the reference first; `reference_result`: its run, already trained; `trained`: others'
-    runs already trained, kept when `timed`) with `train`, time them (`timed`: shared/run/timing.py), judge each
+    runs already trained, kept when `timed`; `lanes`: trains that train the others at once, one a lane:
+    shared/run/lanes.py) with `train`, time them (`timed`: shared/run/timing.py), judge each
     against the reference, train the float64 runs the judge asks for (`no_float64_reason`: why this caller
     cannot), --repeat, --with-float64 and --baseline's; return the whole run."""
     reference, others = entries[0], list(entries[1:])
     control = timed_control(config, timed)
     results = {reference.key: reference_result or train_reference(train, reference, len(data.y_train), control)}
-    trained = trained or {}
+    trained = dict(trained or {})
+    trained.update(side_by_side([entry for entry in others if entry.key not in trained], lanes, control))
     results.update({entry.key: trained.get(entry.key) or train(entry, entry.config, control) for entry in others})
     if control.keep:
         timing.time_run(results, reference.key, trained_reference=reference_result is None)
@@ -212,6 +222,21 @@ def train_and_judge(
     )
     more_runs(run, entries, train, saved_baseline)
     return run
+
+
+def side_by_side(entries: Sequence[Entry], lanes: Sequence[Train], control: RunControl) -> Dict[str, TrainerResult]:
+    """`entries` trained on `lanes` at once, each lane taking the next when it is free; {} with fewer than two of
+    either (train_and_judge trains them in turn)."""
+    if len(lanes) < 2 or len(entries) < 2:
+        return {}
+    outcomes = queued([lambda train, entry=entry: train(entry, entry.config, control) for entry in entries], lanes)
+    try:
+        for outcome in outcomes:
+            outcome.wait()
+    except BaseException:  # an interrupt: the lanes' processes stop now, not after their jobs
+        worker.kill_all()
+        raise
+    return {entry.key: outcome.result() for entry, outcome in zip(entries, outcomes)}
 
 
 def timed_control(config: Config, timed: bool) -> RunControl:
@@ -321,16 +346,25 @@ def name_cautions(config, verdicts, results, entries: Sequence[Entry], train_exa
 def train_all(
     config: Config, data: Dataset, devices: Sequence[str], log: Callable = print_fitted, saved_baseline=None
 ) -> RunResult:
-    """The run that `config` describes, every trainer in this process on `devices`: compare.py's main run."""
+    """The run that `config` describes on `devices`: compare.py's main run; before a sweep that trains its
+    configurations side by side, its distributed trainers too (shared/run/lanes.py)."""
+    count = lane_count(config) if config.sweep_devices else 1  # a plain run's trace and epoch times stay uncontended
+    lanes = [trained_by(data, devices, log, lane) for lane in range(count)]
+    if count > 1:  # their processes load TensorFlow while the reference trains
+        for lane, name in itertools.product(lanes, distributed(config.trainers)):
+            found = lane.process(name, config)
+            if found is not None:
+                found.started()
     return train_and_judge(
         config,
         data,
         devices,
         lineup(config),
-        trained_by(data, devices, log),
+        lanes[0],
         log,
         saved_baseline=saved_baseline,
         timed=True,
+        lanes=lanes,
     )
 
 

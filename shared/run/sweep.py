@@ -21,8 +21,8 @@ from shared.judge.ranking import FAILED, SKIPPED, SweepEntry, label, mark_fastes
 from shared.measure.history import History, measured_steps, throughput
 from shared.measure.memory import largest_total_bytes
 from shared.report.sweep import format_entry_line, rerun_summary
-from shared.run import worker
-from shared.run.lanes import lane_count, side_by_side
+from shared.run import timing, worker
+from shared.run.lanes import BLOCK_LANES, lane_count, queued
 from shared.run.results import TrainerResult
 from shared.run.sequence import Entry, RunResult, Train, lineup, timed_control, train_and_judge, trained_by
 from shared.training.data import Dataset
@@ -41,6 +41,7 @@ class SweepPoint:
     update: str = ""  # MirroredStrategy's: "primary" or "replicas"
     skipped: str = ""  # why it cannot run (the trainer's check, one line); "" when it can
     shard_weights: bool = False  # DTensor's weights split on the batch axis too (--shard-weights)
+    cost: float = 1.0  # how long it trains, relative (Variant.cost): the sweep trains the costliest first
 
     @property
     def label(self) -> str:
@@ -79,7 +80,14 @@ def plan_sweep(config: Config, all_devices: Sequence[str]) -> List[SweepPoint]:
                 skipped = _skip_reason(spec, variant.config, all_devices[:count])
                 points.append(
                     SweepPoint(
-                        count, name, variant.config, variant.mesh, variant.update, skipped, variant.shard_weights
+                        count,
+                        name,
+                        variant.config,
+                        variant.mesh,
+                        variant.update,
+                        skipped,
+                        variant.shard_weights,
+                        variant.cost,
                     )
                 )
     return points
@@ -178,34 +186,43 @@ def reference_once(train: Train, main_run: RunResult) -> Train:
     return sweep_train
 
 
-class Waves:
-    """With more than one lane (shared/run/lanes.py): the configurations the sweep trains, a wave of one a lane at a
-    time, trained and kept before any of them is timed; with one lane, none (run_sweep trains each in its turn)."""
+class Blocks:
+    """With more than one lane (shared/run/lanes.py): the configurations the sweep trains, a block of BLOCK_LANES a
+    lane at a time, each lane taking the next when it is free, all kept, then timed together beside the reference,
+    round by round (shared/run/timing.py), and let go; with one lane, none (run_sweep trains each in its turn). The
+    costliest configurations (each spec's Variant.cost) train first, so that the lanes finish a block close
+    together."""
 
     def __init__(self, config: Config, data: Dataset, all_devices: Sequence[str], plan, main_run: RunResult):
-        self.lanes, self.plan = lane_count(config), plan
+        self.lanes, self.plan, self.reference = lane_count(config), plan, main_run.results["reference"]
         to_train = [i for i, point in enumerate(plan) if not point.skipped and not trained_by_main_run(point, main_run)]
+        to_train.sort(key=lambda i: (plan[i].devices, -plan[i].cost))  # stable: plan order among equals
         self.indices = to_train if self.lanes > 1 and len(to_train) > 1 else []
+        self.size = self.lanes * BLOCK_LANES
         silent = lambda line: None  # noqa: E731
         self.trains = [trained_by(data, all_devices, log=silent, lane=lane) for lane in range(self.lanes)]
         self.trained: Dict[int, Dict[str, TrainerResult]] = {}
 
     def take(self, index: int) -> Optional[Dict[str, TrainerResult]]:
-        """The trained (and kept) runs of plan[index]'s trainer, by key, its wave trained first if it has not been;
-        None where run_sweep trains it itself."""
+        """The trained (and timed) runs of plan[index]'s trainer, by key, its block trained first if it has not
+        been; None where run_sweep trains it itself."""
         if index not in self.indices:
             return None
         if index not in self.trained:
-            start = self.indices.index(index)
-            wave = self.indices[start : start + self.lanes]
-            outcomes = side_by_side([self.job(self.plan[i]) for i in wave], self.trains)
+            start = self.indices.index(index) // self.size * self.size
+            block = self.indices[start : start + self.size]
+            outcomes = queued([self.job(self.plan[i]) for i in block], self.trains)
             try:
                 for outcome in outcomes:
                     outcome.wait()  # every lane idle before a timing round
             except BaseException:  # an interrupt: the lanes' processes stop now, not after their jobs
                 worker.kill_all()
                 raise
-            self.trained.update((i, outcome.result()) for i, outcome in zip(wave, outcomes))
+            self.trained.update((i, outcome.result()) for i, outcome in zip(block, outcomes))
+            results = [result for i in block for result in self.trained[i].values() if result.history is not None]
+            for result, found in zip(results, timing.beside(self.reference, results)):
+                result.history.timing = found
+                result.release()
         return self.trained.pop(index)
 
     @staticmethod
@@ -230,9 +247,12 @@ def run_sweep(
     entries = []
     silent = lambda line: None  # noqa: E731 - the configurations train quietly
     train = reference_once(trained_by(data, all_devices, log=silent), main_run)
-    waves = Waves(config, data, all_devices, plan, main_run)
-    if waves.indices and not config.quiet:
-        log(f"sweep: {len(waves.indices)} configurations trained {waves.lanes} at a time, then each timed alone")
+    blocks = Blocks(config, data, all_devices, plan, main_run)
+    if blocks.indices and not config.quiet:
+        log(
+            f"sweep: {len(blocks.indices)} configurations trained {blocks.lanes} at a time, then timed in blocks of "
+            f"up to {blocks.size}, their rounds in turn between the reference's"
+        )
     for index, point in enumerate(plan):
         # What their float32 failures' float64 reruns would log (two lines each) is summed up per count below.
         run_at_point = main_run if trained_by_main_run(point, main_run) else None
@@ -247,9 +267,9 @@ def run_sweep(
                 log=silent,
                 timed=True,
                 reference_result=main_run.results["reference"],
-                trained=waves.take(index),
+                trained=blocks.take(index),
             )
-        entries.append(sweep_entry(point, run_at_point, len(data.y_train), index in waves.indices))
+        entries.append(sweep_entry(point, run_at_point, len(data.y_train), index in blocks.indices))
         if not config.quiet:
             log(format_entry_line(entries[-1]))
             last_at_count = index + 1 == len(plan) or plan[index + 1].devices != point.devices

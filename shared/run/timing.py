@@ -4,21 +4,37 @@ a ratio compares figures measured seconds apart however long the run was; the pa
 options ask. The reference's rounds, all of them, are its own figure. Not for a float64 run nor with --no-timing
 (shared.measure.timing.wanted)."""
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Sequence
 
 from shared.measure.timing import REFERENCE_ROUND_STEPS, ROUND_STEPS, ROUNDS, Timing
 
 
-def beside(reference, result, rounds: int = ROUNDS, steps: int = ROUND_STEPS) -> Optional[Timing]:
-    """`result`'s kept trainer (shared.run.results.TrainerResult) timed in `rounds` rounds of `steps`, each between
-    two of the kept reference's; None when either has no kept trainer or a round failed."""
-    if reference.kept is None or result.kept is None:
-        return None
-    references, own = [timed_round(reference, REFERENCE_ROUND_STEPS)], []
+def beside(reference, results: Sequence, rounds: int = ROUNDS, steps: int = ROUND_STEPS) -> List[Optional[Timing]]:
+    """Each of `results`' kept trainers (shared.run.results.TrainerResult) timed in `rounds` rounds of `steps`,
+    interleaved with the kept reference's: a reference round, one round of each trainer in turn, the reference's
+    again, and so on (R A B R A B R A B R), so that every round sits between two of the reference's, which the
+    trainers of a run or a sweep's block share (4 reference rounds for them all, not 4 each). Returns each one's Timing, with every reference round
+    beside it; None for one without a kept trainer or with a failed round (it is timed no more), and for all when a
+    reference round fails."""
+    timed = [index for index, result in enumerate(results) if result.kept is not None]
+    if reference.kept is None or not timed:
+        return [None] * len(results)
+    references, own = [timed_round(reference, REFERENCE_ROUND_STEPS)], {index: [] for index in timed}
     for _ in range(rounds):
-        own.append(timed_round(result, steps) if references[-1] is not None else None)
-        references.append(timed_round(reference, REFERENCE_ROUND_STEPS) if own[-1] is not None else None)
-    return None if None in references + own else Timing(own, references)
+        if references[-1] is None or not timed:
+            break
+        for index in timed:
+            own[index].append(timed_round(results[index], steps))
+        timed = [index for index in timed if own[index][-1] is not None]
+        references.append(timed_round(reference, REFERENCE_ROUND_STEPS) if timed else None)
+    if None in references:
+        return [None] * len(results)
+    return [
+        Timing(own[index], references[: len(own[index]) + 1])
+        if index in own and len(own[index]) == rounds and None not in own[index]
+        else None
+        for index in range(len(results))
+    ]
 
 
 def timed_round(result, steps: int):
@@ -31,18 +47,21 @@ def timed_round(result, steps: int):
 
 
 def time_run(results: Dict[str, object], reference_key: str = "reference", trained_reference: bool = True) -> None:
-    """Each kept trainer of `results` beside the reference, into its history's `timing`, then let it go; the
-    reference's rounds into its own history when it was trained with these (`trained_reference`), and it stays
-    kept (the sweep times beside it too). A reference alone is timed alone."""
+    """The kept trainers of `results` not yet timed (a sweep's block times its own: shared/run/sweep.py) timed beside
+    the reference, interleaved, into their histories' `timing`, then let go; the reference's rounds into its own
+    history when it was trained with these (`trained_reference`), and it stays kept (the sweep times beside it too).
+    A reference alone is timed alone."""
     reference = results[reference_key]
-    rounds = []
-    for key, result in results.items():
-        if key == reference_key or result.history is None:
-            continue
-        result.history.timing = beside(reference, result)
+    others = [
+        result
+        for key, result in results.items()
+        if key != reference_key and result.history is not None and result.history.timing is None
+    ]
+    timings = beside(reference, others)
+    for result, found in zip(others, timings):
+        result.history.timing = found
         result.release()
-        if result.history.timing is not None:
-            rounds += result.history.timing.beside
+    rounds = next((found.beside for found in timings if found is not None), [])
     if trained_reference and reference.history is not None and reference.kept is not None:
         if not rounds:
             rounds = [found for found in (timed_round(reference, ROUND_STEPS) for _ in range(ROUNDS)) if found]

@@ -61,14 +61,19 @@ class TrainerProcess:
             start_new_session=True,  # a Ctrl-C in the terminal reaches the run, which stops this process
         )
 
+    def started(self) -> "TrainerProcess":
+        """Started now, if it is not running: it loads TensorFlow while this process works on."""
+        if self.process is None or self.process.poll() is not None:
+            self.start()
+        return self
+
     def train(self, name: str, config, data, log: Callable[[str], None], control=None):
         """Train `name` there (`control`: shared.training.protocol.RunControl, None for a plain run); a TrainerResult,
         FAILED with the signal and the last status if the process died."""
         from shared.errors import UsageError
         from shared.run.results import TrainerResult
 
-        if self.process is None or self.process.poll() is not None:
-            self.start()
+        self.started()
         status, token = "starting TensorFlow", None
         try:
             if self.sent_data is not data:  # the data goes once to each process, not with every job
@@ -182,6 +187,10 @@ def trainer_process(environment: Dict[str, str], config, device_count: int, lane
         if found is not None:
             found.close()
         extra = {VERBOSE: "1"} if config.verbose else {}
+        if lane:  # one progress bar on a terminal: the first lane's
+            from shared.report.progress import NO_PROGRESS_BAR
+
+            extra[NO_PROGRESS_BAR] = "1"
         found = _processes[key] = TrainerProcess({**environment, **extra}, device_count)
     return found
 
@@ -274,6 +283,8 @@ def main(argv: Sequence[str] = ()) -> int:
     # its first ones ignore the level, and a run's output must not depend on a second process.
     hide_tensorflow_messages(verbose=os.environ.get(VERBOSE) == "1", environ={})
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this process ends
+    import tensorflow  # noqa: F401 - now, while the parent works on (a lane started early: start_lanes)
+
     serve(sys.stdin.buffer, replies)
     return 0
 

@@ -147,6 +147,9 @@ class Variant:
     mesh: str = ""  # the sweep table's columns (the JSON's sweep entries keep each key)
     update: str = ""
     shard_weights: bool = False
+    # How long it trains against the trainer's plain configuration, roughly (a scheduling hint, no figure): the
+    # sweep trains its configurations two at a time, the costliest first (shared/run/sweep.py, Blocks).
+    cost: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,19 +61,26 @@ def host_taps(names: List[str], values: list, gradients: list, to_host: Callable
     )
 
 
-def loop_steps(steps, loss_dtype, variables, record_state: bool, one_step: Callable):
+def loop_steps(steps, loss_dtype, variables, record_state: bool, one_step: Callable, first_gradients=None):
     """In a traced function: `one_step(i)` -> (mean loss, correct count) for i in 0..steps-1, a loop in the graph;
     returns [steps] tensors of the losses and correct counts, and with `record_state` (a Python bool: decided when
-    traced) the checksums of `variables` at the start of each step ([steps, variables]; else [0, variables])."""
+    traced) the checksums of `variables` at the start of each step ([steps, variables]; else [0, variables]).
+    With `first_gradients` (zeros of each gradient's shape), `one_step(i)` -> (loss, correct, gradients) and a
+    fourth result: step 0's gradients, carried out of the loop (the call of one step gives its gradients and
+    later calls, of any length, run the same trace)."""
     losses = tf.TensorArray(loss_dtype, size=steps)
     corrects = tf.TensorArray(tf.float32, size=steps)
     checksums = tf.TensorArray(tf.float64, size=steps if record_state else 0, element_shape=[len(variables)])
+    first = list(first_gradients or [])
     for i in tf.range(steps):
         if record_state:
             checksums = checksums.write(i, state_checksums(variables))
-        loss, correct = one_step(i)
+        loss, correct, *gradients = one_step(i)
+        if first_gradients is not None:
+            first = tf.cond(i == 0, lambda new=gradients[0]: list(new), lambda kept=first: kept)
         losses, corrects = losses.write(i, loss), corrects.write(i, correct)
-    return losses.stack(), corrects.stack(), checksums.stack()
+    stacked = losses.stack(), corrects.stack(), checksums.stack()
+    return stacked if first_gradients is None else (*stacked, first)
 
 
 def test_sums(model, x, y, example_weights=None):
