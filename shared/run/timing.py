@@ -13,9 +13,9 @@ def beside(reference, results: Sequence, rounds: int = ROUNDS, steps: int = ROUN
     """Each of `results`' kept trainers (shared.run.results.TrainerResult) timed in `rounds` rounds of `steps`,
     interleaved with the kept reference's: a reference round, one round of each trainer in turn, the reference's
     again, and so on (R A B R A B R A B R), so that every round sits between two of the reference's, which the
-    trainers of a run or a sweep's block share (4 reference rounds for them all, not 4 each). Returns each one's Timing, with every reference round
-    beside it; None for one without a kept trainer or with a failed round (it is timed no more), and for all when a
-    reference round fails."""
+    trainers of a run or a sweep's block share (4 reference rounds for them all, not 4 each). Returns each one's
+    Timing, with every reference round beside it; None for one without a kept trainer or with a failed round (it is
+    timed no more), and for all when a reference round fails."""
     timed = [index for index, result in enumerate(results) if result.kept is not None]
     if reference.kept is None or not timed:
         return [None] * len(results)
