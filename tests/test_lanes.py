@@ -68,7 +68,7 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     count = 3
     joined = result.stdout.replace("\n" + " " * 11, " ").replace("\n  ", " ")  # lines broken to fit, joined
     assert (
-        f"sweep: {count} configurations trained 2 at a time, then timed in blocks of up to 8, their rounds in turn "
+        f"sweep: {count} configurations trained 2 at a time, then timed in blocks of up to 4, their rounds in turn "
         "between the reference's" in joined.splitlines()
     )
     assert "dtensor and mirrored train side by side, one a core, as the sweep's configurations do" in joined

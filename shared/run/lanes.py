@@ -2,8 +2,9 @@
 as cores (at most MAX_LANES); a block's configurations (BLOCK_LANES a lane) are trained, each lane taking the next
 when it is free, and kept, then timed together beside the reference on a machine that trains nothing else
 (shared/run/timing.py), and let go before the next block. Tracing, most of a configuration's training time, runs on
-one core, so two lanes train two configurations in about the time of one; a block keeps at most BLOCK_LANES trainers
-a lane, and a lane's crash loses only its own.
+one core, so two lanes train two configurations in about the time of one. A lane's crash fails the configuration it
+was training and leaves the others it kept in that block without a ratio (their verdicts stand); a failed reference
+round leaves the whole block without ratios.
 
 Only where nothing measured while training is reported: a timed float32 run (its speeds are the timing rounds'),
 in trainer processes on the CPU, without --profile (whose step split is measured as the trainer finishes).
@@ -18,7 +19,9 @@ from shared.config import Config
 from shared.measure.timing import wanted as timed_run
 
 MAX_LANES = 2
-BLOCK_LANES = 4  # configurations a lane trains and keeps before a block is timed, all sharing the reference's rounds
+# Configurations a lane trains and keeps before a block is timed, all sharing the reference's rounds: more would
+# share them further but set a round further from the reference's around it, and keep more trainers a lane.
+BLOCK_LANES = 2
 
 
 def own_process(config: Config) -> bool:

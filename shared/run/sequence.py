@@ -113,7 +113,7 @@ def describe_processes(config: Config) -> str:
     if config.sweep_devices and lane_count(config) > 1 and len(names) > 1:  # train_all
         line += (
             f"; {' and '.join(names)} train side by side, one a core, as the sweep's configurations do: their epoch and"
-            " trace times ran beside each other's (the speeds are the timing rounds', taken alone)"
+            " trace times, and the reference's, ran beside other work (the speeds are the timing rounds', taken alone)"
         )
     return line
 

@@ -196,7 +196,7 @@ class Blocks:
     def __init__(self, config: Config, data: Dataset, all_devices: Sequence[str], plan, main_run: RunResult):
         self.lanes, self.plan, self.reference = lane_count(config), plan, main_run.results["reference"]
         to_train = [i for i, point in enumerate(plan) if not point.skipped and not trained_by_main_run(point, main_run)]
-        to_train.sort(key=lambda i: (plan[i].devices, -plan[i].cost))  # stable: plan order among equals
+        to_train.sort(key=lambda i: -plan[i].cost)  # stable: plan order among equals
         self.indices = to_train if self.lanes > 1 and len(to_train) > 1 else []
         self.size = self.lanes * BLOCK_LANES
         silent = lambda line: None  # noqa: E731

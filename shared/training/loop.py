@@ -101,7 +101,7 @@ def train_and_evaluate(trainer, config: Config, data: Dataset, progress: Progres
     finished = meter.finish()  # before evaluating: the epoch's time is training only
     traces = trainer.trace_count() - traces_before
     if first:
-        history.trace_seconds = meter.call_seconds[0]  # the first call: one step and its tracing
+        history.trace_seconds = trainer.probed_seconds + meter.call_seconds[0]  # the first call: a step, its trace
         if trainer.steps_give_gradients:
             history.first_step_gradients = trainer.first_call_gradients()
     doing(trainer, f"evaluating after epoch {epoch + 1}")

@@ -43,6 +43,9 @@ class Trainer(metaclass=_Checked):
     # (first_call_gradients) as the first-step gradients, the ones the step applied, instead of calling `gradients`
     # before training, a function of its own to trace (docs/throughput.md).
     steps_give_gradients: bool = False
+    # Seconds it spent before training tracing and running steps whose traces the run's calls reuse (DTensor's
+    # sharded forward, traced both ways: DTensorTrainer.choose_forward); the loop adds them to the trace time.
+    probed_seconds: float = 0.0
 
     @abc.abstractmethod
     def gradients(self, x: np.ndarray, y: np.ndarray) -> List[np.ndarray]:
