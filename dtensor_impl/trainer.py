@@ -10,7 +10,7 @@ STEPS_PER_CALL steps per call. Where it departs from the tutorial, and what each
 """
 
 import time
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -136,8 +136,9 @@ class DTensorTrainer(Trainer):
         status(f"dtensor on {self.placement}: placing the variables")
         self.plan = layout_plan(config, self.spec)  # a width an axis does not divide gets zero units
         values = self.definition.pad(self.definition.initial_values(config.seed, config.dtype), self.plan.sizes)
-        self.expanded = ""  # why DTensor's expansion computes with the weights split on the batch axis (choose_forward)
-        self.gathered = self.build(values, gather)
+        # Why the forward all-gathers the weights split on the batch axis, or why DTensor's expansion computes with
+        # them ("" each where it does not): build, choose_forward.
+        self.gathered, self.expanded = self.build(values, gather)
         # A one-step call returns its gradients (train_steps), but not where DTensor's expansion computes with weights
         # split on the batch axis: as outputs there they changed the step's layouts (the GPT's sharded batch=8 sent
         # 32 MB more a step); all-gathered, the same bytes (choose_forward probes that call).
@@ -165,16 +166,17 @@ class DTensorTrainer(Trainer):
             return create_client_mesh(spec, self.device_type), placement
         return create_mesh(spec, devices), f"mesh {spec} over {len(devices)} x {self.device_type}{sharded}"
 
-    def build(self, values: Sequence[np.ndarray], gather) -> str:
-        """The model and optimizer on the mesh; returns why the forward all-gathers the weights split on the batch
-        axis ("asked for", or what choose_forward found), "" when it leaves them to DTensor's expansion."""
+    def build(self, values: Sequence[np.ndarray], gather) -> Tuple[str, str]:
+        """The model and optimizer on the mesh; returns (why the forward all-gathers the weights split on the batch
+        axis: "asked for", or what choose_forward found; why DTensor's expansion computes with them), "" for each
+        that does not."""
         self.model = build_model(self.definition, values, self.mesh, self.plan, seed=self.config.seed)
         self.optimizer = build_optimizer(self.config, self.model, self.mesh)
         if gather is False or not any(BATCH_AXIS in spec for spec in self.plan.specs):
-            return ""
+            return "", ""
         if gather:
             self.model, self.optimizer = self.gathering_model(values)
-            return "asked for"
+            return "asked for", ""
         status(f"dtensor on {self.placement}: tracing a step each way with the weights split on the batch axis")
         started = time.perf_counter()
         found = self.choose_forward(values)
@@ -185,41 +187,37 @@ class DTensorTrainer(Trainer):
         model = build_model(self.definition, values, self.mesh, self.plan, gather=True, seed=self.config.seed)
         return model, build_optimizer(self.config, model, self.mesh)
 
-    def choose_forward(self, values: Sequence[np.ndarray]) -> str:
+    def choose_forward(self, values: Sequence[np.ndarray]) -> Tuple[str, str]:
         """Of the two forwards for weights split on the batch axis, DTensor's SPMD expansion and the explicit
         all-gather (FSDP's), the one whose step sends fewer bytes, each counted in its own traced first step: the
         expansion computes with the split weights by moving activations, which costs more where activations
         outweigh the weights (the GPT's batch=8 sharded: 107.94 MB a step expanded, 1.13 MB gathered; the MLP's
         3.90 against 9.14). The gather, with the reason, where DTensor cannot expand a step or the first-step
         gradients. The probes are the run's own first calls (the kept model's traces are reused); the weights go
-        back to `values` after them."""
+        back to `values` after them. Returns (why it gathers, why it expands), one of them ""."""
         batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh))
-        record, self.bytes_compared = self.config.dtype == "float64", None
+        record = self.config.dtype == "float64"
         expanded = self.expansion_error(lambda: self.probe_step(self.model, self.optimizer, batch, record))
         gathering = self.gathering_model(values)
         if expanded:
             self.model, self.optimizer = gathering
-            return expanded
+            return expanded, ""
         expanded_bytes = self.probe_bytes(self.model, self.optimizer, batch, record, False)
         self.probe_step(*gathering, batch, record, True)  # as the run calls it gathered (steps_give_gradients)
         gathered_bytes = self.probe_bytes(*gathering, batch, record, True)
         variables.reset(*gathering, values)
-        if expanded_bytes is not None and gathered_bytes is not None:
-            self.bytes_compared = (expanded_bytes, gathered_bytes)
-            if gathered_bytes < expanded_bytes:
-                self.model, self.optimizer = gathering
-                return f"{gathered_bytes / 2**20:.2f} MB a step against {expanded_bytes / 2**20:.2f} MB expanded"
+        compared = expanded_bytes is not None and gathered_bytes is not None
+        if compared and gathered_bytes < expanded_bytes:
+            self.model, self.optimizer = gathering
+            return f"{gathered_bytes / 2**20:.2f} MB a step against {expanded_bytes / 2**20:.2f} MB expanded", ""
         failed = self.expansion_error(lambda: compute_gradients(self.model, self.optimizer, *batch))
         if failed:
             self.model, self.optimizer = gathering
-            return failed
+            return failed, ""
         variables.reset(self.model, self.optimizer, values)
-        self.expanded = (
-            f"{expanded_bytes / 2**20:.2f} MB a step against {gathered_bytes / 2**20:.2f} MB all-gathered"
-            if self.bytes_compared
-            else "the all-gather's bytes not counted here"
-        )
-        return ""
+        if not compared:
+            return "", "the all-gather's bytes not counted here"
+        return "", f"{expanded_bytes / 2**20:.2f} MB a step against {gathered_bytes / 2**20:.2f} MB all-gathered"
 
     @staticmethod
     def expansion_error(call) -> str:
@@ -294,10 +292,6 @@ class DTensorTrainer(Trainer):
             split.append(f"all-gathers as {self.all_gather}")
         text = f"{self.collectives.describe()}; " + ("; ".join(split) or "every variable replicated")
         return text + (f"; padded with zero units: {self.details['padding']}" if "padding" in self.details else "")
-
-    def first_call_gradients(self):
-        grads, self.first_grads = self.first_grads, None
-        return self.host_gradients(grads)
 
     def gradients(self, x, y):
         return self.host_gradients(compute_gradients(self.model, self.optimizer, *pack_batch(x, y, self.mesh)))

@@ -315,10 +315,6 @@ class MirroredTrainer(Trainer):
         )
         self.chunk = next(self.train_iterator)  # the first epoch's pieces
 
-    def first_call_gradients(self):
-        grads, self.first_grads = self.first_grads, None
-        return self.host_gradients(grads)
-
     def gradients(self, x, y):
         pieces = replica_values(self.strategy, x, y)
         return self.host_gradients(global_gradients(self.strategy, self.model, self.optimizer, pieces))

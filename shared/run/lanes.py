@@ -17,6 +17,7 @@ from typing import Callable, List, Sequence
 
 from shared.config import Config
 from shared.measure.timing import wanted as timed_run
+from shared.run import worker
 
 MAX_LANES = 2
 # Configurations a lane trains and keeps before a block is timed, all sharing the reference's rounds: more would
@@ -61,8 +62,9 @@ class Pending:
 
 def queued(jobs: Sequence[Callable], lanes: Sequence[object]) -> List[Pending]:
     """A block: each lane (one of `lanes`: here, how a lane trains) takes the next job when it is free, in the jobs'
-    order, and calls it with itself; their outcomes, in the jobs' order. The threads are daemons: an interrupted run
-    does not wait for them."""
+    order, and calls it with itself; returns when every job has settled, their outcomes in the jobs' order. An
+    interrupt stops the trainer processes at once (not after their jobs), and the threads are daemons: the run does
+    not wait for them."""
     outcomes = [Pending() for _ in jobs]
     pending, lock = iter(range(len(jobs))), threading.Lock()
 
@@ -79,4 +81,10 @@ def queued(jobs: Sequence[Callable], lanes: Sequence[object]) -> List[Pending]:
 
     for lane in lanes[: len(jobs)]:
         threading.Thread(target=drive, args=(lane,), daemon=True).start()
+    try:
+        for outcome in outcomes:
+            outcome.wait()  # every lane idle before anything is timed
+    except BaseException:
+        worker.kill_all()
+        raise
     return outcomes

@@ -140,7 +140,7 @@ def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted, lane: in
         result.name = entry.key
         return result
 
-    train.process = process  # start_lanes
+    train.process = process  # train_all starts a lane's processes early
     return train
 
 
@@ -230,12 +230,6 @@ def side_by_side(entries: Sequence[Entry], lanes: Sequence[Train], control: RunC
     if len(lanes) < 2 or len(entries) < 2:
         return {}
     outcomes = queued([lambda train, entry=entry: train(entry, entry.config, control) for entry in entries], lanes)
-    try:
-        for outcome in outcomes:
-            outcome.wait()
-    except BaseException:  # an interrupt: the lanes' processes stop now, not after their jobs
-        worker.kill_all()
-        raise
     return {entry.key: outcome.result() for entry, outcome in zip(entries, outcomes)}
 
 

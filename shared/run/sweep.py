@@ -21,7 +21,7 @@ from shared.judge.ranking import FAILED, SKIPPED, SweepEntry, label, mark_fastes
 from shared.measure.history import History, measured_steps, throughput
 from shared.measure.memory import largest_total_bytes
 from shared.report.sweep import format_entry_line, rerun_summary
-from shared.run import timing, worker
+from shared.run import timing
 from shared.run.lanes import BLOCK_LANES, lane_count, queued
 from shared.run.results import TrainerResult
 from shared.run.sequence import Entry, RunResult, Train, lineup, timed_control, train_and_judge, trained_by
@@ -212,17 +212,9 @@ class Blocks:
             start = self.indices.index(index) // self.size * self.size
             block = self.indices[start : start + self.size]
             outcomes = queued([self.job(self.plan[i]) for i in block], self.trains)
-            try:
-                for outcome in outcomes:
-                    outcome.wait()  # every lane idle before a timing round
-            except BaseException:  # an interrupt: the lanes' processes stop now, not after their jobs
-                worker.kill_all()
-                raise
             self.trained.update((i, outcome.result()) for i, outcome in zip(block, outcomes))
             results = [result for i in block for result in self.trained[i].values() if result.history is not None]
-            for result, found in zip(results, timing.beside(self.reference, results)):
-                result.history.timing = found
-                result.release()
+            timing.time_together(self.reference, results)
         return self.trained.pop(index)
 
     @staticmethod

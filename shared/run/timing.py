@@ -46,6 +46,16 @@ def timed_round(result, steps: int):
         return None
 
 
+def time_together(reference, results: Sequence) -> list:
+    """`results` (each trained, with a history) timed beside the kept reference (beside), each one's Timing into its
+    history, then let go; returns the reference's rounds, [] when none is timed."""
+    timings = beside(reference, results)
+    for result, found in zip(results, timings):
+        result.history.timing = found
+        result.release()
+    return next((found.beside for found in timings if found is not None), [])
+
+
 def time_run(results: Dict[str, object], reference_key: str = "reference", trained_reference: bool = True) -> None:
     """The kept trainers of `results` not yet timed (a sweep's block times its own: shared/run/sweep.py) timed beside
     the reference, interleaved, into their histories' `timing`, then let go; the reference's rounds into its own
@@ -57,11 +67,7 @@ def time_run(results: Dict[str, object], reference_key: str = "reference", train
         for key, result in results.items()
         if key != reference_key and result.history is not None and result.history.timing is None
     ]
-    timings = beside(reference, others)
-    for result, found in zip(others, timings):
-        result.history.timing = found
-        result.release()
-    rounds = next((found.beside for found in timings if found is not None), [])
+    rounds = time_together(reference, others)
     if trained_reference and reference.history is not None and reference.kept is not None:
         if not rounds:
             rounds = [found for found in (timed_round(reference, ROUND_STEPS) for _ in range(ROUNDS)) if found]

@@ -283,7 +283,7 @@ def main(argv: Sequence[str] = ()) -> int:
     # its first ones ignore the level, and a run's output must not depend on a second process.
     hide_tensorflow_messages(verbose=os.environ.get(VERBOSE) == "1", environ={})
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this process ends
-    import tensorflow  # noqa: F401 - now, while the parent works on (a lane started early: start_lanes)
+    import tensorflow  # noqa: F401 - now, while the parent works on (a lane started early: train_all)
 
     serve(sys.stdin.buffer, replies)
     return 0

@@ -51,10 +51,19 @@ class Trainer(metaclass=_Checked):
     def gradients(self, x: np.ndarray, y: np.ndarray) -> List[np.ndarray]:
         """The gradients of the global mean loss on the global batch x, y at the current weights, unpadded arrays."""
 
+    first_grads = None  # with steps_give_gradients: what the run's first train call returned (train_epoch keeps it)
+
     def first_call_gradients(self) -> List[np.ndarray]:
         """With `steps_give_gradients`: the gradients the run's first train call returned, unpadded arrays, read
-        back after its epoch (not in its timed calls)."""
-        raise NotImplementedError(f"{self.name}'s steps do not give their gradients")
+        back after its epoch (not in its timed calls), then let go."""
+        if not self.steps_give_gradients:
+            raise NotImplementedError(f"{self.name}'s steps do not give their gradients")
+        grads, self.first_grads = self.first_grads, None
+        return self.host_gradients(grads)
+
+    def host_gradients(self, grads) -> List[np.ndarray]:
+        """Gradients as its steps return them, as unpadded host arrays (`gradients` and `first_call_gradients`)."""
+        raise NotImplementedError(f"{self.name} reads no gradients back from its steps")
 
     @abc.abstractmethod
     def taps(self, x: np.ndarray, y: np.ndarray) -> Taps:
