@@ -1,6 +1,8 @@
 """Each global batch as DTensors sharded on the mesh's batch axis: the tutorial's split + `dtensor.pack`
 (`--dtensor-input pack`), or `dtensor.DTensorDataset` (`dataset`); a batch that does not divide over the batch
-axis is padded with zero-weight examples, which count nothing (shared/training/losses.py)."""
+axis is padded with zero-weight examples, which count nothing (shared/training/losses.py). An epoch's last, short
+batch is padded to the full batch's shape, so that it runs in the full batches' traced step: a shape of its own
+would trace and lower the step again (the ViT's batch=8: 14 s of a 48 s first epoch, 2 cores)."""
 
 from typing import Iterator, Tuple
 
@@ -18,10 +20,11 @@ from shared.training.losses import host_label_count
 DATASET_PREFETCH = 2  # global batches DTensorDataset prepares ahead of the step
 
 
-def pad_batch(x: np.ndarray, y: np.ndarray, batch_shards: int):
-    """(x, y, example_weights), padded with zero-weight examples to a multiple of `batch_shards`."""
+def pad_batch(x: np.ndarray, y: np.ndarray, batch_shards: int, at_least: int = 0):
+    """(x, y, example_weights), padded with zero-weight examples to a multiple of `batch_shards`, and to at least
+    `at_least` examples (then a multiple too)."""
     real = len(y)
-    padded = -(-real // batch_shards) * batch_shards
+    padded = -(-max(real, at_least) // batch_shards) * batch_shards
     weights = np.zeros(padded, np.float32)
     weights[:real] = 1.0
     if padded != real:
@@ -40,9 +43,10 @@ def shard_to_mesh(array: np.ndarray, layout: dtensor.Layout):
     return dtensor.pack([shards[location[BATCH_AXIS]] for location in layout.mesh.local_device_locations()], layout)
 
 
-def pack_batch(x: np.ndarray, y: np.ndarray, mesh: dtensor.Mesh):
-    """A global batch as (x, y, example_weights) DTensors sharded on the batch axis, padded to divide."""
-    arrays = pad_batch(x, y, mesh.dim_size(BATCH_AXIS))
+def pack_batch(x: np.ndarray, y: np.ndarray, mesh: dtensor.Mesh, batch_size: int = 0):
+    """A global batch as (x, y, example_weights) DTensors sharded on the batch axis, padded to divide, and with
+    `batch_size` to the full batch's shape (a short last batch)."""
+    arrays = pad_batch(x, y, mesh.dim_size(BATCH_AXIS), batch_size)
     return tuple(shard_to_mesh(array, batch_layout(mesh, array.ndim)) for array in arrays)
 
 
@@ -50,7 +54,7 @@ def packed_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mesh
     for x_batch, y_batch in epoch_batches(
         data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed
     ):
-        yield pack_batch(x_batch, y_batch, mesh), host_label_count(y_batch)
+        yield pack_batch(x_batch, y_batch, mesh, config.batch_size), host_label_count(y_batch)
 
 
 def dataset_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
@@ -88,7 +92,7 @@ def dataset_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mes
         del iterator  # stops its per-device input pipelines before the remainder trains
     if full_count < len(order):
         index = order[full_count:]
-        yield pack_batch(data.x_train[index], data.y_train[index], mesh), len(index)
+        yield pack_batch(data.x_train[index], data.y_train[index], mesh, config.batch_size), len(index)
 
 
 def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: str) -> None:

@@ -309,7 +309,7 @@ class DTensorTrainer(Trainer):
         )
 
     def step(self, x, y):
-        train_steps(self.model, self.optimizer, [pack_batch(x, y, self.mesh)])
+        train_steps(self.model, self.optimizer, [pack_batch(x, y, self.mesh, self.config.batch_size)])
 
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
         # Every epoch is grouped alike, the first batch alone: its call's time is the trace time plus a
@@ -360,7 +360,7 @@ class DTensorTrainer(Trainer):
         groups = equal_shape_runs(batches[1:], lambda batch: batch[0].shape, length)
         return next((group for group in groups if len(group) == length), batches[:1])
 
-    def step_call(self) -> profile.StepCall:
+    def step_call(self, most_steps: int = 0) -> profile.StepCall:  # its calls' step count is traced: most_steps unused
         group = self.steady_group()
 
         def run(packed):
@@ -372,7 +372,8 @@ class DTensorTrainer(Trainer):
 
     def test_batches(self, x, y):
         return (
-            pack_batch(x_batch, y_batch, self.mesh) for x_batch, y_batch in epoch_batches(x, y, self.config.batch_size)
+            pack_batch(x_batch, y_batch, self.mesh, self.config.batch_size)
+            for x_batch, y_batch in epoch_batches(x, y, self.config.batch_size)
         )
 
     def test_step(self, batch):

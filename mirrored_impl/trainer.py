@@ -359,16 +359,18 @@ class MirroredTrainer(Trainer):
     def trace_count(self) -> int:
         return train_step.experimental_get_tracing_count() + train_steps.experimental_get_tracing_count()
 
-    def step_call(self) -> profile.StepCall:
-        """A measured epoch's call, every step of the last epoch's element (tf.data made it ahead)."""
-        steps = len(self.global_counts)
+    def step_call(self, most_steps: int = 0) -> profile.StepCall:
+        """A measured epoch's call, every step of the last epoch's element (tf.data made it ahead); its first
+        `most_steps` with that (the step count is a tensor: the same trace)."""
+        steps = min(len(self.global_counts), most_steps or len(self.global_counts))
+        examples = len(self.data.y_train) if steps == len(self.global_counts) else steps * self.config.batch_size
 
         def run(chunk):
             train_steps(
                 self.strategy, self.model, self.optimizer, chunk, tf.constant(0), tf.constant(steps), self.primary_model
             )[0].numpy()  # host sync: the call has run
 
-        return profile.StepCall(steps, lambda: self.chunk, run, examples=len(self.data.y_train))
+        return profile.StepCall(steps, lambda: self.chunk, run, examples=examples)
 
     def test_batches(self, x, y):
         """Each global batch as every replica's (x, y, size) piece, padded to one width."""

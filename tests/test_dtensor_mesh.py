@@ -196,6 +196,10 @@ def test_partial_batch_is_padded_with_zero_weight_examples():
     np.testing.assert_array_equal(weights, [1.0] * 45 + [0.0] * 3)
     _, _, unpadded_weights = dtensor_inputs.pad_batch(x[:40], y[:40], batch_shards=8)
     assert unpadded_weights.shape == (40,) and unpadded_weights.min() == 1.0
+    # An epoch's short last batch, padded to the full batch's shape (and then to divide): the full batches' trace.
+    x_full, _, full_weights = dtensor_inputs.pad_batch(x, y, batch_shards=8, at_least=64)
+    assert x_full.shape == (64, 3) and full_weights.tolist() == [1.0] * 45 + [0.0] * 19
+    assert dtensor_inputs.pad_batch(x, y, batch_shards=8, at_least=50)[0].shape == (56, 3)
 
 
 def test_pack_batch_gives_each_device_its_batch_shard(devices):

@@ -129,6 +129,26 @@ def test_a_trained_trainer_kept_for_timing_runs_its_steady_call_again(devices, e
     kept.release()
 
 
+def test_a_trace_that_runs_any_step_count_is_timed_a_rounds_steps_a_call_and_a_run_can_skip_evaluating(
+    devices, embedded
+):
+    """The reference's and MirroredStrategy's timed call is a round's steps, not the epoch's 15 (the ViT's 31 took
+    2 s a reference round); a run told not to evaluate (a sweep's configuration) has no test metrics."""
+    from shared.report.progress import format_epoch_line
+    from shared.training.protocol import RunControl
+
+    config = Config(devices=2, epochs=1, batch_size=64, hidden=(32,), quiet=True)
+    data = data_slice(embedded, 1000, 64)  # 15 full batches and one of 40
+    for name, devices_used, steps in (("reference", devices[:1], 8), ("mirrored", devices[:2], 10)):
+        history, kept = fit_and_keep(name, config, data, devices_used, None, RunControl(keep=True, evaluate=False))
+        found = kept.time(steps)
+        assert set(found.call_steps) == {steps} and found.examples == found.steps * 64, name
+        assert [(record.test_loss, record.test_accuracy) for record in history.epochs] == [(None, None)]
+        assert history.epochs[0].train_loss > 0 and len(history.step_losses) == 16
+        assert "  test_loss -  test_acc -  " in format_epoch_line(name, history.epochs[0], 1)
+        kept.release()
+
+
 def test_the_speeds_say_what_they_stand_for_on_cpus_and_gpus():
     from shared.measure.machine import Machine
 

@@ -18,8 +18,8 @@ class EpochRecord:
     epoch: int  # 1-based
     train_loss: float  # mean over the epoch's real training examples, at the weights each step saw
     train_accuracy: float
-    test_loss: float  # mean over the test examples after the epoch
-    test_accuracy: float
+    test_loss: Optional[float]  # mean over the test examples after the epoch; None: not evaluated (RunControl)
+    test_accuracy: Optional[float]
     train_seconds: float  # wall time of the epoch's training steps, tracing included in epoch 1
     traces: int = 0  # train-step functions traced during the epoch: 0 after the first, or its time is no measure
 
@@ -64,7 +64,13 @@ class History:
         self.step_state_checksums.append(_host_array(checksums))
 
     def add_epoch(
-        self, epoch: int, meter: "EpochMeter", finished, test_loss: float, test_accuracy: float, traces: int = 0
+        self,
+        epoch: int,
+        meter: "EpochMeter",
+        finished,
+        test_loss: Optional[float],
+        test_accuracy: Optional[float],
+        traces: int = 0,
     ) -> EpochRecord:
         """Record epoch `epoch` (1-based) from `finished` = meter.finish(), the test metrics and the
         number of traces during its training steps."""

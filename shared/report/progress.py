@@ -12,11 +12,13 @@ NO_PROGRESS_BAR = "COMPARE_NO_PROGRESS_BAR"
 
 
 def format_epoch_line(trainer: str, record, epochs: int) -> str:
-    """One fixed-format line of a shared.measure.history.EpochRecord, the same keys for every trainer."""
+    """One fixed-format line of a shared.measure.history.EpochRecord, the same keys for every trainer ("-" for test
+    metrics not evaluated)."""
+    shown = lambda value: "-" if value is None else f"{value:.4f}"  # noqa: E731
     return (
         f"{trainer:<10} epoch {record.epoch}/{epochs}  train_loss {record.train_loss:.4f}  "
-        f"train_acc {record.train_accuracy:.4f}  test_loss {record.test_loss:.4f}  "
-        f"test_acc {record.test_accuracy:.4f}  time {record.train_seconds:.2f}s"
+        f"train_acc {record.train_accuracy:.4f}  test_loss {shown(record.test_loss)}  "
+        f"test_acc {shown(record.test_accuracy)}  time {record.train_seconds:.2f}s"
     )
 
 

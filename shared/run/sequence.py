@@ -185,14 +185,14 @@ def train_and_judge(
     reference_result: Optional[TrainerResult] = None,
     trained: Optional[Dict[str, TrainerResult]] = None,
     lanes: Sequence[Train] = (),
+    evaluate: bool = True,
 ) -> RunResult:
-    """Train `entries` (the reference first; `reference_result`: its run, already trained; `trained`: others'
-    runs already trained, kept when `timed`; `lanes`: trains that train the others at once, one a lane:
-    shared/run/lanes.py) with `train`, time them (`timed`: shared/run/timing.py), judge each
-    against the reference, train the float64 runs the judge asks for (`no_float64_reason`: why this caller
-    cannot), --repeat, --with-float64 and --baseline's; return the whole run."""
+    """Train `entries` (the reference first; `reference_result`: its run, already trained; `trained`: others' runs
+    already trained, kept when `timed`; `lanes`: one trainer a lane at once, shared/run/lanes.py) with `train`, time
+    (`timed`) and judge them against the reference, train the float64 runs the judge asks for (`no_float64_reason`:
+    why this caller cannot), --repeat, --with-float64 and --baseline's; return the whole run."""
     reference, others = entries[0], list(entries[1:])
-    control = timed_control(config, timed)
+    control = timed_control(config, timed, evaluate)
     results = {reference.key: reference_result or train_reference(train, reference, len(data.y_train), control)}
     trained = dict(trained or {})
     trained.update(side_by_side([entry for entry in others if entry.key not in trained], lanes, control))
@@ -233,9 +233,10 @@ def side_by_side(entries: Sequence[Entry], lanes: Sequence[Train], control: RunC
     return {entry.key: outcome.result() for entry, outcome in zip(entries, outcomes)}
 
 
-def timed_control(config: Config, timed: bool) -> RunControl:
-    """A run's control: its trainers kept for the timing rounds when it is timed (shared.measure.timing.wanted)."""
-    return RunControl(keep=True) if timed and timed_run(config) else PLAIN_RUN
+def timed_control(config: Config, timed: bool, evaluate: bool = True) -> RunControl:
+    """A run's control: its trainers kept for the timing rounds when it is timed (shared.measure.timing.wanted);
+    `evaluate`: each epoch evaluated on the test set (not the sweep's configurations)."""
+    return RunControl(keep=timed and timed_run(config), evaluate=evaluate)
 
 
 def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: Train, log) -> None:

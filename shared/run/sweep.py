@@ -220,7 +220,7 @@ class Blocks:
     @staticmethod
     def job(point: SweepPoint):
         def run(train: Train) -> Dict[str, TrainerResult]:
-            control = timed_control(point.config, True)
+            control = timed_control(point.config, True, evaluate=False)
             return {entry.key: train(entry, entry.config, control) for entry in lineup(point.config)[1:]}
 
         return run
@@ -260,6 +260,7 @@ def run_sweep(
                 timed=True,
                 reference_result=main_run.results["reference"],
                 trained=blocks.take(index),
+                evaluate=False,
             )
         entries.append(sweep_entry(point, run_at_point, len(data.y_train), index in blocks.indices))
         if not config.quiet:

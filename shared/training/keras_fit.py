@@ -235,7 +235,7 @@ class KerasFitTrainer(Trainer):
     def trace_count(self) -> int:
         return 0  # Keras's train function is its own: it traces in the first epoch, on the same shapes every epoch
 
-    def step_call(self) -> profile.StepCall:
+    def step_call(self, most_steps: int = 0) -> profile.StepCall:
         raise NotImplementedError("--fit: no --profile of Keras's model.fit")
 
     def test_batches(self, x, y):

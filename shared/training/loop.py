@@ -60,7 +60,9 @@ def fit(
         doing(trainer, "tracing and running the first-step gradients")
         history.first_step_gradients = trainer.gradients(first_x, first_y)
     for epoch in range(start_epoch, config.epochs):
-        train_and_evaluate(trainer, config, data, progress, history, epoch, first=epoch == start_epoch)
+        train_and_evaluate(
+            trainer, config, data, progress, history, epoch, first=epoch == start_epoch, evaluate=control.evaluate
+        )
         if config.checkpoint_dir:
             trainer.before_save()
         state.save_epoch(epoch + 1)  # --checkpoint-dir
@@ -90,8 +92,11 @@ def doing(trainer: Trainer, what: str) -> None:
     status(f"{trainer.name} on {trainer.placement}: {what}")
 
 
-def train_and_evaluate(trainer, config: Config, data: Dataset, progress: Progress, history, epoch: int, first: bool):
-    """One epoch's steps, timed apart from the evaluation after them, into `history`."""
+def train_and_evaluate(
+    trainer, config: Config, data: Dataset, progress: Progress, history, epoch: int, first: bool, evaluate: bool = True
+):
+    """One epoch's steps, timed apart from the evaluation after them (`evaluate`; else no test metrics), into
+    `history`."""
     steps = len(batch_slices(len(data.y_train), config.batch_size))
     progress.epoch_started(f"{trainer.name} epoch {epoch + 1}/{config.epochs}", steps)
     meter = EpochMeter(progress.steps_done)
@@ -104,8 +109,10 @@ def train_and_evaluate(trainer, config: Config, data: Dataset, progress: Progres
         history.trace_seconds = trainer.probed_seconds + meter.call_seconds[0]  # the first call: a step, its trace
         if trainer.steps_give_gradients:
             history.first_step_gradients = trainer.first_call_gradients()
-    doing(trainer, f"evaluating after epoch {epoch + 1}")
-    test_loss, test_accuracy = step.evaluate(trainer, data.x_test, data.y_test, host_label_count(data.y_test))
+    test_loss = test_accuracy = None
+    if evaluate:
+        doing(trainer, f"evaluating after epoch {epoch + 1}")
+        test_loss, test_accuracy = step.evaluate(trainer, data.x_test, data.y_test, host_label_count(data.y_test))
     record = history.add_epoch(epoch + 1, meter, finished, test_loss, test_accuracy, traces)
     progress.epoch_done(trainer.name, record, config.epochs)
 

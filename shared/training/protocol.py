@@ -85,8 +85,10 @@ class Trainer(metaclass=_Checked):
         """Train-step traces so far: a measured epoch must add none."""
 
     @abc.abstractmethod
-    def step_call(self) -> StepCall:
-        """--profile and the bytes per step: the steady train call a measured epoch makes."""
+    def step_call(self, most_steps: int = 0) -> StepCall:
+        """--profile and the bytes per step: the steady train call a measured epoch makes. With `most_steps` (the
+        timing rounds'), a trainer whose one trace runs any number of steps a call makes its call of at most that
+        many: a round then runs the steps it needs, not a whole epoch (the ViT's reference: 31 steps, 2 s a round)."""
 
     @abc.abstractmethod
     def test_batches(self, x: np.ndarray, y: np.ndarray) -> Iterable:
@@ -137,6 +139,9 @@ class RunControl:
     replay_state: Optional[str] = None
     # Keep the trained trainer for timing after its run (shared/run/timing.py times it beside the reference).
     keep: bool = False
+    # Evaluate on the test set after each epoch; the sweep's configurations do not (no figure of theirs uses it, and
+    # the evaluation's trace and its passes cost each configuration seconds).
+    evaluate: bool = True
 
 
 PLAIN_RUN = RunControl()  # a training run as its Config describes it

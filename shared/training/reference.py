@@ -108,12 +108,13 @@ class ReferenceTrainer(Trainer):
     def trace_count(self) -> int:
         return train_steps.experimental_get_tracing_count()
 
-    def step_call(self) -> profile.StepCall:
-        """A measured epoch's first call, the stacked run of its equal-size batches."""
+    def step_call(self, most_steps: int = 0) -> profile.StepCall:
+        """A measured epoch's first call, the stacked run of its equal-size batches (its first `most_steps`: the
+        trace takes any count)."""
 
         def prepare():
             batches = epoch_batches(self.data.x_train, self.data.y_train, self.config.batch_size)
-            return tuple(tf.constant(array) for array in next(step_chunks(batches)))
+            return tuple(tf.constant(array[: most_steps or None]) for array in next(step_chunks(batches)))
 
         def run(inputs):
             train_steps(self.model, self.optimizer, *inputs)[0].numpy()  # host sync: the call has run

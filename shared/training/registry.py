@@ -74,7 +74,8 @@ def fit_and_keep(
 
 class Kept:
     """A trained trainer kept for timing (shared/measure/timing.py): more rounds of its steady train call, on the
-    batches it trained on. The first round is preceded by a warm-up call; the weights step on."""
+    batches it trained on, of at most the first round's steps where its trace runs any count (Trainer.step_call).
+    The first round is preceded by a warm-up call; the weights step on."""
 
     def __init__(self, trainer: Trainer, scope: Callable[[], ContextManager]):
         self.trainer, self.scope, self.call = trainer, scope, None
@@ -82,7 +83,7 @@ class Kept:
     def time(self, steps: int = timing.ROUND_STEPS) -> timing.TimedRound:
         with self.scope():
             if self.call is None:
-                self.call = self.trainer.step_call()
+                self.call = self.trainer.step_call(steps)
                 self.call.run(self.call.prepare())  # warm: nothing traced or compiled is timed
             return timing.time_round(self.call, steps)
 
