@@ -1,8 +1,10 @@
 """Each global batch as DTensors sharded on the mesh's batch axis: the tutorial's split + `dtensor.pack`
 (`--dtensor-input pack`), or `dtensor.DTensorDataset` (`dataset`); a batch that does not divide over the batch
-axis is padded with zero-weight examples, which count nothing (shared/training/losses.py). An epoch's last, short
-batch is padded to the full batch's shape, so that it runs in the full batches' traced step: a shape of its own
-would trace and lower the step again (the ViT's batch=8: 14 s of a 48 s first epoch, 2 cores)."""
+axis is padded with zero-weight examples, which count nothing (shared/training/losses.py). For a model whose examples
+are independent (ModelDefinition.independent_examples), a short batch (an epoch's last) is padded to the full batch's
+shape (`pad_to`), so that it runs in the full batches' traced step: a shape of its own traced and lowered the step
+again (the ViT's batch=4,model=2 sharded: 14 s of its first epoch, 2 cores). A model with batch statistics would
+count the padding in them, so its short batch is padded only to divide."""
 
 from typing import Iterator, Tuple
 
@@ -20,11 +22,15 @@ from shared.training.losses import host_label_count
 DATASET_PREFETCH = 2  # global batches DTensorDataset prepares ahead of the step
 
 
+def padded_length(examples: int, batch_shards: int, at_least: int = 0) -> int:
+    """`examples` padded to a multiple of `batch_shards`, and to at least `at_least` (then a multiple too)."""
+    return -(-max(examples, at_least) // batch_shards) * batch_shards
+
+
 def pad_batch(x: np.ndarray, y: np.ndarray, batch_shards: int, at_least: int = 0):
-    """(x, y, example_weights), padded with zero-weight examples to a multiple of `batch_shards`, and to at least
-    `at_least` examples (then a multiple too)."""
+    """(x, y, example_weights), padded with zero-weight examples to padded_length."""
     real = len(y)
-    padded = -(-max(real, at_least) // batch_shards) * batch_shards
+    padded = padded_length(real, batch_shards, at_least)
     weights = np.zeros(padded, np.float32)
     weights[:real] = 1.0
     if padded != real:
@@ -43,21 +49,21 @@ def shard_to_mesh(array: np.ndarray, layout: dtensor.Layout):
     return dtensor.pack([shards[location[BATCH_AXIS]] for location in layout.mesh.local_device_locations()], layout)
 
 
-def pack_batch(x: np.ndarray, y: np.ndarray, mesh: dtensor.Mesh, batch_size: int = 0):
-    """A global batch as (x, y, example_weights) DTensors sharded on the batch axis, padded to divide, and with
-    `batch_size` to the full batch's shape (a short last batch)."""
-    arrays = pad_batch(x, y, mesh.dim_size(BATCH_AXIS), batch_size)
+def pack_batch(x: np.ndarray, y: np.ndarray, mesh: dtensor.Mesh, pad_to: int = 0):
+    """A global batch as (x, y, example_weights) DTensors sharded on the batch axis, padded to divide, and to at
+    least `pad_to` examples (a short batch to the full batch's shape)."""
+    arrays = pad_batch(x, y, mesh.dim_size(BATCH_AXIS), pad_to)
     return tuple(shard_to_mesh(array, batch_layout(mesh, array.ndim)) for array in arrays)
 
 
-def packed_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
+def packed_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mesh, pad_to: int = 0) -> Iterator[Tuple]:
     for x_batch, y_batch in epoch_batches(
         data.x_train, data.y_train, config.batch_size, epoch, config.shuffle, config.seed
     ):
-        yield pack_batch(x_batch, y_batch, mesh, config.batch_size), host_label_count(y_batch)
+        yield pack_batch(x_batch, y_batch, mesh, pad_to), host_label_count(y_batch)
 
 
-def dataset_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mesh) -> Iterator[Tuple]:
+def dataset_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mesh, pad_to: int = 0) -> Iterator[Tuple]:
     """The same batches as `packed_batches`: the full ones through DTensorDataset, the remainder packed.
 
     DTensorDataset batches per replica with drop_remainder=True and hands replica r
@@ -92,7 +98,7 @@ def dataset_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mes
         del iterator  # stops its per-device input pipelines before the remainder trains
     if full_count < len(order):
         index = order[full_count:]
-        yield pack_batch(data.x_train[index], data.y_train[index], mesh, config.batch_size), len(index)
+        yield pack_batch(data.x_train[index], data.y_train[index], mesh, pad_to), len(index)
 
 
 def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: str) -> None:

@@ -107,7 +107,7 @@ def variants(config: Config, count: int, every_layout: bool, meshes: Sequence[st
 
 def count_bytes(trainer: DTensorTrainer):
     """The bytes its steady call's collectives send per device, from the lowered functions."""
-    packed = [pack_batch(x, y, trainer.mesh) for x, y in trainer.steady_group()]
+    packed = [pack_batch(x, y, trainer.mesh, trainer.pad_to) for x, y in trainer.steady_group()]
     return trainer.call_traffic(trainer.model, trainer.optimizer, packed, False, trainer.steps_give_gradients)
 
 

@@ -17,7 +17,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from dtensor_impl import combining, gathering, nccl, variables
-from dtensor_impl.inputs import dataset_batches, pack_batch, packed_batches
+from dtensor_impl.inputs import dataset_batches, pack_batch, packed_batches, padded_length
 from dtensor_impl.layouts import layout_plan
 from dtensor_impl.mesh import BATCH_AXIS, create_client_mesh, create_mesh, mesh_spec
 from dtensor_impl.traffic import dtensor_traffic
@@ -133,6 +133,7 @@ class DTensorTrainer(Trainer):
         self.all_gather = gathering.settle(self.device_type, self.spec.model or 1, config.clients)  # before lowering
         self.mesh, self.placement = self.place(devices)
         self.definition = definition_for(config)
+        self.pad_to = config.batch_size if self.definition.independent_examples else 0  # a short batch: inputs.py
         status(f"dtensor on {self.placement}: placing the variables")
         self.plan = layout_plan(config, self.spec)  # a width an axis does not divide gets zero units
         values = self.definition.pad(self.definition.initial_values(config.seed, config.dtype), self.plan.sizes)
@@ -195,7 +196,7 @@ class DTensorTrainer(Trainer):
         3.90 against 9.14). The gather, with the reason, where DTensor cannot expand a step or the first-step
         gradients. The probes are the run's own first calls (the kept model's traces are reused); the weights go
         back to `values` after them. Returns (why it gathers, why it expands), one of them ""."""
-        batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh))
+        batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh, self.pad_to))
         record = self.config.dtype == "float64"
         expanded = self.expansion_error(lambda: self.probe_step(self.model, self.optimizer, batch, record))
         gathering = self.gathering_model(values)
@@ -294,7 +295,8 @@ class DTensorTrainer(Trainer):
         return text + (f"; padded with zero units: {self.details['padding']}" if "padding" in self.details else "")
 
     def gradients(self, x, y):
-        return self.host_gradients(compute_gradients(self.model, self.optimizer, *pack_batch(x, y, self.mesh)))
+        packed = pack_batch(x, y, self.mesh, self.pad_to)
+        return self.host_gradients(compute_gradients(self.model, self.optimizer, *packed))
 
     def host_gradients(self, grads):
         """Gradients on the mesh as unpadded host arrays, each assembled from its per-device pieces."""
@@ -302,20 +304,20 @@ class DTensorTrainer(Trainer):
 
     def taps(self, x, y) -> Taps:
         """All-gathered, the padding examples cut."""
-        x_mesh, y_mesh, weights = pack_batch(x, y, self.mesh)
+        x_mesh, y_mesh, weights = pack_batch(x, y, self.mesh, self.pad_to)
         make_context = lambda: training_context(self.model, self.optimizer, x_mesh, record=True)  # noqa: E731
         return step.record_taps(
             self.model, x_mesh, y_mesh, make_context, lambda value: to_numpy(value)[: len(y)], weights
         )
 
     def step(self, x, y):
-        train_steps(self.model, self.optimizer, [pack_batch(x, y, self.mesh, self.config.batch_size)])
+        train_steps(self.model, self.optimizer, [pack_batch(x, y, self.mesh, self.pad_to)])
 
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
         # Every epoch is grouped alike, the first batch alone: its call's time is the trace time plus a
         # step's, and every call shape traces in the first epoch, none in a measured one.
         batches = packed_batches if self.config.dtensor_input == "pack" else dataset_batches
-        items = iter(batches(self.data, self.config, epoch, self.mesh))
+        items = iter(batches(self.data, self.config, epoch, self.mesh, self.pad_to))
         opening = next(items)
         first_shape = opening[0][0].shape
         grads = self.call([opening], meter, record_state)
@@ -343,7 +345,7 @@ class DTensorTrainer(Trainer):
 
     def traced_operations(self, record_state: bool) -> int:
         """Operations in the traced one-step call (deterministic, unlike its trace time)."""
-        first_batch, _ = next(iter(packed_batches(self.data, self.config, 0, self.mesh)))
+        first_batch, _ = next(iter(packed_batches(self.data, self.config, 0, self.mesh, self.pad_to)))
         graph = train_steps.get_concrete_function(
             self.model, self.optimizer, [first_batch], record_state, self.steps_give_gradients
         ).graph.as_graph_def()
@@ -356,8 +358,8 @@ class DTensorTrainer(Trainer):
         """The host batches of a call a measured epoch makes: its first full group of steps, or with none (fewer
         full batches than a group, which go one a call: train_epoch) its first batch, as the first call."""
         batches = list(epoch_batches(self.data.x_train, self.data.y_train, self.config.batch_size))
-        length = self.steps_per_call or 1
-        groups = equal_shape_runs(batches[1:], lambda batch: batch[0].shape, length)
+        length, shards = self.steps_per_call or 1, self.mesh.dim_size(BATCH_AXIS)
+        groups = equal_shape_runs(batches[1:], lambda batch: padded_length(len(batch[1]), shards, self.pad_to), length)
         return next((group for group in groups if len(group) == length), batches[:1])
 
     def step_call(self, most_steps: int = 0) -> profile.StepCall:  # its calls' step count is traced: most_steps unused
@@ -367,12 +369,12 @@ class DTensorTrainer(Trainer):
             float(train_steps(self.model, self.optimizer, packed, False, self.steps_give_gradients)[0][-1])  # host sync
 
         notes = "input packed (training took DTensorDataset)" if self.config.dtensor_input == "dataset" else ""
-        prepare = lambda: [pack_batch(x, y, self.mesh) for x, y in group]  # noqa: E731
+        prepare = lambda: [pack_batch(x, y, self.mesh, self.pad_to) for x, y in group]  # noqa: E731
         return profile.StepCall(len(group), prepare, run, notes, examples=sum(len(y) for _, y in group))
 
     def test_batches(self, x, y):
         return (
-            pack_batch(x_batch, y_batch, self.mesh, self.config.batch_size)
+            pack_batch(x_batch, y_batch, self.mesh, self.pad_to)
             for x_batch, y_batch in epoch_batches(x, y, self.config.batch_size)
         )
 

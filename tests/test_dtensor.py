@@ -247,6 +247,18 @@ def test_tutorial_adam_matches_with_a_short_last_batch_padded_to_the_full_shape(
     assert parity.max_abs_loss_diff <= FLOAT32["loss"].atol
 
 
+def test_a_model_with_batch_statistics_keeps_its_short_last_batch_as_it_is(devices, embedded):
+    """Its definition does not say its examples are independent (examples/batch_norm_mlp.py normalises over the
+    batch), so the last batch of 40 goes over batch=8 as it is, in a step traced for its shape, and the run matches
+    the reference: padded to the full 64, 24 zero rows would have entered its batch statistics."""
+    config = Config(model="examples/batch_norm_mlp.py:batch_norm_mlp", epochs=1, batch_size=64, quiet=True)
+    data = data_slice(embedded, 232, 64)  # 3 batches of 64 and one of 40
+    history = fit("dtensor", config.replace(mesh="batch=8"), data, devices)
+    parity = check_parity(history, fit("reference", config, data, devices[:1]))
+    assert parity.ok, parity.reason
+    assert history.epochs[0].traces == 2 and parity.steps == 4
+
+
 def test_all_reduce_combining_is_off_on_cpu(run):
     run("dtensor", mesh="batch=2")
     assert os.environ[combining.VARIABLE] == "0"

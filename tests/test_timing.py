@@ -141,7 +141,9 @@ def test_a_trace_that_runs_any_step_count_is_timed_a_rounds_steps_a_call_and_a_r
     data = data_slice(embedded, 1000, 64)  # 15 full batches and one of 40
     for name, devices_used, steps in (("reference", devices[:1], 8), ("mirrored", devices[:2], 10)):
         history, kept = fit_and_keep(name, config, data, devices_used, None, RunControl(keep=True, evaluate=False))
+        traced = kept.trainer.trace_count()
         found = kept.time(steps)
+        assert kept.trainer.trace_count() == traced, name  # the epoch's trace, run with fewer steps
         assert set(found.call_steps) == {steps} and found.examples == found.steps * 64, name
         assert [(record.test_loss, record.test_accuracy) for record in history.epochs] == [(None, None)]
         assert history.epochs[0].train_loss > 0 and len(history.step_losses) == 16

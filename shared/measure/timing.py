@@ -1,7 +1,8 @@
 """Speed apart from parity: after a trainer's run, its steady train call (the one a measured epoch makes, on
-batches it already has) timed again in rounds, each between two of the reference's (shared/run/timing.py), so
-that a figure rests on TIMED_STEPS steps or more whatever the data size, and a ratio has a spread: each round's
-examples/s over the mean of the reference's just before and just after it, a drift between them cancelled.
+batches it already has; of a round's steps where its trace runs any count: Trainer.step_call) timed again in
+rounds, each between two of the reference's (shared/run/timing.py), so that a figure rests on TIMED_STEPS steps or
+more whatever the data size, and a ratio has a spread: each round's examples/s over the mean of the reference's
+just before and just after it, a drift between them cancelled.
 
 A round is whole calls, each call's inputs prepared and run as an epoch does, until ROUND_STEPS steps and
 ROUND_SECONDS have run (the first call after the other process ran is the slowest: a round of a few 15 ms calls
@@ -18,8 +19,8 @@ import numpy as np
 ROUNDS = 3  # a trainer's rounds: the spread of its ratio is the min-max of this many
 ROUND_STEPS = 10  # at least, in whole calls: ROUNDS x ROUND_STEPS = TIMED_STEPS
 ROUND_SECONDS = 0.4  # at least
-# The reference's rounds, one more than a trainer's: 4 x 8 = 32 steps or more, as a trainer's 30, in whole calls (the
-# GPT's reference runs an epoch of 8 a call: 10 steps took two, ~0.8 s more a round, 9 configurations x 4 rounds).
+# The reference's rounds, one more than a trainer's: 4 x 8 = 32 steps or more, as a trainer's 30, in whole calls (a
+# call of the first round's steps: with 10, the GPT's reference ran two calls of its epoch's 8, ~0.8 s more a round).
 REFERENCE_ROUND_STEPS = 8
 TIMED_STEPS = ROUNDS * ROUND_STEPS  # shared.judge.ranking.MIN_RANKED_STEPS: a ratio from fewer is not ranked
 

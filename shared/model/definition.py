@@ -154,6 +154,10 @@ class ModelDefinition:
     # A Keras definition's built Keras model itself (shared/model/keras.py), with its compile settings if the user's
     # function compiled it: what --fit trains with Keras's own model.fit (shared/training/keras_fit.py); None else.
     keras_model: Optional[object] = None
+    # Each example's outputs depend on its own inputs alone (no batch statistics): DTensor may then pad a short batch
+    # to the full batch's shape, one traced step for every batch (dtensor_impl/inputs.py). Off unless a definition
+    # says so (a Keras model's is off).
+    independent_examples: bool = False
 
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes

@@ -56,6 +56,7 @@ def gpt(dropout: float = 0.0) -> ModelDefinition:
         Variable("head/b", (len(VOCABULARY),)),
     ]
     return ModelDefinition(
+        independent_examples=True,
         name=f"gpt context {CONTEXT} width {WIDTH} heads {HEADS} mlp {MLP_UNITS} blocks {BLOCKS}",
         variables=tuple(variables),
         forward=functools.partial(forward, dropout=dropout),

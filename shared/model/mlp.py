@@ -78,6 +78,7 @@ def mlp(hidden: Sequence[int] = TUTORIAL_HIDDEN, dropout: float = 0.0) -> ModelD
         ]
     named = {f"hidden{i}": size for i, size in enumerate(hidden, start=1)}
     return ModelDefinition(
+        independent_examples=True,
         name="mlp " + "-".join(map(str, sizes)),
         variables=tuple(variables),
         forward=functools.partial(forward, dropout=dropout) if dropout else forward,

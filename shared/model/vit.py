@@ -73,6 +73,7 @@ def vit(dropout: float = 0.0) -> ModelDefinition:
     ]
     assert PATCHES * PATCH_PIXELS == IMAGE_PIXELS
     return ModelDefinition(
+        independent_examples=True,
         name=f"vit patches {PATCHES}x{PATCH_PIXELS} width {WIDTH} heads {HEADS} mlp {MLP_UNITS} blocks {BLOCKS}",
         variables=tuple(variables),
         forward=functools.partial(forward, dropout=dropout),

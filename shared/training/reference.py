@@ -8,6 +8,8 @@ runs of equal-size batches (a loop in the graph, one host sync per epoch), and t
 compiled by XLA (`shared.training.optim.apply_gradients_fused`).
 """
 
+import itertools
+
 import tensorflow as tf
 
 from shared.config import Config
@@ -114,7 +116,8 @@ class ReferenceTrainer(Trainer):
 
         def prepare():
             batches = epoch_batches(self.data.x_train, self.data.y_train, self.config.batch_size)
-            return tuple(tf.constant(array[: most_steps or None]) for array in next(step_chunks(batches)))
+            first = itertools.islice(batches, most_steps or None)  # only the batches the call runs
+            return tuple(tf.constant(array) for array in next(step_chunks(first)))
 
         def run(inputs):
             train_steps(self.model, self.optimizer, *inputs)[0].numpy()  # host sync: the call has run
