@@ -286,7 +286,7 @@ def test_a_ratio_is_marked_tied_only_where_its_spread_overlaps_another_at_its_co
     assert "(0.55x, 0.50-0.61), reference 1,000" in format_entry_line(entries[1])
 
 
-def test_a_configuration_the_main_run_trained_is_taken_from_it_and_the_reference_trains_once(devices):
+def test_a_configuration_the_main_run_or_the_lanes_trained_is_taken_and_the_reference_trains_once(devices):
     from types import SimpleNamespace
 
     from shared.measure.history import History
@@ -307,10 +307,15 @@ def test_a_configuration_the_main_run_trained_is_taken_from_it_and_the_reference
         "batch=8",
         "update primary",
     ]  # not batch=8 sharded, not at 2 devices
-    calls = []
-    train = reference_once(lambda entry, config, control=None: calls.append(entry.trainer) or entry.trainer, main)
-    reference, dtensor = SimpleNamespace(trainer="reference"), SimpleNamespace(trainer="dtensor")
-    float64 = Config(dtype="float64")
-    results = [train(reference, float64), train(reference, float64), train(dtensor, float64)]
+    calls, float64 = [], Config(dtype="float64")
+    reruns = {("mirrored", float64): "the lanes' rerun"}  # Blocks.rerun trained it with the block
+    train = reference_once(
+        lambda entry, config, control=None: calls.append(entry.trainer) or entry.trainer, main, {}, reruns
+    )
+    reference, dtensor, mirrored = (
+        SimpleNamespace(trainer=name, key=name) for name in ("reference", "dtensor", "mirrored")
+    )
+    results = [train(reference, float64), train(reference, float64), train(dtensor, float64), train(mirrored, float64)]
     train(reference, float64, RunControl(replay_step=3))  # a replay is its own run
-    assert results == ["reference", "reference", "dtensor"] and calls == ["reference", "dtensor", "reference"]
+    assert results == ["reference", "reference", "dtensor", "the lanes' rerun"] and reruns == {}
+    assert calls == ["reference", "dtensor", "reference"]

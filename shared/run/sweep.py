@@ -12,19 +12,33 @@ Measurements and costs: docs/throughput.md.
 """
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from shared.config import Config
 from shared.console import print_fitted
 from shared.errors import UsageError
+from shared.judge import verdict
+from shared.judge.parity import check_parity
 from shared.judge.ranking import FAILED, SKIPPED, SweepEntry, label, mark_fastest
 from shared.measure.history import History, measured_steps, throughput
 from shared.measure.memory import largest_total_bytes
+from shared.model.registry import definition_for
 from shared.report.sweep import format_entry_line, rerun_summary
 from shared.run import timing
 from shared.run.lanes import BLOCK_LANES, lane_count, queued
 from shared.run.results import TrainerResult
-from shared.run.sequence import Entry, RunResult, Train, lineup, timed_control, train_and_judge, trained_by
+from shared.run.sequence import (
+    Entry,
+    RunResult,
+    Train,
+    float64_config,
+    lineup,
+    timed_control,
+    train_and_judge,
+    train_float64,
+    trained_by,
+)
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, RunControl
 from shared.training.registry import distributed, trainer_spec
@@ -169,14 +183,17 @@ def trained_by_main_run(point: SweepPoint, main_run: RunResult) -> bool:
     )
 
 
-def reference_once(train: Train, main_run: RunResult) -> Train:
+def reference_once(train: Train, main_run: RunResult, done: Dict[str, TrainerResult], reruns=None) -> Train:
     """The sweep's Train: the reference's float64 run (the float32 one is the main run's) trained once for every
-    configuration, or taken from the main run: it depends on no device count, mesh or update."""
-    done = {}
+    configuration, or taken from the main run: it depends on no device count, mesh or update (`done`, by dtype);
+    a float64 rerun the lanes trained already (`reruns`, by key and config: Blocks.rerun) is taken from them."""
     if "reference" in main_run.float64_histories:
         done["float64"] = TrainerResult("reference", main_run.float64_histories["reference"])
+    reruns = {} if reruns is None else reruns
 
     def sweep_train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
+        if control == PLAIN_RUN and (entry.key, config) in reruns:
+            return reruns.pop((entry.key, config))
         if entry.trainer != "reference" or control != PLAIN_RUN:
             return train(entry, config, control)
         if config.dtype not in done:
@@ -193,8 +210,11 @@ class Blocks:
     costliest configurations (each spec's Variant.cost) train first, so that the lanes finish a block close
     together."""
 
-    def __init__(self, config: Config, data: Dataset, all_devices: Sequence[str], plan, main_run: RunResult):
+    def __init__(self, config: Config, data: Dataset, all_devices: Sequence[str], plan, main_run: RunResult, done):
         self.lanes, self.plan, self.reference = lane_count(config), plan, main_run.results["reference"]
+        self.done = done  # the reference's runs by dtype (reference_once)
+        self.reruns: Dict[Tuple[str, Config], TrainerResult] = {}  # float64 reruns by (key, config): rerun
+        self.rerun_seconds: Dict[int, float] = {}  # their lanes' seconds by plan index
         to_train = [i for i, point in enumerate(plan) if not point.skipped and not trained_by_main_run(point, main_run)]
         to_train.sort(key=lambda i: -plan[i].cost)  # stable: plan order among equals
         self.indices = to_train if self.lanes > 1 and len(to_train) > 1 else []
@@ -215,7 +235,44 @@ class Blocks:
             self.trained.update((i, outcome.result()) for i, outcome in zip(block, outcomes))
             results = [result for i in block for result in self.trained[i].values() if result.history is not None]
             timing.time_together(self.reference, results)
+            self.rerun(block)
         return self.trained.pop(index)
+
+    def rerun(self, block: Sequence[int]) -> None:
+        """The float64 reruns that the judge will ask for (a float32 failure: shared.judge.verdict.judge), the
+        reference's first if it has none, trained on the lanes as the block was, two at a time where one trained
+        after the other (each a minute of the MLP's sweep where float32 leaves its tolerance: an AVX2-only CPU)."""
+        wanted = [(i, entry) for i in block for entry in lineup(self.plan[i].config)[1:] if self.fails(i, entry)]
+        if wanted and "float64" not in self.done:
+            wanted.insert(0, (wanted[0][0], lineup(self.plan[wanted[0][0]].config)[0]))
+
+        def job(entry: Entry):
+            def run(train: Train) -> Tuple[TrainerResult, float]:
+                started = time.perf_counter()
+                return train_float64(train, entry), time.perf_counter() - started
+
+            return run
+
+        for (i, entry), outcome in zip(wanted, queued([job(entry) for _, entry in wanted], self.trains)):
+            try:
+                result, seconds = outcome.result()
+            except Exception:  # noqa: BLE001 - explain trains it again, in its turn
+                continue
+            self.rerun_seconds[i] = self.rerun_seconds.get(i, 0.0) + seconds
+            if entry.trainer == "reference":
+                self.done["float64"] = result
+            else:
+                self.reruns[entry.key, float64_config(entry.config)] = result
+
+    def fails(self, index: int, entry: Entry) -> bool:
+        """Whether the judge will rerun `entry` of plan[index] in float64 (its float32 parity failed)."""
+        result, config = self.trained[index].get(entry.key), self.plan[index].config
+        if result is None or result.failed or self.reference.failed:
+            return False
+        histories = {"reference": self.reference.history, entry.key: result.history}
+        parity = {entry.key: check_parity(result.history, self.reference.history, config.tolerance)}
+        summarise = definition_for(config).summarise_state
+        return entry.key in verdict.judge(config, histories, parity, summarise).needs_float64
 
     @staticmethod
     def job(point: SweepPoint):
@@ -238,8 +295,9 @@ def run_sweep(
     also every configuration's parity reference (shared/run/timing.py)."""
     entries = []
     silent = lambda line: None  # noqa: E731 - the configurations train quietly
-    train = reference_once(trained_by(data, all_devices, log=silent), main_run)
-    blocks = Blocks(config, data, all_devices, plan, main_run)
+    done: Dict[str, TrainerResult] = {}
+    blocks = Blocks(config, data, all_devices, plan, main_run, done)
+    train = reference_once(trained_by(data, all_devices, log=silent), main_run, done, blocks.reruns)
     if blocks.indices and not config.quiet:
         log(
             f"sweep: {len(blocks.indices)} configurations trained {blocks.lanes} at a time, then timed in blocks of "
@@ -263,6 +321,8 @@ def run_sweep(
                 evaluate=False,
             )
         entries.append(sweep_entry(point, run_at_point, len(data.y_train), index in blocks.indices))
+        if entries[-1].float64_rerun_seconds:  # trained by the lanes (Blocks.rerun): their seconds, not explain's
+            entries[-1].float64_rerun_seconds = blocks.rerun_seconds.get(index, entries[-1].float64_rerun_seconds)
         if not config.quiet:
             log(format_entry_line(entries[-1]))
             last_at_count = index + 1 == len(plan) or plan[index + 1].devices != point.devices
