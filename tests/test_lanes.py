@@ -71,6 +71,12 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
         pretrained.append((sorted(key for key, _ in self.reruns), "float64" in self.done, self))
 
     monkeypatch.setattr(sweep_module.Blocks, "rerun", recorded)
+    from shared.run import sequence
+
+    queued_jobs, original_queued = [], sequence.queued
+    monkeypatch.setattr(
+        sequence, "queued", lambda jobs, lanes: queued_jobs.append(jobs) or original_queued(jobs, lanes)
+    )
     report_path = tmp_path / "report.json"
     small = [arg for arg in SMALL if arg not in ("--no-timing",)]
     small[small.index("--trainer-process") + 1] = "own"
@@ -97,4 +103,8 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     reran = [(e["trainer"], e["float64_rerun_seconds"]) for e in sweep[1:3] + sweep[4:] if e["verdict"] != "ok"]
     assert reran and all(seconds > 0 for _, seconds in reran)  # the lanes' seconds
     ((keys, reference_done, blocks),) = pretrained  # one block of 3
+    report = read_report(report_path)
+    main_reran = sorted(name for name in ("dtensor", "mirrored") if report["parity"][name]["verdict"] == "float noise")
+    explained = [job for jobs in queued_jobs for job in jobs if job.__qualname__.startswith("explain.")]
+    assert len(explained) == (len(main_reran) if len(main_reran) > 1 else 0)  # the main run's, side by side
     assert keys == sorted(trainer for trainer, _ in reran) and reference_done and blocks.reruns == {}  # all taken

@@ -206,7 +206,7 @@ def train_and_judge(
         if key != "reference" and history is not None and histories["reference"] is not None
     }
     judgement = verdict.judge(config, histories, parity, definition_for(config).summarise_state, no_float64_reason)
-    explain(config, judgement, parity, entries, train, log)
+    explain(config, judgement, parity, entries, train, log, lanes)
     locate_differences(config, judgement.verdicts, entries, results, train, log)
     name_random_ops(config, judgement.verdicts, results)
     name_cautions(config, judgement.verdicts, results, [reference, *others], len(data.y_train))
@@ -239,19 +239,21 @@ def timed_control(config: Config, timed: bool, evaluate: bool = True) -> RunCont
     return RunControl(keep=timed and timed_run(config), evaluate=evaluate)
 
 
-def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: Train, log) -> None:
-    """The float64 reruns the judge asks for, of the reference and each trainer whose float32 parity failed, and
-    the judge's verdicts from them."""
+def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: Train, log, lanes=()) -> None:
+    """The float64 reruns the judge asks for, of the reference and each trainer whose float32 parity failed (those
+    on `lanes`, two at a time, where the run has them), and the judge's verdicts from them."""
     if not judgement.needs_float64:
         return
     for key in judgement.needs_float64:
         log(verdict.rerun_line(key, parity[key]))
     started = time.perf_counter()
-    reruns = {
-        entry.key: train_float64(train, entry)
-        for entry in entries
-        if entry.key in ["reference", *judgement.needs_float64]
-    }
+    wanted = [entry for entry in entries if entry.key in judgement.needs_float64]
+    reruns = {entries[0].key: train_float64(train, entries[0])}  # the reference, where it trains
+    if len(lanes) > 1 and len(wanted) > 1:
+        outcomes = queued([lambda lane, entry=entry: train_float64(lane, entry) for entry in wanted], lanes)
+        reruns.update((entry.key, outcome.result()) for entry, outcome in zip(wanted, outcomes))
+    else:
+        reruns.update((entry.key, train_float64(train, entry)) for entry in wanted)
     seconds = time.perf_counter() - started
     log(f"float64 rerun of reference, {', '.join(judgement.needs_float64)}: {seconds:.1f} s")
     verdict.explain(judgement, parity, reruns, definition_for(config).summarise_state, seconds)
