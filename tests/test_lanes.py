@@ -73,10 +73,14 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     monkeypatch.setattr(sweep_module.Blocks, "rerun", recorded)
     from shared.run import sequence
 
-    queued_jobs, original_queued = [], sequence.queued
-    monkeypatch.setattr(
-        sequence, "queued", lambda jobs, lanes: queued_jobs.append(jobs) or original_queued(jobs, lanes)
-    )
+    side_by_side, on_lanes = sequence.side_by_side, []
+
+    def recorded_side_by_side(entries, lanes, control, run=None):
+        trained = side_by_side(entries, lanes, control, run)
+        on_lanes.append((run, sorted(trained)))
+        return trained
+
+    monkeypatch.setattr(sequence, "side_by_side", recorded_side_by_side)
     report_path = tmp_path / "report.json"
     small = [arg for arg in SMALL if arg not in ("--no-timing",)]
     small[small.index("--trainer-process") + 1] = "own"
@@ -105,6 +109,6 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     ((keys, reference_done, blocks),) = pretrained  # one block of 3
     report = read_report(report_path)
     main_reran = sorted(name for name in ("dtensor", "mirrored") if report["parity"][name]["verdict"] == "float noise")
-    explained = [job for jobs in queued_jobs for job in jobs if job.__qualname__.startswith("explain.")]
-    assert len(explained) == (len(main_reran) if len(main_reran) > 1 else 0)  # the main run's, side by side
+    explained = [keys for run, keys in on_lanes if run is sequence.train_float64 and keys]
+    assert explained == ([main_reran] if len(main_reran) > 1 else [])  # the main run's reruns, side by side
     assert keys == sorted(trainer for trainer, _ in reran) and reference_done and blocks.reruns == {}  # all taken

@@ -200,12 +200,7 @@ def train_and_judge(
     if control.keep:
         timing.time_run(results, reference.key, trained_reference=reference_result is None)
     histories = {key: result.history for key, result in results.items()}
-    parity = {
-        key: check_parity(history, histories["reference"], config.tolerance)
-        for key, history in histories.items()
-        if key != "reference" and history is not None and histories["reference"] is not None
-    }
-    judgement = verdict.judge(config, histories, parity, definition_for(config).summarise_state, no_float64_reason)
+    parity, judgement = judge(config, histories, no_float64_reason)
     explain(config, judgement, parity, entries, train, log, lanes)
     locate_differences(config, judgement.verdicts, entries, results, train, log)
     name_random_ops(config, judgement.verdicts, results)
@@ -224,12 +219,26 @@ def train_and_judge(
     return run
 
 
-def side_by_side(entries: Sequence[Entry], lanes: Sequence[Train], control: RunControl) -> Dict[str, TrainerResult]:
-    """`entries` trained on `lanes` at once, each lane taking the next when it is free; {} with fewer than two of
-    either (train_and_judge trains them in turn)."""
+def judge(config: Config, histories: Dict[str, Optional[History]], no_float64_reason: str = ""):
+    """(parity of each trainer against the reference, the judge's judgement: shared.judge.verdict.judge) for a run's
+    histories ({name: None} for a failed trainer)."""
+    parity = {
+        key: check_parity(history, histories["reference"], config.tolerance)
+        for key, history in histories.items()
+        if key != "reference" and history is not None and histories["reference"] is not None
+    }
+    return parity, verdict.judge(config, histories, parity, definition_for(config).summarise_state, no_float64_reason)
+
+
+def side_by_side(
+    entries: Sequence[Entry], lanes: Sequence[Train], control: RunControl, run: Optional[Callable] = None
+) -> Dict[str, TrainerResult]:
+    """`entries` trained on `lanes` at once (`run(train, entry)`: by default as `control` says), each lane taking
+    the next when it is free; {} with fewer than two of either (the caller trains them in turn)."""
     if len(lanes) < 2 or len(entries) < 2:
         return {}
-    outcomes = queued([lambda train, entry=entry: train(entry, entry.config, control) for entry in entries], lanes)
+    run = run or (lambda train, entry: train(entry, entry.config, control))
+    outcomes = queued([lambda train, entry=entry: run(train, entry) for entry in entries], lanes)
     return {entry.key: outcome.result() for entry, outcome in zip(entries, outcomes)}
 
 
@@ -249,11 +258,8 @@ def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: 
     started = time.perf_counter()
     wanted = [entry for entry in entries if entry.key in judgement.needs_float64]
     reruns = {entries[0].key: train_float64(train, entries[0])}  # the reference, where it trains
-    if len(lanes) > 1 and len(wanted) > 1:
-        outcomes = queued([lambda lane, entry=entry: train_float64(lane, entry) for entry in wanted], lanes)
-        reruns.update((entry.key, outcome.result()) for entry, outcome in zip(wanted, outcomes))
-    else:
-        reruns.update((entry.key, train_float64(train, entry)) for entry in wanted)
+    on_lanes = side_by_side(wanted, lanes, PLAIN_RUN, train_float64)
+    reruns.update((entry.key, on_lanes.get(entry.key) or train_float64(train, entry)) for entry in wanted)
     seconds = time.perf_counter() - started
     log(f"float64 rerun of reference, {', '.join(judgement.needs_float64)}: {seconds:.1f} s")
     verdict.explain(judgement, parity, reruns, definition_for(config).summarise_state, seconds)

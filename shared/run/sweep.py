@@ -18,12 +18,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from shared.config import Config
 from shared.console import print_fitted
 from shared.errors import UsageError
-from shared.judge import verdict
-from shared.judge.parity import check_parity
 from shared.judge.ranking import FAILED, SKIPPED, SweepEntry, label, mark_fastest
 from shared.measure.history import History, measured_steps, throughput
 from shared.measure.memory import largest_total_bytes
-from shared.model.registry import definition_for
 from shared.report.sweep import format_entry_line, rerun_summary
 from shared.run import timing
 from shared.run.lanes import BLOCK_LANES, lane_count, queued
@@ -33,6 +30,7 @@ from shared.run.sequence import (
     RunResult,
     Train,
     float64_config,
+    judge,
     lineup,
     timed_control,
     train_and_judge,
@@ -269,10 +267,8 @@ class Blocks:
         result, config = self.trained[index].get(entry.key), self.plan[index].config
         if result is None or result.failed or self.reference.failed:
             return False
-        histories = {"reference": self.reference.history, entry.key: result.history}
-        parity = {entry.key: check_parity(result.history, self.reference.history, config.tolerance)}
-        summarise = definition_for(config).summarise_state
-        return entry.key in verdict.judge(config, histories, parity, summarise).needs_float64
+        _, judgement = judge(config, {"reference": self.reference.history, entry.key: result.history})
+        return entry.key in judgement.needs_float64
 
     @staticmethod
     def job(point: SweepPoint):
