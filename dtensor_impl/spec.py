@@ -1,11 +1,11 @@
 """DTensor as the run sees it: its checks, header facts, sweep variants, trainer process, --clients and bytes
 counting, registered with shared/training/registry.py as SPEC."""
 
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import tensorflow as tf
 
-from dtensor_impl import nccl
+from dtensor_impl import combining, nccl
 from dtensor_impl.cluster import CLUSTER
 from dtensor_impl.inputs import check_input_mode, pack_batch
 from dtensor_impl.layouts import layout_plan
@@ -65,6 +65,12 @@ def check_float64_collectives(dtype: str, spec: MeshSpec, shard_weights: bool = 
         )
 
 
+def process_environment(config: Config) -> Dict[str, str]:
+    """Its trainer process's environment: one intra-op thread on CPUs, and the all-reduce combining for a model of
+    many variables (combining.py)."""
+    return {**one_intra_op_thread(config), **combining.environment(config)}
+
+
 def before_runtime(config: Config, device_count: int) -> None:
     """What must be fixed before TensorFlow's runtime starts in this process: DTensor's NCCL (nccl.py)."""
     nccl.settle(config.device_type, device_count, config.dtensor_nccl)
@@ -116,7 +122,7 @@ SPEC = TrainerSpec(
     DTensorTrainer,
     check_config=check_config,
     variants=variants,
-    process_environment=one_intra_op_thread,
+    process_environment=process_environment,
     before_runtime=before_runtime,
     describe_run=describe_run,
     cluster=CLUSTER,

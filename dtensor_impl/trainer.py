@@ -262,6 +262,9 @@ class DTensorTrainer(Trainer):
             "layouts": " ".join(self.plan.describe(self.definition)),
             "collectives": self.collectives.describe(),
             "all_gather": self.all_gather,
+            # DTensor's all-reduce combining in this process (combining.py): "on" combines a step's all-reduces and
+            # runs one step a call; "off" sends one a gradient and may unroll several steps a call.
+            "all_reduce_combining": "on" if combining.settle(self.device_type) else "off",
         }
         optional = {
             "padding": self.padding(),

@@ -267,6 +267,43 @@ def test_all_reduce_combining_is_off_on_cpu(run):
     assert dtensor_trainer.steps_per_call("CPU", dtensor_trainer.UNROLL_MAX_OPERATIONS + 1) == 1
 
 
+def test_a_trainer_process_combines_the_all_reduces_of_a_model_of_many_variables(monkeypatch):
+    from shared.run.sequence import describe_processes, process_environment
+
+    monkeypatch.setenv(combining.VARIABLE, "0")  # as `settle` leaves it, here or in a process that started this one
+    monkeypatch.setenv(combining.SETTLED, "0")
+    many = Config(model="gpt", data="embedded")  # 38 trainable variables
+    assert combining.environment(many) == {combining.VARIABLE: "1"}
+    assert combining.environment(Config()) == {}  # the MLP's 6: off, 4 steps a call
+    assert combining.environment(many.replace(adam="tutorial")) == {}  # it reads its slots after assigning them
+    assert combining.environment(many.replace(device_type="GPU")) == {}  # TensorFlow's default: on
+    # dtensor and mirrored still share one process, with the variable set.
+    assert process_environment("mirrored", many) == process_environment("dtensor", many)
+    assert process_environment("mirrored", many)[combining.VARIABLE] == "1"
+    assert (
+        "dtensor and mirrored in a trainer process (DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION=1"
+        " TF_NUM_INTRAOP_THREADS=1)" in describe_processes(many)
+    )
+    # A run without DTensor names only what its own trainers ask for.
+    assert "(TF_NUM_INTRAOP_THREADS=1)" in describe_processes(many.replace(trainers=("reference", "mirrored")))
+    monkeypatch.delenv(combining.SETTLED)  # the same "0", yours, set before the run: inherited, never overridden
+    assert combining.environment(many) == {}
+
+
+def test_with_the_combining_on_a_step_a_call_matches_the_reference_in_float64():
+    """An MLP of 9 layers (18 variables) in its trainer process: the combining on, one step a call, every step exact
+    (6 steps: were it to unroll, a call of 4 would read stale weights)."""
+    from shared.api import check_model
+
+    options = dict(hidden=(16,) * 8, train_examples=192, test_examples=32, batch_size=32, epochs=1, dtype="float64")
+    result = check_model("mlp", meshes=("batch=2",), trainers=("dtensor",), devices=2, **options)
+    assert result.ok and set(result.verdicts) == {"dtensor batch=2"}, result.summary()
+    details = result.run.results["dtensor batch=2"].history.details
+    assert details["all_reduce_combining"] == "on" and details["steps_per_call"] == "1"
+    parity = result.parity["dtensor batch=2"]
+    assert parity.state_judged and parity.steps == 6 and parity.max_abs_loss_diff <= 1e-12
+
+
 # DTensor started by someone else's op before the trainer runs, the variable unset.
 STARTED_BEFORE = """
 import json

@@ -33,7 +33,7 @@ from shared.training.batches import batch_slices
 from shared.training.data import Dataset
 from shared.training.keras_fit import cautions_for
 from shared.training.protocol import PLAIN_RUN, RunControl
-from shared.training.registry import distributed, trainer_spec
+from shared.training.registry import distributed, specs, trainer_spec
 
 
 @dataclasses.dataclass
@@ -97,13 +97,14 @@ def in_process(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train
 
 
 def describe_processes(config: Config) -> str:
-    """The header's line on where each trainer trains and with which threads; "" when all train here."""
+    """The header's line on where each trainer trains and with which threads; "" when all train here. It names what
+    the chosen trainers ask of their process (another's part, DTensor's for a MirroredStrategy run, is left out)."""
     names = distributed(config.trainers)
     if not names or not own_process(config):
         return ""
-    settings = {}
+    settings, asked = {}, {variable for name in names for variable in trainer_spec(name).process_environment(config)}
     for name in names:
-        environment = trainer_spec(name).process_environment(config)
+        environment = {k: v for k, v in process_environment(name, config).items() if k in asked}
         settings.setdefault(" ".join(f"{k}={v}" for k, v in sorted(environment.items())), []).append(name)
     own = "; ".join(
         f"{' and '.join(group)} in a trainer process" + (f" ({setting})" if setting else "")
@@ -118,9 +119,22 @@ def describe_processes(config: Config) -> str:
     return line
 
 
+def process_environment(trainer: str, config: Config) -> Dict[str, str]:
+    """The environment of `trainer`'s process: what every distributed trainer asks for with this configuration (each
+    spec's `process_environment`, chosen or not: a sweep's configuration names only its own trainer) together, so
+    that they share one process; its own where two ask for different values of one variable."""
+    own = trainer_spec(trainer).process_environment(config)
+    together = dict(own)
+    for spec in specs():
+        for variable, value in (spec.process_environment(config) if spec.distributes else {}).items():
+            if together.setdefault(variable, value) != value:
+                return own
+    return together
+
+
 def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted, lane: int = 0) -> Train:
     """How compare.py trains: the reference here; the others here too, or each approach in its trainer process
-    (own_process), with its environment (its spec's `process_environment`); `lane`: which of a sweep's processes
+    (own_process), with the run's environment for it (process_environment); `lane`: which of a sweep's processes
     for that environment (shared/run/lanes.py)."""
     here = in_process(data, devices, log)
 
@@ -130,7 +144,7 @@ def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted, lane: in
             return None
         # As many logical devices as this process has: one trainer process serves every count of a sweep.
         count = max(len(devices), len(tf.config.list_logical_devices(config.device_type)))
-        return worker.trainer_process(spec.process_environment(config), config, count, lane)
+        return worker.trainer_process(process_environment(trainer, config), config, count, lane)
 
     def train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
         found = process(entry.trainer, config)
