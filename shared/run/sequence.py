@@ -125,8 +125,8 @@ def process_environment(trainer: str, config: Config) -> Dict[str, str]:
     that they share one process; its own where two ask for different values of one variable."""
     own = trainer_spec(trainer).process_environment(config)
     together = dict(own)
-    for spec in specs():
-        for variable, value in (spec.process_environment(config) if spec.distributes else {}).items():
+    for spec in filter(lambda spec: spec.distributes, specs()):
+        for variable, value in spec.process_environment(config).items():
             if together.setdefault(variable, value) != value:
                 return own
     return together

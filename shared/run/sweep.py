@@ -105,9 +105,12 @@ def plan_sweep(config: Config, all_devices: Sequence[str]) -> List[SweepPoint]:
     return points
 
 
-def sweep_entry(point: SweepPoint, run, train_examples: int, beside_another: bool = False) -> SweepEntry:
+def sweep_entry(
+    point: SweepPoint, run, train_examples: int, beside_another: bool = False, rerun_seconds: Optional[float] = None
+) -> SweepEntry:
     """The entry for `point` from its RunResult (the reference and the point's trainer); run None: skipped.
-    `beside_another`: it trained while another lane did (shared/run/lanes.py), so its epochs' times are no figure."""
+    `beside_another`: it trained while another lane did (shared/run/lanes.py), so its epochs' times are no figure.
+    `rerun_seconds`: its float64 reruns' own seconds where the lanes trained them (Blocks.rerun), not explain's."""
     entry = SweepEntry(
         point.devices,
         point.trainer,
@@ -137,7 +140,8 @@ def sweep_entry(point: SweepPoint, run, train_examples: int, beside_another: boo
         entry.verdict, entry.reason = FAILED, entry.error
     elif verdict is not None:
         entry.verdict, entry.reason, entry.summary = verdict.verdict, verdict.reason, verdict.short_reason()
-    entry.float64_rerun_seconds = run.explain_seconds if point.trainer in run.float64_histories else 0.0
+    seconds = run.explain_seconds if rerun_seconds is None else rerun_seconds
+    entry.float64_rerun_seconds = seconds if point.trainer in run.float64_histories else 0.0
     return entry
 
 
@@ -316,9 +320,8 @@ def run_sweep(
                 trained=blocks.take(index),
                 evaluate=False,
             )
-        entries.append(sweep_entry(point, run_at_point, len(data.y_train), index in blocks.indices))
-        if entries[-1].float64_rerun_seconds:  # trained by the lanes (Blocks.rerun): their seconds, not explain's
-            entries[-1].float64_rerun_seconds = blocks.rerun_seconds.get(index, entries[-1].float64_rerun_seconds)
+        beside, seconds = index in blocks.indices, blocks.rerun_seconds.get(index)
+        entries.append(sweep_entry(point, run_at_point, len(data.y_train), beside, seconds))
         if not config.quiet:
             log(format_entry_line(entries[-1]))
             last_at_count = index + 1 == len(plan) or plan[index + 1].devices != point.devices
