@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import textwrap
+import threading
 
 TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 # A normal terminal's width: the tables are built to fit it, and longer lines are broken at spaces.
@@ -45,9 +46,13 @@ def status(text: str) -> None:
         status_sink(text)
 
 
+_printing = threading.Lock()  # the reference prints here while the lanes' threads print their trainers' lines
+
+
 def print_fitted(text: str) -> None:
-    """The trainers' and the comparison's `log`: print, within LINE_WIDTH."""
-    print(fit_width(text))
+    """The trainers' and the comparison's `log`: print, within LINE_WIDTH, a whole line at a time."""
+    with _printing:
+        print(fit_width(text))
 
 
 def hide_tensorflow_messages(verbose: bool, environ=os.environ) -> bool:

@@ -3,6 +3,7 @@ taking the next when it is free, the outcomes in the jobs' order, a job's error 
 that trains two at a time judges and times every configuration, its main run's trainers side by side too."""
 
 import threading
+import time
 
 import pytest
 
@@ -48,6 +49,24 @@ def test_a_jobs_error_is_raised_in_its_turn_and_the_other_job_finishes():
         outcomes[0].result()
 
 
+def test_meanwhile_runs_here_while_the_lanes_run_their_jobs_and_what_it_raises_is_raised():
+    both_started = threading.Barrier(2, timeout=WAIT_S)  # returns only if the job and `meanwhile` run at once
+    here = []
+
+    def job(lane):
+        both_started.wait()
+        return lane
+
+    outcomes = queued([job], ["a", "b"], meanwhile=lambda: here.append(both_started.wait() is not None))
+    assert outcomes[0].result() == "a" and here == [True]
+
+    def failing():
+        raise ValueError("the reference failed to start")
+
+    with pytest.raises(ValueError, match="the reference failed to start"):
+        queued([lambda lane: lane], ["a"], meanwhile=failing)
+
+
 def test_lanes_only_where_nothing_measured_while_training_is_reported():
     lanes = lane_count(Config())
     assert 1 <= lanes <= 2
@@ -56,6 +75,15 @@ def test_lanes_only_where_nothing_measured_while_training_is_reported():
     assert lane_count(Config(profile=True)) == 1  # the step split is measured as the trainer finishes
     assert lane_count(Config(trainer_process="shared")) == 1  # one process: nothing to run beside it
     assert lane_count(Config(device_type="GPU", trainer_process="own")) == 1  # each would reserve every GPU
+
+
+@pytest.mark.skipif(lane_count(Config()) < 2, reason="one core: a sweep trains on one lane")
+def test_the_header_says_a_main_run_before_a_sweep_trains_beside_the_reference():
+    from shared.run.sequence import describe_processes
+
+    one = describe_processes(Config(trainers=("reference", "dtensor"), sweep_devices=(2,)))
+    assert "dtensor trains in its process while the reference trains here: the epoch and trace times ran" in one
+    assert "while the reference" not in describe_processes(Config(trainers=("reference", "dtensor")))  # no sweep
 
 
 @pytest.mark.skipif(lane_count(Config()) < 2, reason="one core: a sweep trains on one lane")
@@ -73,11 +101,21 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     monkeypatch.setattr(sweep_module.Blocks, "rerun", recorded)
     from shared.run import sequence
 
-    side_by_side, on_lanes = sequence.side_by_side, []
+    side_by_side, on_lanes, spans = sequence.side_by_side, [], {}
 
-    def recorded_side_by_side(entries, lanes, control, run=None):
-        trained = side_by_side(entries, lanes, control, run)
-        on_lanes.append((run, sorted(trained)))
+    def recorded_side_by_side(entries, lanes, control, run=None, meanwhile=lambda: None):
+        def timed(key, call):
+            started = time.perf_counter()
+            call()
+            spans.setdefault(id(entries), []).append((key, started, time.perf_counter()))
+
+        def on_lane(train, entry):
+            found = []
+            timed(entry.key, lambda: found.append((run or (lambda t, e: t(e, e.config, control)))(train, entry)))
+            return found[0]
+
+        trained = side_by_side(entries, lanes, control, on_lane, lambda: timed("here", meanwhile))
+        on_lanes.append((run, sorted(trained), spans.get(id(entries), [])))
         return trained
 
     monkeypatch.setattr(sequence, "side_by_side", recorded_side_by_side)
@@ -89,10 +127,13 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     count = 3
     joined = result.stdout.replace("\n" + " " * 11, " ").replace("\n  ", " ")  # lines broken to fit, joined
     assert (
-        f"sweep: {count} configurations trained 2 at a time, then timed in blocks of up to 4, their rounds in turn "
-        "between the reference's" in joined.splitlines()
+        f"sweep: {count} configurations trained 2 at a time, then timed in blocks of up to 4, the first with the main "
+        "run's trainers, their rounds in turn between the reference's" in joined.splitlines()
     )
-    assert "dtensor and mirrored train side by side, one a core, as the sweep's configurations do" in joined
+    assert (
+        "dtensor and mirrored train side by side, one a core, as the sweep's configurations do, while the reference"
+        " trains here" in joined
+    )
     sweep = read_report(report_path)["sweep"]
     assert [(e["mesh"], e["shard_weights"], e["update"]) for e in sweep] == [
         ("batch=2", False, ""),  # the main run's
@@ -101,6 +142,9 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
         ("", False, "primary"),  # the main run's
         ("", False, "replicas"),
     ]
+    # One block, the main run's two timed in its rounds: every ratio beside the same rounds of the reference.
+    beside = {entry["reference_examples_per_s"] for entry in sweep}
+    assert len(beside) == 1 and None not in beside, beside
     for entry in sweep:
         assert entry["verdict"] in ("ok", "float noise") and entry["parity_ok"] is True, entry["reason"]
         assert entry["measured_steps"] >= 30 and entry["ratio_spread"][0] <= entry["ratio_to_reference"]
@@ -109,6 +153,12 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     ((keys, reference_done, blocks),) = pretrained  # one block of 3
     report = read_report(report_path)
     main_reran = sorted(name for name in ("dtensor", "mirrored") if report["parity"][name]["verdict"] == "float noise")
-    explained = [keys for run, keys in on_lanes if run is sequence.train_float64 and keys]
-    assert explained == ([main_reran] if len(main_reran) > 1 else [])  # the main run's reruns, side by side
+    explained = [keys for run, keys, _ in on_lanes if run is sequence.train_float64 and keys]
+    assert explained == ([main_reran] if main_reran else [])  # the main run's reruns, side by side
+    # The main run's reference trained here while the lanes trained dtensor and mirrored: their spans overlap.
+    main_keys, main_spans = next((keys, found) for run, keys, found in on_lanes if run is None)
+    assert main_keys == ["dtensor", "mirrored"]
+    here = next((start, end) for key, start, end in main_spans if key == "here")
+    lanes = [(start, end) for key, start, end in main_spans if key != "here"]
+    assert len(lanes) == 2 and min(start for start, _ in lanes) < here[1] and here[0] < max(end for _, end in lanes)
     assert keys == sorted(trainer for trainer, _ in reran) and reference_done and blocks.reruns == {}  # all taken

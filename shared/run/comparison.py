@@ -20,7 +20,7 @@ from shared.model.registry import definition_for
 from shared.report import outputs, saved
 from shared.report.header import header
 from shared.report.sweep import describe_plan
-from shared.run import sweep
+from shared.run import sweep, timing
 from shared.run.sequence import RunResult, describe_processes, train_all
 from shared.training import checkpoint
 from shared.training.data import Dataset, load_run_data
@@ -76,7 +76,11 @@ def run(config: Config) -> int:
         print(fit_width(describe_plan(config, plan), indent=2))
     main_run = train_all(config, data, devices, saved_baseline=saved_baseline)
     main_run.matmul_peak_gflops = matmul_peak_for(main_run)
-    entries = sweep.run_sweep(config, data, all_devices, plan, main_run) if plan else []
+    if plan:  # its first block times the main run's trainers too
+        entries = sweep.run_sweep(config, data, all_devices, plan, main_run)
+    else:  # what train_all left for a sweep that has no configuration
+        entries = []
+        timing.time_run(main_run.results)
     main_run.results["reference"].release()  # kept for timing beside it (shared/run/timing.py)
     return outputs.publish(config, main_run, entries)
 

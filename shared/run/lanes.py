@@ -13,7 +13,7 @@ Elsewhere one lane, in plan order, as before.
 
 import os
 import threading
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from shared.config import Config
 from shared.measure.timing import wanted as timed_run
@@ -60,11 +60,12 @@ class Pending:
         return self._value
 
 
-def queued(jobs: Sequence[Callable], lanes: Sequence[object]) -> List[Pending]:
+def queued(jobs: Sequence[Callable], lanes: Sequence[object], meanwhile: Optional[Callable] = None) -> List[Pending]:
     """A block: each lane (one of `lanes`: here, how a lane trains) takes the next job when it is free, in the jobs'
-    order, and calls it with itself; returns when every job has settled, their outcomes in the jobs' order. An
-    interrupt stops the trainer processes at once (not after their jobs), and the threads are daemons: the run does
-    not wait for them."""
+    order, and calls it with itself, while this thread calls `meanwhile` (the reference, which trains in this
+    process); returns when every job has settled, their outcomes in the jobs' order. An interrupt, or what
+    `meanwhile` raises, stops the trainer processes at once (not after their jobs), and the threads are daemons: the
+    run does not wait for them."""
     outcomes = [Pending() for _ in jobs]
     pending, lock = iter(range(len(jobs))), threading.Lock()
 
@@ -82,6 +83,8 @@ def queued(jobs: Sequence[Callable], lanes: Sequence[object]) -> List[Pending]:
     for lane in lanes[: len(jobs)]:
         threading.Thread(target=drive, args=(lane,), daemon=True).start()
     try:
+        if meanwhile is not None:
+            meanwhile()
         for outcome in outcomes:
             outcome.wait()  # every lane idle before anything is timed
     except BaseException:

@@ -111,10 +111,11 @@ def describe_processes(config: Config) -> str:
         for setting, group in settings.items()
     )
     line = f"processes: the reference here (TensorFlow's default threads); {own}"
-    if config.sweep_devices and lane_count(config) > 1 and len(names) > 1:  # train_all
+    if config.sweep_devices and lane_count(config) > 1:  # train_all
+        lanes = f"{' and '.join(names)} train side by side, one a core, as the sweep's configurations do,"
         line += (
-            f"; {' and '.join(names)} train side by side, one a core, as the sweep's configurations do: their epoch and"
-            " trace times, and the reference's, ran beside other work (the speeds are the timing rounds', taken alone)"
+            f"; {lanes if len(names) > 1 else names[0] + ' trains in its process'} while the reference trains here:"
+            " the epoch and trace times ran beside other work (the speeds are the timing rounds', taken alone)"
         )
     return line
 
@@ -200,18 +201,17 @@ def train_and_judge(
     trained: Optional[Dict[str, TrainerResult]] = None,
     lanes: Sequence[Train] = (),
     evaluate: bool = True,
+    time_later: bool = False,
 ) -> RunResult:
     """Train `entries` (the reference first; `reference_result`: its run, already trained; `trained`: others' runs
     already trained, kept when `timed`; `lanes`: one trainer a lane at once, shared/run/lanes.py) with `train`, time
-    (`timed`) and judge them against the reference, train the float64 runs the judge asks for (`no_float64_reason`:
+    (`timed`; `time_later`: kept untimed, for a sweep's first block to time: shared/run/sweep.py) and judge them
+    against the reference, train the float64 runs the judge asks for (`no_float64_reason`:
     why this caller cannot), --repeat, --with-float64 and --baseline's; return the whole run."""
     reference, others = entries[0], list(entries[1:])
     control = timed_control(config, timed, evaluate)
-    results = {reference.key: reference_result or train_reference(train, reference, len(data.y_train), control)}
-    trained = dict(trained or {})
-    trained.update(side_by_side([entry for entry in others if entry.key not in trained], lanes, control))
-    results.update({entry.key: trained.get(entry.key) or train(entry, entry.config, control) for entry in others})
-    if control.keep:
+    results = train_entries(entries, train, control, len(data.y_train), reference_result, trained, lanes)
+    if control.keep and not time_later:
         timing.time_run(results, reference.key, trained_reference=reference_result is None)
     histories = {key: result.history for key, result in results.items()}
     parity, judgement = judge(config, histories, no_float64_reason)
@@ -233,6 +233,29 @@ def train_and_judge(
     return run
 
 
+def train_entries(
+    entries: Sequence[Entry],
+    train: Train,
+    control: RunControl,
+    train_examples: int,
+    reference_result: Optional[TrainerResult] = None,
+    trained: Optional[Dict[str, TrainerResult]] = None,
+    lanes: Sequence[Train] = (),
+) -> Dict[str, TrainerResult]:
+    """Each entry's run by key, the reference's first: `reference_result` or trained here, while the others not in
+    `trained` train on `lanes` (side_by_side), or after it in turn."""
+    reference, others, results = entries[0], entries[1:], {}
+
+    def train_the_reference() -> None:
+        results[reference.key] = reference_result or train_reference(train, reference, train_examples, control)
+
+    trained = dict(trained or {})
+    waiting = [entry for entry in others if entry.key not in trained]
+    trained.update(side_by_side(waiting, lanes, control, meanwhile=train_the_reference))
+    results.update({entry.key: trained.get(entry.key) or train(entry, entry.config, control) for entry in others})
+    return results
+
+
 def judge(config: Config, histories: Dict[str, Optional[History]], no_float64_reason: str = ""):
     """(parity of each trainer against the reference, the judge's judgement: shared.judge.verdict.judge) for a run's
     histories ({name: None} for a failed trainer)."""
@@ -245,14 +268,20 @@ def judge(config: Config, histories: Dict[str, Optional[History]], no_float64_re
 
 
 def side_by_side(
-    entries: Sequence[Entry], lanes: Sequence[Train], control: RunControl, run: Optional[Callable] = None
+    entries: Sequence[Entry],
+    lanes: Sequence[Train],
+    control: RunControl,
+    run: Optional[Callable] = None,
+    meanwhile: Callable[[], None] = lambda: None,
 ) -> Dict[str, TrainerResult]:
     """`entries` trained on `lanes` at once (`run(train, entry)`: by default as `control` says), each lane taking
-    the next when it is free; {} with fewer than two of either (the caller trains them in turn)."""
-    if len(lanes) < 2 or len(entries) < 2:
+    the next when it is free, while `meanwhile` (the reference's run) is called here; with fewer than two lanes,
+    `meanwhile` alone, and {} (the caller trains them in turn, after it: a plain run's times stay uncontended)."""
+    if len(lanes) < 2 or not entries:
+        meanwhile()
         return {}
     run = run or (lambda train, entry: train(entry, entry.config, control))
-    outcomes = queued([lambda train, entry=entry: run(train, entry) for entry in entries], lanes)
+    outcomes = queued([lambda train, entry=entry: run(train, entry) for entry in entries], lanes, meanwhile)
     return {entry.key: outcome.result() for entry, outcome in zip(entries, outcomes)}
 
 
@@ -271,8 +300,12 @@ def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: 
         log(verdict.rerun_line(key, parity[key]))
     started = time.perf_counter()
     wanted = [entry for entry in entries if entry.key in judgement.needs_float64]
-    reruns = {entries[0].key: train_float64(train, entries[0])}  # the reference, where it trains
-    on_lanes = side_by_side(wanted, lanes, PLAIN_RUN, train_float64)
+    reruns = {}
+
+    def rerun_the_reference() -> None:  # here, where it trains, while the lanes rerun the others
+        reruns[entries[0].key] = train_float64(train, entries[0])
+
+    on_lanes = side_by_side(wanted, lanes, PLAIN_RUN, train_float64, rerun_the_reference)
     reruns.update((entry.key, on_lanes.get(entry.key) or train_float64(train, entry)) for entry in wanted)
     seconds = time.perf_counter() - started
     log(f"float64 rerun of reference, {', '.join(judgement.needs_float64)}: {seconds:.1f} s")
@@ -364,7 +397,8 @@ def train_all(
     config: Config, data: Dataset, devices: Sequence[str], log: Callable = print_fitted, saved_baseline=None
 ) -> RunResult:
     """The run that `config` describes on `devices`: compare.py's main run; before a sweep that trains its
-    configurations side by side, its distributed trainers too (shared/run/lanes.py)."""
+    configurations side by side, its distributed trainers too, while the reference trains, and left for the sweep's
+    first block to time (shared/run/lanes.py)."""
     count = lane_count(config) if config.sweep_devices else 1  # a plain run's trace and epoch times stay uncontended
     lanes = [trained_by(data, devices, log, lane) for lane in range(count)]
     if count > 1:  # their processes load TensorFlow while the reference trains
@@ -382,6 +416,7 @@ def train_all(
         saved_baseline=saved_baseline,
         timed=True,
         lanes=lanes,
+        time_later=count > 1,
     )
 
 

@@ -224,6 +224,16 @@ class Blocks:
         silent = lambda line: None  # noqa: E731
         self.trains = [trained_by(data, all_devices, log=silent, lane=lane) for lane in range(self.lanes)]
         self.trained: Dict[int, Dict[str, TrainerResult]] = {}
+        self.main_results = main_run.results  # its kept trainers untimed (train_all): the first block times them
+
+    def first(self) -> None:
+        """The first block trained and timed now, the main run's trainers timed in its rounds; with no block (one lane,
+        or fewer than two configurations to train), those alone beside the reference (as a run without a sweep), so
+        that the main run's configurations have their ratios before the sweep reports any."""
+        if self.indices:
+            self.take_block(self.indices[0])
+        else:
+            timing.time_run(self.main_results)
 
     def take(self, index: int) -> Optional[Dict[str, TrainerResult]]:
         """The trained (and timed) runs of plan[index]'s trainer, by key, its block trained first if it has not
@@ -231,14 +241,20 @@ class Blocks:
         if index not in self.indices:
             return None
         if index not in self.trained:
-            start = self.indices.index(index) // self.size * self.size
-            block = self.indices[start : start + self.size]
-            outcomes = queued([self.job(self.plan[i]) for i in block], self.trains)
-            self.trained.update((i, outcome.result()) for i, outcome in zip(block, outcomes))
-            results = [result for i in block for result in self.trained[i].values() if result.history is not None]
-            timing.time_together(self.reference, results)
-            self.rerun(block)
+            self.take_block(index)
         return self.trained.pop(index)
+
+    def take_block(self, index: int) -> None:
+        """Train the block of plan[index], time it beside the reference (the main run's untimed trainers first, and
+        the reference's own figure from these rounds where it has none yet), and rerun its float32 failures in
+        float64."""
+        start = self.indices.index(index) // self.size * self.size
+        block = self.indices[start : start + self.size]
+        outcomes = queued([self.job(self.plan[i]) for i in block], self.trains)
+        self.trained.update((i, outcome.result()) for i, outcome in zip(block, outcomes))
+        results = [result for i in block for result in self.trained[i].values() if result.history is not None]
+        timing.time_run(self.main_results, also=results)
+        self.rerun(block)
 
     def rerun(self, block: Sequence[int]) -> None:
         """The float64 reruns that the judge will ask for (a float32 failure: shared.judge.verdict.judge), the
@@ -301,8 +317,9 @@ def run_sweep(
     if blocks.indices and not config.quiet:
         log(
             f"sweep: {len(blocks.indices)} configurations trained {blocks.lanes} at a time, then timed in blocks of "
-            f"up to {blocks.size}, their rounds in turn between the reference's"
+            f"up to {blocks.size}, the first with the main run's trainers, their rounds in turn between the reference's"
         )
+    blocks.first()
     for index, point in enumerate(plan):
         # What their float32 failures' float64 reruns would log (two lines each) is summed up per count below.
         run_at_point = main_run if trained_by_main_run(point, main_run) else None

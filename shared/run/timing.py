@@ -56,19 +56,24 @@ def time_together(reference, results: Sequence) -> list:
     return next((found.beside for found in timings if found is not None), [])
 
 
-def time_run(results: Dict[str, object], reference_key: str = "reference", trained_reference: bool = True) -> None:
-    """The kept trainers of `results` not yet timed (a sweep's block times its own: shared/run/sweep.py) timed beside
-    the reference, interleaved, into their histories' `timing`, then let go; the reference's rounds into its own
-    history when it was trained with these (`trained_reference`), and it stays kept (the sweep times beside it too).
-    A reference alone is timed alone."""
+def untimed(results: Dict[str, object], reference_key: str = "reference") -> list:
+    """The kept trainers of `results` (besides the reference) that no rounds have timed yet."""
+    others = [result for key, result in results.items() if key != reference_key and result.history is not None]
+    return [result for result in others if result.history.timing is None and result.kept is not None]
+
+
+def time_run(
+    results: Dict[str, object], reference_key: str = "reference", trained_reference: bool = True, also: Sequence = ()
+) -> None:
+    """The kept trainers of `results` not yet timed, and `also` (a sweep's block, which times the main run's with its
+    first: shared/run/sweep.py), timed beside the reference, interleaved, into their histories' `timing`, then let
+    go; the reference's rounds into its own history when it was trained with these (`trained_reference`) and has none
+    yet, and it stays kept (the sweep times beside it too). A reference alone is timed alone; nothing left: nothing."""
     reference = results[reference_key]
-    others = [
-        result
-        for key, result in results.items()
-        if key != reference_key and result.history is not None and result.history.timing is None
-    ]
-    rounds = time_together(reference, others)
+    rounds = time_together(reference, untimed(results, reference_key) + list(also))
     if trained_reference and reference.history is not None and reference.kept is not None:
+        if reference.history.timing is not None:
+            return
         if not rounds:
             rounds = [found for found in (timed_round(reference, ROUND_STEPS) for _ in range(ROUNDS)) if found]
         reference.history.timing = Timing(rounds) if rounds else None
