@@ -8,6 +8,7 @@ import time
 import pytest
 
 from shared.config import Config
+from shared.run import worker
 from shared.run.lanes import lane_count, queued
 from tests.cli import SMALL, read_report, run_here
 
@@ -49,7 +50,7 @@ def test_a_jobs_error_is_raised_in_its_turn_and_the_other_job_finishes():
         outcomes[0].result()
 
 
-def test_meanwhile_runs_here_while_the_lanes_run_their_jobs_and_what_it_raises_is_raised():
+def test_meanwhile_runs_here_while_the_lanes_run_their_jobs_and_what_it_raises_is_raised(monkeypatch):
     both_started = threading.Barrier(2, timeout=WAIT_S)  # returns only if the job and `meanwhile` run at once
     here = []
 
@@ -63,8 +64,11 @@ def test_meanwhile_runs_here_while_the_lanes_run_their_jobs_and_what_it_raises_i
     def failing():
         raise ValueError("the reference failed to start")
 
+    stopped = []  # queued stops the trainer processes then: here, none of the other tests'
+    monkeypatch.setattr(worker, "kill_all", lambda: stopped.append(True))
     with pytest.raises(ValueError, match="the reference failed to start"):
         queued([lambda lane: lane], ["a"], meanwhile=failing)
+    assert stopped == [True]
 
 
 def test_lanes_only_where_nothing_measured_while_training_is_reported():
@@ -101,13 +105,15 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     monkeypatch.setattr(sweep_module.Blocks, "rerun", recorded)
     from shared.run import sequence
 
-    side_by_side, on_lanes, spans = sequence.side_by_side, [], {}
+    side_by_side, on_lanes = sequence.side_by_side, []
 
     def recorded_side_by_side(entries, lanes, control, run=None, meanwhile=lambda: None):
+        spans = []  # this call's: (what, started, ended)
+
         def timed(key, call):
             started = time.perf_counter()
             call()
-            spans.setdefault(id(entries), []).append((key, started, time.perf_counter()))
+            spans.append((key, started, time.perf_counter()))
 
         def on_lane(train, entry):
             found = []
@@ -115,7 +121,7 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
             return found[0]
 
         trained = side_by_side(entries, lanes, control, on_lane, lambda: timed("here", meanwhile))
-        on_lanes.append((run, sorted(trained), spans.get(id(entries), [])))
+        on_lanes.append((run, sorted(trained), spans))
         return trained
 
     monkeypatch.setattr(sequence, "side_by_side", recorded_side_by_side)
@@ -145,6 +151,7 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     # One block, the main run's two timed in its rounds: every ratio beside the same rounds of the reference.
     beside = {entry["reference_examples_per_s"] for entry in sweep}
     assert len(beside) == 1 and None not in beside, beside
+    assert read_report(report_path)["compute"]["matmul_peak_gflops"] > 0  # measured after that timing
     for entry in sweep:
         assert entry["verdict"] in ("ok", "float noise") and entry["parity_ok"] is True, entry["reason"]
         assert entry["measured_steps"] >= 30 and entry["ratio_spread"][0] <= entry["ratio_to_reference"]
@@ -162,3 +169,22 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     lanes = [(start, end) for key, start, end in main_spans if key != "here"]
     assert len(lanes) == 2 and min(start for start, _ in lanes) < here[1] and here[0] < max(end for _, end in lanes)
     assert keys == sorted(trainer for trainer, _ in reran) and reference_done and blocks.reruns == {}  # all taken
+
+
+def test_on_a_terminal_the_reference_beside_the_lanes_draws_no_progress_bar(monkeypatch):
+    """The first lane's trainer process draws one (shared/run/worker.py); a second, the reference's here, would write
+    over it (RunControl.progress_bar)."""
+    import io
+
+    from shared.report.progress import Printed
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stderr", Terminal())
+    monkeypatch.delenv("COMPARE_NO_PROGRESS_BAR", raising=False)
+    drawn, beside = Printed(), Printed(bar=False)
+    for progress in (drawn, beside):
+        progress.epoch_started("epoch 1", 8)
+    assert not drawn.bar.disable and beside.bar.disable

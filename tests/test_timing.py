@@ -166,3 +166,27 @@ def test_the_speeds_say_what_they_stand_for_on_cpus_and_gpus():
         "speeds: 4 logical GPUs split from 1: they share its compute, so speeds rank configurations on this GPU "
         "only; bytes per step and memory per device carry over"
     )
+
+
+def test_a_main_run_left_untimed_is_timed_once_with_the_first_block_and_the_reference_keeps_those_rounds():
+    """shared/run/sweep.py Blocks.take_block: the main run's kept trainers (train_all's time_later) and a block's in
+    one set of rounds (R M A R M A R M A R), the reference's own figure from them; a second call times nothing."""
+    from shared.measure.history import History
+    from shared.run.timing import time_run, untimed
+
+    order = []
+
+    def result(name, rate):
+        return TrainerResult(name, History(name, "here"), kept=Kept(rate, order=order, name=name))
+
+    main = {"reference": result("R", 1000), "dtensor": result("M", 500)}
+    block = [result("A", 250)]
+    assert untimed(main) == [main["dtensor"]]
+    time_run(main, also=block)
+    assert "".join(order) == "RMARMARMAR"
+    assert main["dtensor"].history.timing.ratio() == pytest.approx((0.5,) * 3)
+    assert block[0].history.timing.ratio() == pytest.approx((0.25,) * 3)
+    assert len(main["reference"].history.timing.rounds) == 4 and main["dtensor"].kept is None  # timed, let go
+    assert untimed(main) == [] and main["reference"].kept is not None  # the reference stays kept for later blocks
+    time_run(main)
+    assert "".join(order) == "RMARMARMAR"  # nothing left: no round more, not even the reference's alone

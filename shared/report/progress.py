@@ -24,10 +24,10 @@ def format_epoch_line(trainer: str, record, epochs: int) -> str:
 
 class Printed:
     """shared.training.protocol.Progress, printed through `log` (print, or a trainer process's channel); `quiet`
-    (--quiet): no epoch lines."""
+    (--quiet): no epoch lines; `bar` False: no progress bar (RunControl.progress_bar)."""
 
-    def __init__(self, log: Callable[[str], None] = print, quiet: bool = False):
-        self.log, self.quiet = log, quiet
+    def __init__(self, log: Callable[[str], None] = print, quiet: bool = False, bar: bool = True):
+        self.log, self.quiet, self.bar_wanted = log, quiet, bar
         self.bar = None
 
     def line(self, text: str) -> None:
@@ -35,7 +35,7 @@ class Printed:
 
     def epoch_started(self, label: str, steps: int) -> None:
         """A progress bar on a terminal only (tqdm); logs and pipes get the epoch lines alone."""
-        drawn = sys.stderr.isatty() and os.environ.get(NO_PROGRESS_BAR) != "1"
+        drawn = self.bar_wanted and sys.stderr.isatty() and os.environ.get(NO_PROGRESS_BAR) != "1"
         self.bar = tqdm(total=steps, desc=label, unit="step", leave=False, disable=not drawn)
 
     def steps_done(self, count: int) -> None:

@@ -75,20 +75,21 @@ def run(config: Config) -> int:
     if plan:
         print(fit_width(describe_plan(config, plan), indent=2))
     main_run = train_all(config, data, devices, saved_baseline=saved_baseline)
-    main_run.matmul_peak_gflops = matmul_peak_for(main_run)
     if plan:  # its first block times the main run's trainers too
         entries = sweep.run_sweep(config, data, all_devices, plan, main_run)
-    else:  # what train_all left for a sweep that has no configuration
+    else:
         entries = []
-        timing.time_run(main_run.results)
+        if main_run.time_later:  # what train_all left for a sweep that has no configuration
+            timing.time_run(main_run.results)
+    main_run.matmul_peak_gflops = matmul_peak_for(main_run)  # after the timing: its figures set the peak beside it
     main_run.results["reference"].release()  # kept for timing beside it (shared/run/timing.py)
     return outputs.publish(config, main_run, entries)
 
 
 def matmul_peak_for(run: RunResult) -> Optional[float]:
     """The matmul peak in the run's dtype (shared/measure/peak.py), the yardstick of the achieved GFLOP/s;
-    None when no trainer has a timed epoch to set beside it (one epoch, or epochs under the timing
-    floor), rather than 1-3 s spent for nothing."""
+    None when no trainer has timed rounds or a measured epoch to set beside it (an untimed run of one epoch,
+    or of epochs under the timing floor), rather than 1-3 s spent for nothing."""
     train_examples = len(run.data.y_train)
     if not any(throughput(result.history, train_examples) for result in run.results.values() if not result.failed):
         return None

@@ -21,7 +21,8 @@ from shared.run import worker
 
 MAX_LANES = 2
 # Configurations a lane trains and keeps before a block is timed, all sharing the reference's rounds: more would
-# share them further but set a round further from the reference's around it, and keep more trainers a lane.
+# share them further but set a round further from the reference's around it, and keep more trainers a lane. The
+# first block also times the main run's trainers (one more a lane), which would otherwise take rounds of their own.
 BLOCK_LANES = 2
 
 

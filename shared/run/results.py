@@ -75,7 +75,9 @@ def train_one(
     reason."""
     baseline = reset_peak_memory(config, devices)
     try:
-        history, kept = fit_and_keep(name, config, data, devices, Printed(log, config.quiet), control)
+        history, kept = fit_and_keep(
+            name, config, data, devices, Printed(log, config.quiet, control.progress_bar), control
+        )
     except UsageError:
         raise
     except Exception as error:  # noqa: BLE001 - any trainer failure is reported, the others still run

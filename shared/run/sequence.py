@@ -55,6 +55,9 @@ class RunResult:
     more_float64_seconds: float = 0.0
     reproducibility: Dict[str, Repeatability] = dataclasses.field(default_factory=dict)  # --repeat
     baseline: Optional[BaselineResult] = None  # --baseline (shared/judge/baseline.py)
+    # train_all before a sweep: its distributed trainers trained beside the reference, kept untimed for the sweep's
+    # first block to time (shared/run/sweep.py Blocks.first).
+    time_later: bool = False
 
     @property
     def ok(self) -> bool:
@@ -178,11 +181,11 @@ def why_no_float64(config: Config) -> str:
     return "" if config.explain else "--no-explain"
 
 
-def train_float64(train: Train, entry: Entry) -> TrainerResult:
+def train_float64(train: Train, entry: Entry, control: RunControl = PLAIN_RUN) -> TrainerResult:
     """An entry's float64 run: a trainer that cannot run in float64 here (TensorFlow 2.12's DTensor)
     fails its rerun with the reason, after the float32 run has trained; no exit 2."""
     try:
-        return train(entry, float64_config(entry.config))
+        return train(entry, float64_config(entry.config), control)
     except UsageError as error:
         return TrainerResult(entry.key, error=str(error))
 
@@ -228,6 +231,7 @@ def train_and_judge(
         verdicts=judgement.verdicts,
         float64_histories=judgement.float64_histories,
         explain_seconds=judgement.explain_seconds,
+        time_later=control.keep and time_later,
     )
     more_runs(run, entries, train, saved_baseline)
     return run
@@ -245,12 +249,13 @@ def train_entries(
     """Each entry's run by key, the reference's first: `reference_result` or trained here, while the others not in
     `trained` train on `lanes` (side_by_side), or after it in turn."""
     reference, others, results = entries[0], entries[1:], {}
-
-    def train_the_reference() -> None:
-        results[reference.key] = reference_result or train_reference(train, reference, train_examples, control)
-
     trained = dict(trained or {})
     waiting = [entry for entry in others if entry.key not in trained]
+    beside = dataclasses.replace(control, progress_bar=False) if len(lanes) > 1 and waiting else control
+
+    def train_the_reference() -> None:
+        results[reference.key] = reference_result or train_reference(train, reference, train_examples, beside)
+
     trained.update(side_by_side(waiting, lanes, control, meanwhile=train_the_reference))
     results.update({entry.key: trained.get(entry.key) or train(entry, entry.config, control) for entry in others})
     return results
@@ -303,7 +308,7 @@ def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: 
     reruns = {}
 
     def rerun_the_reference() -> None:  # here, where it trains, while the lanes rerun the others
-        reruns[entries[0].key] = train_float64(train, entries[0])
+        reruns[entries[0].key] = train_float64(train, entries[0], RunControl(progress_bar=len(lanes) < 2))
 
     on_lanes = side_by_side(wanted, lanes, PLAIN_RUN, train_float64, rerun_the_reference)
     reruns.update((entry.key, on_lanes.get(entry.key) or train_float64(train, entry)) for entry in wanted)

@@ -224,7 +224,7 @@ class Blocks:
         silent = lambda line: None  # noqa: E731
         self.trains = [trained_by(data, all_devices, log=silent, lane=lane) for lane in range(self.lanes)]
         self.trained: Dict[int, Dict[str, TrainerResult]] = {}
-        self.main_results = main_run.results  # its kept trainers untimed (train_all): the first block times them
+        self.main_run = main_run  # its kept trainers untimed where train_all left them (time_later): the first block's
 
     def first(self) -> None:
         """The first block trained and timed now, the main run's trainers timed in its rounds; with no block (one lane,
@@ -232,8 +232,8 @@ class Blocks:
         that the main run's configurations have their ratios before the sweep reports any."""
         if self.indices:
             self.take_block(self.indices[0])
-        else:
-            timing.time_run(self.main_results)
+        elif self.main_run.time_later:
+            timing.time_run(self.main_run.results)
 
     def take(self, index: int) -> Optional[Dict[str, TrainerResult]]:
         """The trained (and timed) runs of plan[index]'s trainer, by key, its block trained first if it has not
@@ -253,7 +253,7 @@ class Blocks:
         outcomes = queued([self.job(self.plan[i]) for i in block], self.trains)
         self.trained.update((i, outcome.result()) for i, outcome in zip(block, outcomes))
         results = [result for i in block for result in self.trained[i].values() if result.history is not None]
-        timing.time_run(self.main_results, also=results)
+        timing.time_run(self.main_run.results, also=results)
         self.rerun(block)
 
     def rerun(self, block: Sequence[int]) -> None:
@@ -337,7 +337,9 @@ def run_sweep(
                 trained=blocks.take(index),
                 evaluate=False,
             )
-        beside, seconds = index in blocks.indices, blocks.rerun_seconds.get(index)
+        # Its epochs ran beside other work: a block's, or the main run's beside the reference (train_all).
+        beside = index in blocks.indices or (run_at_point is main_run and main_run.time_later)
+        seconds = blocks.rerun_seconds.get(index)
         entries.append(sweep_entry(point, run_at_point, len(data.y_train), beside, seconds))
         if not config.quiet:
             log(format_entry_line(entries[-1]))

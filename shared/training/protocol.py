@@ -142,6 +142,9 @@ class RunControl:
     # Evaluate on the test set after each epoch; the sweep's configurations do not (no figure of theirs uses it, and
     # the evaluation's trace and its passes cost each configuration seconds).
     evaluate: bool = True
+    # A progress bar on a terminal; not the reference's while the lanes train beside it (shared/run/lanes.py): the
+    # first lane's trainer process draws one, and two would overwrite each other.
+    progress_bar: bool = True
 
 
 PLAIN_RUN = RunControl()  # a training run as its Config describes it
