@@ -107,7 +107,7 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
 
     side_by_side, on_lanes = sequence.side_by_side, []
 
-    def recorded_side_by_side(entries, lanes, control, run=None, meanwhile=lambda: None):
+    def recorded_side_by_side(entries, lanes, control, run=None, meanwhile=lambda beside_lanes: None):
         spans = []  # this call's: (what, started, ended)
 
         def timed(key, call):
@@ -120,7 +120,8 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
             timed(entry.key, lambda: found.append((run or (lambda t, e: t(e, e.config, control)))(train, entry)))
             return found[0]
 
-        trained = side_by_side(entries, lanes, control, on_lane, lambda: timed("here", meanwhile))
+        here = lambda beside: timed("here", lambda: meanwhile(beside))  # noqa: E731
+        trained = side_by_side(entries, lanes, control, on_lane, here)
         on_lanes.append((run, sorted(trained), spans))
         return trained
 

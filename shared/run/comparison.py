@@ -20,7 +20,7 @@ from shared.model.registry import definition_for
 from shared.report import outputs, saved
 from shared.report.header import header
 from shared.report.sweep import describe_plan
-from shared.run import sweep, timing
+from shared.run import sweep
 from shared.run.sequence import RunResult, describe_processes, train_all
 from shared.training import checkpoint
 from shared.training.data import Dataset, load_run_data
@@ -77,10 +77,9 @@ def run(config: Config) -> int:
     main_run = train_all(config, data, devices, saved_baseline=saved_baseline)
     if plan:  # its first block times the main run's trainers too
         entries = sweep.run_sweep(config, data, all_devices, plan, main_run)
-    else:
+    else:  # what train_all left for a sweep that has no configuration
         entries = []
-        if main_run.time_later:  # what train_all left for a sweep that has no configuration
-            timing.time_run(main_run.results)
+        main_run.time_what_is_left()
     main_run.matmul_peak_gflops = matmul_peak_for(main_run)  # after the timing: its figures set the peak beside it
     main_run.results["reference"].release()  # kept for timing beside it (shared/run/timing.py)
     return outputs.publish(config, main_run, entries)

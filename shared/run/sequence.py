@@ -59,6 +59,12 @@ class RunResult:
     # first block to time (shared/run/sweep.py Blocks.first).
     time_later: bool = False
 
+    def time_what_is_left(self) -> None:
+        """What train_all left untimed (time_later), timed alone beside the reference, as a run without a sweep is:
+        where no block of the sweep times it (shared/run/sweep.py Blocks.first). Once timed, nothing is left."""
+        if self.time_later:
+            timing.time_run(self.results)
+
     @property
     def ok(self) -> bool:
         return not any(r.failed for r in self.results.values()) and all(v.ok for v in self.verdicts.values())
@@ -251,10 +257,10 @@ def train_entries(
     reference, others, results = entries[0], entries[1:], {}
     trained = dict(trained or {})
     waiting = [entry for entry in others if entry.key not in trained]
-    beside = dataclasses.replace(control, progress_bar=False) if len(lanes) > 1 and waiting else control
 
-    def train_the_reference() -> None:
-        results[reference.key] = reference_result or train_reference(train, reference, train_examples, beside)
+    def train_the_reference(beside_lanes: bool) -> None:
+        here = dataclasses.replace(control, progress_bar=control.progress_bar and not beside_lanes)
+        results[reference.key] = reference_result or train_reference(train, reference, train_examples, here)
 
     trained.update(side_by_side(waiting, lanes, control, meanwhile=train_the_reference))
     results.update({entry.key: trained.get(entry.key) or train(entry, entry.config, control) for entry in others})
@@ -277,16 +283,19 @@ def side_by_side(
     lanes: Sequence[Train],
     control: RunControl,
     run: Optional[Callable] = None,
-    meanwhile: Callable[[], None] = lambda: None,
+    meanwhile: Callable[[bool], None] = lambda beside_lanes: None,
 ) -> Dict[str, TrainerResult]:
     """`entries` trained on `lanes` at once (`run(train, entry)`: by default as `control` says), each lane taking
-    the next when it is free, while `meanwhile` (the reference's run) is called here; with fewer than two lanes,
-    `meanwhile` alone, and {} (the caller trains them in turn, after it: a plain run's times stay uncontended)."""
+    the next when it is free, while `meanwhile(True)` (the reference's run) is called here; with fewer than two
+    lanes, `meanwhile(False)` alone, and {} (the caller trains them in turn, after it: a plain run's times stay
+    uncontended). Its argument says whether the lanes train beside it: then it draws no progress bar
+    (RunControl.progress_bar; the first lane's process draws one)."""
     if len(lanes) < 2 or not entries:
-        meanwhile()
+        meanwhile(False)
         return {}
     run = run or (lambda train, entry: train(entry, entry.config, control))
-    outcomes = queued([lambda train, entry=entry: run(train, entry) for entry in entries], lanes, meanwhile)
+    jobs = [lambda train, entry=entry: run(train, entry) for entry in entries]
+    outcomes = queued(jobs, lanes, lambda: meanwhile(True))
     return {entry.key: outcome.result() for entry, outcome in zip(entries, outcomes)}
 
 
@@ -307,8 +316,8 @@ def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: 
     wanted = [entry for entry in entries if entry.key in judgement.needs_float64]
     reruns = {}
 
-    def rerun_the_reference() -> None:  # here, where it trains, while the lanes rerun the others
-        reruns[entries[0].key] = train_float64(train, entries[0], RunControl(progress_bar=len(lanes) < 2))
+    def rerun_the_reference(beside_lanes: bool) -> None:  # here, where it trains, while the lanes rerun the others
+        reruns[entries[0].key] = train_float64(train, entries[0], RunControl(progress_bar=not beside_lanes))
 
     on_lanes = side_by_side(wanted, lanes, PLAIN_RUN, train_float64, rerun_the_reference)
     reruns.update((entry.key, on_lanes.get(entry.key) or train_float64(train, entry)) for entry in wanted)

@@ -232,8 +232,8 @@ class Blocks:
         that the main run's configurations have their ratios before the sweep reports any."""
         if self.indices:
             self.take_block(self.indices[0])
-        elif self.main_run.time_later:
-            timing.time_run(self.main_run.results)
+        else:
+            self.main_run.time_what_is_left()
 
     def take(self, index: int) -> Optional[Dict[str, TrainerResult]]:
         """The trained (and timed) runs of plan[index]'s trainer, by key, its block trained first if it has not
