@@ -14,6 +14,7 @@ from dtensor_impl.trainer import DTensorTrainer
 from shared.config import Config
 from shared.devices import one_intra_op_thread
 from shared.errors import UsageError
+from shared.measure.history import History
 from shared.training.protocol import RunFacts, TrainerSpec, Variant
 
 FLOAT64_ALL_REDUCE_SINCE = (2, 13)  # measured: 2.12.1 fails, 2.13.1 to 2.21.0 pass (docs/releases.md)
@@ -83,8 +84,8 @@ def describe_run(config: Config) -> RunFacts:
     return RunFacts(f"DTensor mesh {spec}{sharded}", f"{config.batch_size // spec.batch} (DTensor)")
 
 
-# A sharded configuration traces its step twice (DTensorTrainer.choose_forward): the GPT's trained in 26-28 s against
-# 18 s, two at a time on 2 cores.
+# A sharded configuration traces its step twice (DTensorTrainer.choose_forward, --sharded-forward auto): the GPT's
+# trained in 26-28 s against 18 s, two at a time on 2 cores.
 SHARDED_COST = 1.5
 
 
@@ -111,6 +112,16 @@ def variants(config: Config, count: int, every_layout: bool, meshes: Sequence[st
     ]
 
 
+def pinned(config: Config, history: History) -> Config:
+    """Its float64 rerun's configuration: the forward its float32 run chose for the weights split on the batch axis
+    (--sharded-forward), so that the rerun computes that same program and traces no step the other way."""
+    if "weights_all_gathered" in history.details:
+        return config.replace(sharded_forward="gather")
+    if "weights_expanded" in history.details:
+        return config.replace(sharded_forward="expand")
+    return config
+
+
 def count_bytes(trainer: DTensorTrainer):
     """The bytes its steady call's collectives send per device, from the lowered functions."""
     packed = [pack_batch(x, y, trainer.mesh, trainer.pad_to) for x, y in trainer.steady_group()]
@@ -127,5 +138,9 @@ SPEC = TrainerSpec(
     describe_run=describe_run,
     cluster=CLUSTER,
     count_bytes=count_bytes,
-    options={"shard_weights": "lays out DTensor's weights"},
+    options={
+        "shard_weights": "lays out DTensor's weights",
+        "sharded_forward": "chooses DTensor's forward of weights split on the batch axis",
+    },
+    pinned=pinned,
 )

@@ -122,9 +122,7 @@ class DTensorTrainer(Trainer):
 
     name = "dtensor"
 
-    def __init__(self, config: Config, data: Dataset, devices: Sequence[str], log: Callable = print, gather=None):
-        """`gather`: the forward all-gathers the weights split on the batch axis (True), or leaves them to
-        DTensor's expansion (False); None tries DTensor's first (build_model)."""
+    def __init__(self, config: Config, data: Dataset, devices: Sequence[str], log: Callable = print):
         self.config, self.data = config, data
         self.spec = mesh_spec(config.mesh, len(devices) * config.clients, config.batch_size)
         self.device_type = devices[0].split(":")[0]
@@ -139,7 +137,7 @@ class DTensorTrainer(Trainer):
         values = self.definition.pad(self.definition.initial_values(config.seed, config.dtype), self.plan.sizes)
         # Why the forward all-gathers the weights split on the batch axis, or why DTensor's expansion computes with
         # them ("" each where it does not): build, choose_forward.
-        self.gathered, self.expanded = self.build(values, gather)
+        self.gathered, self.expanded = self.build(values, config.sharded_forward)
         # A one-step call returns its gradients (train_steps), but not where DTensor's expansion computes with weights
         # split on the batch axis: as outputs there they changed the step's layouts (the GPT's sharded batch=8 sent
         # 32 MB more a step); all-gathered, the same bytes (choose_forward probes that call).
@@ -167,20 +165,26 @@ class DTensorTrainer(Trainer):
             return create_client_mesh(spec, self.device_type), placement
         return create_mesh(spec, devices), f"mesh {spec} over {len(devices)} x {self.device_type}{sharded}"
 
-    def build(self, values: Sequence[np.ndarray], gather) -> Tuple[str, str]:
+    def build(self, values: Sequence[np.ndarray], forward: str) -> Tuple[str, str]:
         """The model and optimizer on the mesh; returns (why the forward all-gathers the weights split on the batch
-        axis: "asked for", or what choose_forward found; why DTensor's expansion computes with them), "" for each
-        that does not."""
+        axis: `forward` "gather" asked for it, or what choose_forward found for "auto"; why DTensor's expansion
+        computes with them), "" for each that does not."""
         self.model = build_model(self.definition, values, self.mesh, self.plan, seed=self.config.seed)
         self.optimizer = build_optimizer(self.config, self.model, self.mesh)
-        if gather is False or not any(BATCH_AXIS in spec for spec in self.plan.specs):
+        if not any(BATCH_AXIS in spec for spec in self.plan.specs):
             return "", ""
-        if gather:
+        asked = f"asked for (--sharded-forward {forward})"
+        if forward == "gather":
             self.model, self.optimizer = self.gathering_model(values)
-            return "asked for", ""
-        status(f"dtensor on {self.placement}: tracing a step each way with the weights split on the batch axis")
+            return asked, ""
+        doing = "tracing the step expanded" if forward == "expand" else "tracing a step each way"
+        status(f"dtensor on {self.placement}: {doing} with the weights split on the batch axis")
         started = time.perf_counter()
-        found = self.choose_forward(values)
+        if forward == "expand":
+            self.check_expansion(values)
+            found = ("", asked)
+        else:
+            found = self.choose_forward(values)
         self.probed_seconds = time.perf_counter() - started  # the kept model's trace is the run's (its trace time)
         return found
 
@@ -219,6 +223,18 @@ class DTensorTrainer(Trainer):
         if not compared:
             return "", "the all-gather's bytes not counted here"
         return "", f"{expanded_bytes / 2**20:.2f} MB a step against {gathered_bytes / 2**20:.2f} MB all-gathered"
+
+    def check_expansion(self, values: Sequence[np.ndarray]) -> None:
+        """--sharded-forward expand: DTensor expands the step and the first-step gradients (the run's own first
+        traces), or the run fails here with DTensor's reason in one line; the weights go back to `values`."""
+        batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh, self.pad_to))
+        record = self.config.dtype == "float64"
+        failed = self.expansion_error(
+            lambda: self.probe_step(self.model, self.optimizer, batch, record)
+        ) or self.expansion_error(lambda: compute_gradients(self.model, self.optimizer, *batch))
+        if failed:
+            raise ValueError(f"--sharded-forward expand: {failed}; use gather or auto")
+        variables.reset(self.model, self.optimizer, values)
 
     @staticmethod
     def expansion_error(call) -> str:

@@ -21,6 +21,7 @@ from shared.errors import UsageError
 TRAINER_NAMES = ("reference", "dtensor", "mirrored")
 FIT_TRAINERS = ("reference", "mirrored")  # --fit's: model.fit on one device, and under MirroredStrategy
 BUILT_IN_MODELS = ("mlp", "vit", "gpt")
+SHARDED_FORWARDS = ("auto", "gather", "expand")  # --sharded-forward: DTensor's forward of batch-split weights
 TUTORIAL_HIDDEN = (700, 500)  # the MLP's hidden layers, --hidden's default (None)
 # --help's groups; the fields' order is their order, and the options' order within each.
 WHERE = "what trains where"
@@ -195,6 +196,14 @@ class Config:
         "parallel, as FSDP and ZeRO-3), on a dimension the batch axis divides; what cannot be split "
         "stays replicated and is named (docs/approaches.md)",
         DISTRIBUTE,
+    )
+    sharded_forward: str = option(
+        "auto",
+        "DTensor, weights split on the batch axis (--shard-weights, the sweep's sharded meshes): gather all-gathers "
+        "them for the forward (FSDP's), expand leaves them to DTensor's SPMD expansion, auto traces a step each way "
+        "and keeps the one that sends fewer bytes (docs/throughput.md); a float64 rerun takes its float32 run's",
+        DISTRIBUTE,
+        choices=SHARDED_FORWARDS,
     )
     trainer_process: str = option(
         "auto",
@@ -472,6 +481,12 @@ def check(config: Config) -> None:
 def check_combinations(config: Config) -> None:
     if config.device_memory_mb is not None and not config.sweep_devices:
         raise UsageError("--device-memory-mb names the sweep's configurations that fit; add --sweep-devices")
+    if config.sharded_forward != "auto" and config.model in BUILT_IN_MODELS and not config.shard_weights:
+        if not config.sweep_devices:  # the sweep's sharded meshes split them; a model of yours may split its own
+            raise UsageError(
+                f"--sharded-forward {config.sharded_forward} chooses DTensor's forward of weights split on the batch "
+                f"axis, and the built-in models split none without --shard-weights: add it, or drop --sharded-forward"
+            )
     if config.link_gbps and not config.profile:
         raise UsageError("--link-gbps turns the bytes that --profile counts into time; add --profile")
     if not 0 <= config.dropout < 1:

@@ -89,6 +89,7 @@ def broken_baseline(tmp_path, break_it) -> str:
     report = copy.deepcopy(report)
     report["schema_version"] = SCHEMA_VERSION  # a report of this version, checked whole (the file is 2.3's)
     report["config"].update(fit=False, clip_global_norm=None)  # with the fields 2.5 added
+    report["config"].update(sharded_forward="auto")  # and 2.6
     report["environment"]["keras"] = "3.15.1"
     break_it(report)
     path = tmp_path / "baseline.json"

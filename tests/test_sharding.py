@@ -5,7 +5,6 @@ its memory per device and bytes. A sharded checkpoint resumed by the other train
 tests/test_checkpoint.py.
 
 Data: 236 training and 100 test embedded examples, global batch 64 (4 steps an epoch, the last of 44).
-~60 s on 2 cores.
 """
 
 import os
@@ -167,3 +166,80 @@ def test_batch_8_sharded_matches_and_holds_an_eighth_of_the_weights_and_adam_slo
     assert "weights_all_gathered" not in sharded.details
     expanded, gathered = float(found[1]), float(found[2])
     assert sharded.details["weights_expanded"] == f"{expanded:.2f} MB a step against {gathered:.2f} MB all-gathered"
+
+
+@pytest.mark.parametrize("mesh, forward", [("batch=2", "gather"), ("batch=8", "expand")])
+def test_sharded_forward_pins_the_forward_without_tracing_the_other_way(small, devices, references, mesh, forward):
+    config = BASE.replace(mesh=mesh, shard_weights=True, sharded_forward=forward, epochs=1)
+    history = fit("dtensor", config, small, devices[: int(mesh.split("=")[1])])
+    assert check_parity(history, references(epochs=1)).ok
+    key = "weights_all_gathered" if forward == "gather" else "weights_expanded"
+    assert history.details[key] == f"asked for (--sharded-forward {forward})"
+    assert history.details.keys().isdisjoint({"weights_all_gathered", "weights_expanded"} - {key})  # one forward
+
+
+def test_sharded_forward_expand_where_dtensor_cannot_expand_fails_in_one_line(small, devices):
+    """The MLP's batch=2 sharded step at a global batch of 64: DTensor's expansion gives an argmax the wrong shape,
+    so auto all-gathers (test_a_float64_rerun_computes_the_forward_its_float32_run_chose) and expand fails."""
+    config = BASE.replace(mesh="batch=2", shard_weights=True, sharded_forward="expand", epochs=1)
+    with pytest.raises(ValueError) as failed:
+        fit("dtensor", config, small, devices[:2])
+    assert re.fullmatch(
+        r"--sharded-forward expand: DTensor could not expand the model with its weights split on the batch axis "
+        r"\(.+\); use gather or auto",
+        str(failed.value),
+    ), str(failed.value)
+
+
+@pytest.mark.parametrize("count, chosen", [(2, "gather"), (8, "expand")])
+def test_a_float64_rerun_computes_the_forward_its_float32_run_chose(small, devices, count, chosen):
+    """Adam at learning rate 1e4 (tests/test_verdicts.py): float32 leaves its tolerance, and the float64 rerun
+    of the sharded mesh takes the forward that the float32 run chose (--sharded-forward auto): at batch=2 it
+    all-gathers (DTensor cannot expand that step), at batch=8 it expands (fewer bytes)."""
+    from shared.run.sequence import in_process, lineup, train_and_judge
+
+    config = BASE.replace(
+        devices=count, mesh=f"batch={count}", shard_weights=True, learning_rate=1e4, trainers=("reference", "dtensor")
+    )
+    run = train_and_judge(config, small, devices, lineup(config), in_process(small, devices), log=lambda line: None)
+    float32 = run.results["dtensor"].history.details
+    key = "weights_all_gathered" if chosen == "gather" else "weights_expanded"
+    assert key in float32 and "asked for" not in float32[key], float32
+    rerun = run.float64_histories["dtensor"].details  # the judge asked for it
+    assert rerun[key] == f"asked for (--sharded-forward {chosen})", rerun
+    assert run.verdicts["dtensor"].verdict in ("float noise", "ok"), run.verdicts["dtensor"].reason
+
+
+def test_every_float64_run_of_a_float32_run_takes_the_forward_it_chose():
+    """--with-float64's and --baseline's float64 runs (float64_runs) as the explaining rerun: its spec's `pinned`."""
+    from shared.measure.history import History
+    from shared.run.results import TrainerResult
+    from shared.run.sequence import RunResult, float64_runs, lineup
+
+    config = BASE.replace(shard_weights=True, with_float64=True, trainers=("reference", "dtensor", "mirrored"))
+    chose = {"reference": {}, "dtensor": {"weights_expanded": "3.90 MB a step against 9.14 MB all-gathered"}}
+    chose["mirrored"] = {"update": "primary"}
+    results = {key: TrainerResult(key, History(key, "", details=details)) for key, details in chose.items()}
+    trained = []
+
+    def train(entry, config, control=None):
+        trained.append((entry.key, config.dtype, config.sharded_forward))
+        return TrainerResult(entry.key, History(entry.key, ""))
+
+    float64_runs(RunResult(config, [], None, results, {}), lineup(config), train)
+    assert trained == [
+        ("reference", "float64", "auto"),
+        ("dtensor", "float64", "expand"),
+        ("mirrored", "float64", "auto"),
+    ]
+
+
+def test_sharded_forward_without_weights_split_on_the_batch_axis_is_refused_in_one_line():
+    with pytest.raises(UsageError) as refused:
+        Config(sharded_forward="gather")
+    assert str(refused.value) == (
+        "--sharded-forward gather chooses DTensor's forward of weights split on the batch axis, and the built-in "
+        "models split none without --shard-weights: add it, or drop --sharded-forward"
+    )
+    assert Config(sharded_forward="expand", shard_weights=True).sharded_forward == "expand"
+    assert Config(sharded_forward="gather", sweep_devices=(2, 8)).sharded_forward == "gather"  # sharded meshes

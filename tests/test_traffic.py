@@ -124,8 +124,10 @@ def test_sharded_weights_are_all_gathered_forward_and_their_gradients_reduced_ba
     from dtensor_impl.spec import count_bytes
     from dtensor_impl.trainer import DTensorTrainer
 
-    config = Config(trainers=("dtensor",), mesh="batch=8", shard_weights=True, epochs=1, quiet=True)
-    trainer = DTensorTrainer(config, small, devices, gather=True)
+    config = Config(
+        trainers=("dtensor",), mesh="batch=8", shard_weights=True, sharded_forward="gather", epochs=1, quiet=True
+    )
+    trainer = DTensorTrainer(config, small, devices)
     call = trainer.step_call()
     call.run(call.prepare())
     traffic, missing = count_bytes(trainer)

@@ -187,6 +187,16 @@ def why_no_float64(config: Config) -> str:
     return "" if config.explain else "--no-explain"
 
 
+def pinned_entry(entry: Entry, results: Dict[str, TrainerResult]) -> Entry:
+    """`entry` as its float64 run trains it: with what its float32 run (in `results`) chose pinned (its spec's
+    `pinned`: DTensor's forward of weights split on the batch axis), so that the rerun computes the program it
+    explains and traces nothing that run already chose between."""
+    result = results.get(entry.key)
+    if result is None or result.history is None:
+        return entry
+    return dataclasses.replace(entry, config=trainer_spec(entry.trainer).pinned(entry.config, result.history))
+
+
 def train_float64(train: Train, entry: Entry, control: RunControl = PLAIN_RUN) -> TrainerResult:
     """An entry's float64 run: a trainer that cannot run in float64 here (TensorFlow 2.12's DTensor)
     fails its rerun with the reason, after the float32 run has trained; no exit 2."""
@@ -224,7 +234,7 @@ def train_and_judge(
         timing.time_run(results, reference.key, trained_reference=reference_result is None)
     histories = {key: result.history for key, result in results.items()}
     parity, judgement = judge(config, histories, no_float64_reason)
-    explain(config, judgement, parity, entries, train, log, lanes)
+    explain(config, judgement, parity, [pinned_entry(entry, results) for entry in entries], train, log, lanes)
     locate_differences(config, judgement.verdicts, entries, results, train, log)
     name_random_ops(config, judgement.verdicts, results)
     name_cautions(config, judgement.verdicts, results, [reference, *others], len(data.y_train))
@@ -368,7 +378,8 @@ def locate_differences(config, verdicts, entries, results, train: Train, log) ->
             found.add_reason(found.first_difference.line())
             continue
         log(f"replaying step {step} of {entry.key} and the reference in float64 to find the first tap that differs")
-        found.first_difference = replay.first_difference(entry, entries[0], entry.config, train, step, float64_config)
+        pinned = pinned_entry(entry, results)  # the float32 run's choices: its program, nothing probed again
+        found.first_difference = replay.first_difference(pinned, entries[0], pinned.config, train, step, float64_config)
         log(f"{entry.key}: {found.first_difference.line()} ({found.first_difference.seconds:.1f} s)")
         found.add_reason(found.first_difference.line())
 
@@ -457,7 +468,7 @@ def float64_runs(run: RunResult, entries: Sequence[Entry], train: Train) -> Dict
     missing = [entry for entry in entries if entry.key not in found]
     if missing:
         started = time.perf_counter()
-        found.update({entry.key: train_float64(train, entry) for entry in missing})
+        found.update({entry.key: train_float64(train, pinned_entry(entry, run.results)) for entry in missing})
         run.more_float64_seconds += time.perf_counter() - started
         run.more_float64_histories.update(
             {entry.key: found[entry.key].history for entry in missing if found[entry.key].history is not None}

@@ -32,6 +32,7 @@ from shared.run.sequence import (
     float64_config,
     judge,
     lineup,
+    pinned_entry,
     timed_control,
     train_and_judge,
     train_float64,
@@ -260,7 +261,12 @@ class Blocks:
         """The float64 reruns that the judge will ask for (a float32 failure: shared.judge.verdict.judge), the
         reference's first if it has none, trained on the lanes as the block was, two at a time where one trained
         after the other (each a minute of the MLP's sweep where float32 leaves its tolerance: an AVX2-only CPU)."""
-        wanted = [(i, entry) for i in block for entry in lineup(self.plan[i].config)[1:] if self.fails(i, entry)]
+        wanted = [
+            (i, pinned_entry(entry, self.trained[i]))
+            for i in block
+            for entry in lineup(self.plan[i].config)[1:]
+            if self.fails(i, entry)
+        ]
         if wanted and "float64" not in self.done:
             wanted.insert(0, (wanted[0][0], lineup(self.plan[wanted[0][0]].config)[0]))
 

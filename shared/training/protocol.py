@@ -223,6 +223,9 @@ class TrainerSpec:
     # Config fields only this trainer reads -> what they do, e.g. {"shard_weights": "lays out DTensor's weights"}:
     # set without this trainer chosen, one line says so (shared/run/comparison.py).
     options: Dict[str, str] = dataclasses.field(default_factory=dict)
+    # (config, its float32 run's history) -> its float64 rerun's config, with what that run chose pinned (DTensor's
+    # forward of weights split on the batch axis), so that the rerun computes the program it explains
+    pinned: Callable[[Config, History], Config] = lambda config, history: config
 
 
 class Progress(Protocol):
