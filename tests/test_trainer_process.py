@@ -59,3 +59,22 @@ def test_a_process_whose_messages_break_off_is_that_trainers_failed_line_not_the
         assert not again.failed, again.error
     finally:
         process.close()
+
+
+def test_at_exit_every_trainer_process_is_told_to_finish_before_any_is_waited_for(monkeypatch):
+    """close_all: each process winds TensorFlow down beside the others (a sweep's two lanes: 1.24 s against 2.19 s
+    in turn), and none is left running."""
+    started = [worker.TrainerProcess({"TF_NUM_INTRAOP_THREADS": "1"}, 2).started() for _ in range(2)]
+    monkeypatch.setattr(worker, "_processes", dict(enumerate(started)))
+    popens, told_all = [trainer_process.process for trainer_process in started], []
+    for popen in popens:
+        wait = popen.wait
+
+        def recorded(timeout=None, wait=wait):
+            told_all.append(all(other.stdin.closed for other in popens))
+            return wait(timeout=timeout)
+
+        popen.wait = recorded
+    worker.close_all()
+    assert told_all and all(told_all)  # a process that finished meanwhile is not waited for
+    assert all(popen.returncode is not None for popen in popens) and worker._processes == {}

@@ -197,8 +197,14 @@ def trainer_process(environment: Dict[str, str], config, device_count: int, lane
 
 @atexit.register
 def close_all() -> None:
-    for process in list(_processes.values()):
-        process.close()
+    """Every trainer process told to finish (its stdin closed), then each waited for: they wind TensorFlow down
+    side by side (~1-2.5 s each), not one after the other."""
+    processes = list(_processes.values())
+    for trainer_process in processes:
+        if trainer_process.process is not None and trainer_process.process.poll() is None:
+            trainer_process.process.stdin.close()
+    for trainer_process in processes:
+        trainer_process.close()
     _processes.clear()
 
 
