@@ -481,12 +481,6 @@ def check(config: Config) -> None:
 def check_combinations(config: Config) -> None:
     if config.device_memory_mb is not None and not config.sweep_devices:
         raise UsageError("--device-memory-mb names the sweep's configurations that fit; add --sweep-devices")
-    if config.sharded_forward != "auto" and config.model in BUILT_IN_MODELS and not config.shard_weights:
-        if not config.sweep_devices:  # the sweep's sharded meshes split them; a model of yours may split its own
-            raise UsageError(
-                f"--sharded-forward {config.sharded_forward} chooses DTensor's forward of weights split on the batch "
-                f"axis, and the built-in models split none without --shard-weights: add it, or drop --sharded-forward"
-            )
     if config.link_gbps and not config.profile:
         raise UsageError("--link-gbps turns the bytes that --profile counts into time; add --profile")
     if not 0 <= config.dropout < 1:

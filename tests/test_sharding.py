@@ -23,6 +23,7 @@ from shared.model import BATCH_AXIS, ModelDefinition, Variable, check_definition
 from shared.model.mlp import mlp
 from shared.model.vit import vit
 from shared.run.comparison import check_trainer_options
+from shared.run.sweep import plan_sweep
 from shared.training.registry import fit
 from tests.cli import data_slice
 
@@ -234,12 +235,16 @@ def test_every_float64_run_of_a_float32_run_takes_the_forward_it_chose():
     ]
 
 
-def test_sharded_forward_without_weights_split_on_the_batch_axis_is_refused_in_one_line():
+def test_sharded_forward_without_weights_split_on_the_batch_axis_is_refused_in_one_line(tmp_path):
     with pytest.raises(UsageError) as refused:
-        Config(sharded_forward="gather")
+        check_trainer_options(Config(sharded_forward="gather"))
     assert str(refused.value) == (
         "--sharded-forward gather chooses DTensor's forward of weights split on the batch axis, and the built-in "
         "models split none without --shard-weights: add it, or drop --sharded-forward"
     )
-    assert Config(sharded_forward="expand", shard_weights=True).sharded_forward == "expand"
-    assert Config(sharded_forward="gather", sweep_devices=(2, 8)).sharded_forward == "gather"  # sharded meshes
+    check_trainer_options(Config(sharded_forward="expand", shard_weights=True))
+    check_trainer_options(Config(sharded_forward="gather", sweep_devices=(2, 8)))  # the sweep's sharded meshes
+    # The sweep's configurations, replicated ones and MirroredStrategy's too, keep the option: it is no error there.
+    sweep = Config(model="gpt", sharded_forward="gather", sweep_devices=(8,), data="embedded")
+    points = plan_sweep(sweep, [f"CPU:{i}" for i in range(8)])
+    assert {point.config.sharded_forward for point in points} == {"gather"} and len(points) > 2

@@ -8,7 +8,7 @@ arguments. The training and judging themselves: shared/run/sequence.py.
 
 from typing import List, Optional, Sequence, Tuple
 
-from shared.config import Config, flag
+from shared.config import BUILT_IN_MODELS, Config, flag
 from shared.console import fit_width
 from shared.devices import configure_determinism, configure_devices
 from shared.errors import UsageError
@@ -38,12 +38,20 @@ def check_config(config: Config, devices: Sequence[str]) -> None:
 
 
 def check_trainer_options(config: Config) -> None:
-    """One line for an option that only a trainer not chosen reads (its spec's `options`)."""
+    """One line for an option that does nothing in this run: one that only a trainer not chosen reads (its spec's
+    `options`), or --sharded-forward where no weight is split on the batch axis (a built-in model without
+    --shard-weights, outside a sweep, whose sharded meshes split them; a model of yours may split its own)."""
     defaults = Config()
     for spec in specs():
         for field, what in spec.options.items():
             if spec.name not in config.trainers and getattr(config, field) != getattr(defaults, field):
                 raise UsageError(f"{flag(field)} {what}; add {spec.name} to --trainers, or drop it")
+    splits = config.shard_weights or config.sweep_devices or config.model not in BUILT_IN_MODELS
+    if config.sharded_forward != "auto" and not splits:
+        raise UsageError(
+            f"--sharded-forward {config.sharded_forward} chooses DTensor's forward of weights split on the batch "
+            f"axis, and the built-in models split none without --shard-weights: add it, or drop --sharded-forward"
+        )
 
 
 def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str], Dataset]:
