@@ -200,7 +200,7 @@ class DTensorTrainer(Trainer):
         3.90 against 9.14). The gather, with the reason, where DTensor cannot expand a step or the first-step
         gradients. The probes are the run's own first calls (the kept model's traces are reused); the weights go
         back to `values` after them. Returns (why it gathers, why it expands), one of them ""."""
-        batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh, self.pad_to))
+        batch = self.first_batch()
         record = self.config.dtype == "float64"
         expanded = self.expansion_error(lambda: self.probe_step(self.model, self.optimizer, batch, record))
         gathering = self.gathering_model(values)
@@ -227,7 +227,7 @@ class DTensorTrainer(Trainer):
     def check_expansion(self, values: Sequence[np.ndarray]) -> None:
         """--sharded-forward expand: DTensor expands the step and the first-step gradients (the run's own first
         traces), or the run fails here with DTensor's reason in one line; the weights go back to `values`."""
-        batch, _ = next(packed_batches(self.data, self.config, 0, self.mesh, self.pad_to))
+        batch = self.first_batch()
         record = self.config.dtype == "float64"
         failed = self.expansion_error(
             lambda: self.probe_step(self.model, self.optimizer, batch, record)
@@ -362,11 +362,14 @@ class DTensorTrainer(Trainer):
         meter.add_steps(losses, corrects, [real_count for _, real_count in group], checksums if record_state else None)
         return grads
 
+    def first_batch(self):
+        """The run's first global batch on the mesh, packed as its first call takes it."""
+        return next(packed_batches(self.data, self.config, 0, self.mesh, self.pad_to))[0]
+
     def traced_operations(self, record_state: bool) -> int:
         """Operations in the traced one-step call (deterministic, unlike its trace time)."""
-        first_batch, _ = next(iter(packed_batches(self.data, self.config, 0, self.mesh, self.pad_to)))
         graph = train_steps.get_concrete_function(
-            self.model, self.optimizer, [first_batch], record_state, self.steps_give_gradients
+            self.model, self.optimizer, [self.first_batch()], record_state, self.steps_give_gradients
         ).graph.as_graph_def()
         return len(graph.node) + sum(len(function.node_def) for function in graph.library.function)
 

@@ -234,8 +234,9 @@ def train_and_judge(
         timing.time_run(results, reference.key, trained_reference=reference_result is None)
     histories = {key: result.history for key, result in results.items()}
     parity, judgement = judge(config, histories, no_float64_reason)
-    explain(config, judgement, parity, [pinned_entry(entry, results) for entry in entries], train, log, lanes)
-    locate_differences(config, judgement.verdicts, entries, results, train, log)
+    float64_entries = [pinned_entry(entry, results) for entry in entries]  # their float32 runs' choices pinned
+    explain(config, judgement, parity, float64_entries, train, log, lanes)
+    locate_differences(config, judgement.verdicts, float64_entries, results, train, log)
     name_random_ops(config, judgement.verdicts, results)
     name_cautions(config, judgement.verdicts, results, [reference, *others], len(data.y_train))
     run = RunResult(
@@ -360,9 +361,10 @@ NO_REPLAY_WITH_CLIENTS = (
 
 
 def locate_differences(config, verdicts, entries, results, train: Train, log) -> None:
-    """Each MISMATCH's first differing tap: its first mismatching step replayed in float64 (shared/run/replay.py),
-    into the verdict and its reason. Not with --no-explain or --restore (no float64 run), nor for a difference
-    only in the final weights, nor for a forward without a context (it taps nothing), nor --fit's model.fit."""
+    """Each MISMATCH's first differing tap: its first mismatching step replayed in float64 (shared/run/replay.py) as
+    `entries` say (their float32 runs' choices pinned: pinned_entry), into the verdict and its reason. Not with
+    --no-explain or --restore (no float64 run), nor for a difference only in the final weights, nor for a forward
+    without a context (it taps nothing), nor --fit's model.fit."""
     if why_no_float64(config) or not definition_for(config).takes_context or config.fit:  # --fit: Keras's loop
         return
     for entry in entries[1:]:
@@ -378,8 +380,7 @@ def locate_differences(config, verdicts, entries, results, train: Train, log) ->
             found.add_reason(found.first_difference.line())
             continue
         log(f"replaying step {step} of {entry.key} and the reference in float64 to find the first tap that differs")
-        pinned = pinned_entry(entry, results)  # the float32 run's choices: its program, nothing probed again
-        found.first_difference = replay.first_difference(pinned, entries[0], pinned.config, train, step, float64_config)
+        found.first_difference = replay.first_difference(entry, entries[0], entry.config, train, step, float64_config)
         log(f"{entry.key}: {found.first_difference.line()} ({found.first_difference.seconds:.1f} s)")
         found.add_reason(found.first_difference.line())
 

@@ -137,10 +137,15 @@ class TrainerProcess:
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         return f"its process {how} while {status}"
 
+    def finish(self) -> None:
+        """Told to finish: its stdin closed, it exits after the job it is on (close waits for that)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.stdin.close()
+
     def close(self) -> None:
         self.sent_data = None
         if self.process is not None and self.process.poll() is None:
-            self.process.stdin.close()
+            self.finish()
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -201,8 +206,7 @@ def close_all() -> None:
     side by side (~1-2.5 s each), not one after the other."""
     processes = list(_processes.values())
     for trainer_process in processes:
-        if trainer_process.process is not None and trainer_process.process.poll() is None:
-            trainer_process.process.stdin.close()
+        trainer_process.finish()
     for trainer_process in processes:
         trainer_process.close()
     _processes.clear()
