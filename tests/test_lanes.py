@@ -9,8 +9,8 @@ import pytest
 
 from shared.config import Config
 from shared.run import worker
-from shared.run.lanes import lane_count, queued
-from tests.cli import SMALL, read_report, run_here
+from shared.run.lanes import lane_count, queued, reference_apart
+from tests.cli import SMALL, data_slice, read_report, run_here
 
 WAIT_S = 30  # a job waits this long at most for the other lane's: a hang fails, it does not stall the suite
 
@@ -81,13 +81,78 @@ def test_lanes_only_where_nothing_measured_while_training_is_reported():
     assert lane_count(Config(device_type="GPU", trainer_process="own")) == 1  # each would reserve every GPU
 
 
+def test_the_reference_runs_apart_wherever_a_distributed_trainer_has_a_process_of_its_own_on_cpus():
+    assert reference_apart(Config())
+    assert not reference_apart(Config(trainer_process="shared"))  # everything here: the same threads for all
+    assert not reference_apart(Config(device_type="GPU", trainer_process="own"))  # a GPU's kernels use no intra-op pool
+    assert not reference_apart(Config(profile=True))  # its step split is measured as it trains, at the timing's threads
+    assert not reference_apart(Config(trainers=("reference",)))  # no device to compute as
+
+
+def test_the_reference_runs_in_a_process_with_one_intra_op_thread_and_is_timed_here(devices, embedded):
+    """Its run in the trainer process (TF_NUM_INTRAOP_THREADS=1), the trainer kept for its timing rounds made here,
+    where TensorFlow's default threads are: rounds timed without a message to that process."""
+    from shared.run.sequence import lineup, trained_by
+    from shared.training.protocol import RunControl
+    from shared.training.registry import Kept
+
+    config = Config(trainers=("reference", "dtensor"), epochs=1, devices=2, batch_size=64, quiet=True)
+    train = trained_by(data_slice(embedded, 256, 64), devices)
+    process = train.process("reference", config)
+    assert process.environment["TF_NUM_INTRAOP_THREADS"] == "1"
+    result = train(lineup(config)[0], config, RunControl(keep=True))
+    assert not result.failed and len(result.history.step_losses) == 4, result.error
+    assert process.process is not None and process.process.poll() is None  # it trained there, and runs on
+    assert type(result.kept) is Kept  # not a trainer process's proxy (KeptThere)
+    sent = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(worker, "send", lambda *args: sent.append(args))
+        timed = result.kept.time(8)
+    assert timed.steps >= 8 and timed.seconds > 0 and sent == []
+    result.release()
+
+
+def test_what_is_made_in_a_thread_is_waited_for_and_what_it_raises_is_raised_where_it_is_waited_for():
+    from shared.run.sequence import in_a_thread
+
+    started = threading.Event()
+    made = in_a_thread(lambda: started.wait(WAIT_S) and "made")
+    started.set()  # it runs beside this thread: it waits for this
+    assert made() == "made"
+
+    def failing():
+        raise ValueError("could not make the timing reference")
+
+    with pytest.raises(ValueError, match="could not make the timing reference"):
+        in_a_thread(failing)()
+
+
+@pytest.mark.skipif(lane_count(Config()) < 2, reason="one core: a sweep trains on one lane")
+def test_where_lanes_train_beside_the_reference_its_runs_float64_too_have_a_process_no_lane_has(devices, embedded):
+    """The main run before a sweep trains the reference while the lanes train the others, and its float64 rerun while
+    they rerun theirs (explain): one process driven from two threads at once would cross their messages."""
+    from shared.run.sequence import float64_config, main_run_lanes
+
+    config = Config(trainers=("reference", "dtensor", "mirrored"), devices=2, sweep_devices=(2,))
+    lanes = main_run_lanes(config, embedded, devices)
+    assert len(lanes) == 2
+    for run in (config, float64_config(config)):
+        reference = lanes[0].process("reference", run)
+        assert reference is not None and reference.environment["TF_NUM_INTRAOP_THREADS"] == "1"
+        assert all(reference is not lane.process(name, run) for lane in lanes for name in ("dtensor", "mirrored"))
+    plain = main_run_lanes(config.replace(sweep_devices=None), embedded, devices)  # in turn: the trainers' process
+    assert len(plain) == 1 and plain[0].process("reference", config) is plain[0].process("dtensor", config)
+
+
 @pytest.mark.skipif(lane_count(Config()) < 2, reason="one core: a sweep trains on one lane")
 def test_the_header_says_a_main_run_before_a_sweep_trains_beside_the_reference():
     from shared.run.sequence import describe_processes
 
     one = describe_processes(Config(trainers=("reference", "dtensor"), sweep_devices=(2,)))
-    assert "dtensor trains in its process while the reference trains here: the epoch and trace times ran" in one
+    assert "dtensor trains in its process while the reference trains in its own: the epoch and trace times ran" in one
     assert "while the reference" not in describe_processes(Config(trainers=("reference", "dtensor")))  # no sweep
+    shared = describe_processes(Config(trainers=("reference", "dtensor"), sweep_devices=(2,), profile=True))
+    assert "processes: the reference here (TensorFlow's default threads); dtensor in a trainer process" in shared
 
 
 @pytest.mark.skipif(lane_count(Config()) < 2, reason="one core: a sweep trains on one lane")
@@ -139,7 +204,7 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     )
     assert (
         "dtensor and mirrored train side by side, one a core, as the sweep's configurations do, while the reference"
-        " trains here" in joined
+        " trains in its own" in joined
     )
     sweep = read_report(report_path)["sweep"]
     assert [(e["mesh"], e["shard_weights"], e["update"]) for e in sweep] == [
@@ -163,7 +228,7 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
     main_reran = sorted(name for name in ("dtensor", "mirrored") if report["parity"][name]["verdict"] == "float noise")
     explained = [keys for run, keys, _ in on_lanes if run is sequence.train_float64 and keys]
     assert explained == ([main_reran] if main_reran else [])  # the main run's reruns, side by side
-    # The main run's reference trained here while the lanes trained dtensor and mirrored: their spans overlap.
+    # The main run's reference trained (in its process) while the lanes trained dtensor and mirrored: spans overlap.
     main_keys, main_spans = next((keys, found) for run, keys, found in on_lanes if run is None)
     assert main_keys == ["dtensor", "mirrored"]
     here = next((start, end) for key, start, end in main_spans if key == "here")

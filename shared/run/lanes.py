@@ -18,12 +18,16 @@ from typing import Callable, List, Optional, Sequence
 from shared.config import Config
 from shared.measure.timing import wanted as timed_run
 from shared.run import worker
+from shared.training.registry import distributed
 
 MAX_LANES = 2
 # Configurations a lane trains and keeps before a block is timed, all sharing the reference's rounds: more would
 # share them further but set a round further from the reference's around it, and keep more trainers a lane. The
 # first block also times the main run's trainers (one more a lane), which would otherwise take rounds of their own.
 BLOCK_LANES = 2
+# The lane of the reference's trainer process (reference_apart) where lanes train beside it (train_all before a sweep,
+# and its float64 reruns): a process of its own; elsewhere the first lane's, whose trainers train after it in turn.
+REFERENCE_LANE = MAX_LANES
 
 
 def own_process(config: Config) -> bool:
@@ -31,6 +35,17 @@ def own_process(config: Config) -> bool:
     if config.trainer_process == "auto":
         return config.device_type == "CPU"  # GPUs: two processes would each reserve every GPU's memory
     return config.trainer_process == "own"
+
+
+def reference_apart(config: Config) -> bool:
+    """Whether the reference's runs train in a trainer process with one intra-op thread, as each device of the
+    distributed trainers computes (its timing rounds stay in the run's process, with TensorFlow's default threads):
+    wherever any of those train in processes of their own, on CPUs, but not with --profile (whose step split the
+    reference measures as it trains). A process's intra-op thread count changes how its matmuls round: with the
+    default threads, on a 2-core AVX2 CPU, the default run's float32 loss left its tolerance at step 58 on every
+    configuration; with one thread it agreed within 1.2e-7 (docs/parity.md, "Kernels")."""
+    apart = own_process(config) and config.device_type == "CPU" and not config.profile
+    return apart and bool(distributed(config.trainers))
 
 
 def lane_count(config: Config) -> int:

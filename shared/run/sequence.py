@@ -9,6 +9,7 @@ trainers need a float64 run; only this module trains them.
 
 import dataclasses
 import itertools
+import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -23,17 +24,18 @@ from shared.judge.first_difference import FirstDifference
 from shared.judge.parity import Parity, check_parity
 from shared.judge.repeats import Repeatability, compare_runs
 from shared.measure.history import History
+from shared.measure.timing import REFERENCE_ROUND_STEPS as STEPS
 from shared.measure.timing import wanted as timed_run
 from shared.model.registry import definition_for, random_ops
 from shared.run import replay, timing, worker
-from shared.run.lanes import lane_count, own_process, queued
+from shared.run.lanes import REFERENCE_LANE, lane_count, own_process, queued, reference_apart
 from shared.run.results import TrainerResult, train_one
 from shared.training import checkpoint
 from shared.training.batches import batch_slices
 from shared.training.data import Dataset
 from shared.training.keras_fit import cautions_for
 from shared.training.protocol import PLAIN_RUN, RunControl
-from shared.training.registry import distributed, specs, trainer_spec
+from shared.training.registry import distributed, kept_untrained, specs, trainer_spec
 
 
 @dataclasses.dataclass
@@ -111,22 +113,31 @@ def describe_processes(config: Config) -> str:
     names = distributed(config.trainers)
     if not names or not own_process(config):
         return ""
-    settings, asked = {}, {variable for name in names for variable in trainer_spec(name).process_environment(config)}
-    for name in names:
+    apart = ["reference"] if reference_apart(config) else []
+    settings, asked = {}, {v for name in apart + names for v in trainer_spec(name).process_environment(config)}
+    for name in apart + names:
         environment = {k: v for k, v in process_environment(name, config).items() if k in asked}
         settings.setdefault(" ".join(f"{k}={v}" for k, v in sorted(environment.items())), []).append(name)
     own = "; ".join(
-        f"{' and '.join(group)} in a trainer process" + (f" ({setting})" if setting else "")
+        f"{_and(group)} in a trainer process" + (f" ({setting})" if setting else "")
         for setting, group in settings.items()
     )
-    line = f"processes: the reference here (TensorFlow's default threads); {own}"
+    if apart:  # its runs round as each device's: one intra-op thread (shared/run/lanes.py reference_apart)
+        line = f"processes: {own}; the reference's timing rounds here (TensorFlow's default threads)"
+    else:
+        line = f"processes: the reference here (TensorFlow's default threads); {own}"
     if config.sweep_devices and lane_count(config) > 1:  # train_all
-        lanes = f"{' and '.join(names)} train side by side, one a core, as the sweep's configurations do,"
+        lanes = f"{_and(names)} train side by side, one a core, as the sweep's configurations do,"
         line += (
-            f"; {lanes if len(names) > 1 else names[0] + ' trains in its process'} while the reference trains here:"
-            " the epoch and trace times ran beside other work (the speeds are the timing rounds', taken alone)"
+            f"; {lanes if len(names) > 1 else names[0] + ' trains in its process'} while the reference trains"
+            f"{' in its own' if apart else ' here'}: the epoch and trace times ran beside other work (the speeds are"
+            " the timing rounds', taken alone)"
         )
     return line
+
+
+def _and(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def process_environment(trainer: str, config: Config) -> Dict[str, str]:
@@ -142,30 +153,64 @@ def process_environment(trainer: str, config: Config) -> Dict[str, str]:
     return together
 
 
-def trained_by(data: Dataset, devices: Sequence[str], log=print_fitted, lane: int = 0) -> Train:
-    """How compare.py trains: the reference here; the others here too, or each approach in its trainer process
-    (own_process), with the run's environment for it (process_environment); `lane`: which of a sweep's processes
-    for that environment (shared/run/lanes.py)."""
+def trained_by(
+    data: Dataset, devices: Sequence[str], log=print_fitted, lane: int = 0, reference_lane: int = 0
+) -> Train:
+    """How compare.py trains: each approach in its trainer process (own_process), with the run's environment for it
+    (process_environment), or here; the reference's runs in one with one intra-op thread (reference_apart), its
+    timing rounds here, or all of it here; `lane`: which of a sweep's processes for that environment
+    (shared/run/lanes.py), the reference's `reference_lane` on the first (REFERENCE_LANE where it trains beside the
+    others' lanes)."""
     here = in_process(data, devices, log)
 
     def process(trainer: str, config: Config):
         spec = trainer_spec(trainer)
-        if not spec.distributes or not own_process(config):
+        if not own_process(config) or not (spec.distributes or reference_apart(config)):
             return None
         # As many logical devices as this process has: one trainer process serves every count of a sweep.
         count = max(len(devices), len(tf.config.list_logical_devices(config.device_type)))
-        return worker.trainer_process(process_environment(trainer, config), config, count, lane)
+        own_lane = lane if spec.distributes or lane else reference_lane
+        return worker.trainer_process(process_environment(trainer, config), config, count, own_lane)
 
     def train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
         found = process(entry.trainer, config)
         if found is None:
             return here(entry, config, control)
-        result = found.train(entry.trainer, config, data, log, control)
+        if trainer_spec(entry.trainer).distributes or not control.keep:
+            result = found.train(entry.trainer, config, data, log, control)
+        else:  # the reference: timed here, with TensorFlow's default threads, on one made while its run trains there
+            made = in_a_thread(lambda: kept_untrained(entry.trainer, config, data, devices[: config.devices], STEPS))
+            result = found.train(entry.trainer, config, data, log, dataclasses.replace(control, keep=False))
+            result.kept = None if result.failed else made()
         result.name = entry.key
         return result
 
     train.process = process  # train_all starts a lane's processes early
     return train
+
+
+def in_a_thread(make: Callable[[], object]) -> Callable[[], object]:
+    """`make()` called in a thread of its own, now; returns what waits for it and returns what it made (or raises
+    what it raised)."""
+    made = []
+
+    def run() -> None:
+        try:
+            made.append((make(), None))
+        except BaseException as error:  # noqa: BLE001 - raised in the caller's thread, where it waits
+            made.append((None, error))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def wait():
+        thread.join()
+        value, error = made[0]
+        if error is not None:
+            raise error
+        return value
+
+    return wait
 
 
 def float64_config(config: Config) -> Config:
@@ -419,19 +464,29 @@ def name_cautions(config, verdicts, results, entries: Sequence[Entry], train_exa
                 found.add_reason(text)
 
 
+def main_run_lanes(config: Config, data: Dataset, devices: Sequence[str], log: Callable = print_fitted) -> List[Train]:
+    """train_all's Train for each lane: one for a plain run, whose trace and epoch times stay uncontended, the sweep's
+    lanes before a sweep; the reference's runs, which the first trains while the lanes train the others (the main
+    run's, its float64 reruns), then in a process of their own (REFERENCE_LANE)."""
+    count = lane_count(config) if config.sweep_devices else 1
+    return [trained_by(data, devices, log, lane, REFERENCE_LANE if count > 1 else 0) for lane in range(count)]
+
+
 def train_all(
     config: Config, data: Dataset, devices: Sequence[str], log: Callable = print_fitted, saved_baseline=None
 ) -> RunResult:
     """The run that `config` describes on `devices`: compare.py's main run; before a sweep that trains its
     configurations side by side, its distributed trainers too, while the reference trains, and left for the sweep's
     first block to time (shared/run/lanes.py)."""
-    count = lane_count(config) if config.sweep_devices else 1  # a plain run's trace and epoch times stay uncontended
-    lanes = [trained_by(data, devices, log, lane) for lane in range(count)]
-    if count > 1:  # their processes load TensorFlow while the reference trains
-        for lane, name in itertools.product(lanes, distributed(config.trainers)):
-            found = lane.process(name, config)
-            if found is not None:
-                found.started()
+    lanes = main_run_lanes(config, data, devices, log)
+    count = len(lanes)
+    # Their processes load TensorFlow at once: the lanes' while the reference trains, the reference's (reference_apart)
+    # while this process makes its timing reference.
+    wanted = ["reference"] if reference_apart(config) else []
+    for lane, name in itertools.product(lanes, wanted + (distributed(config.trainers) if count > 1 else [])):
+        found = lane.process(name, config)
+        if found is not None:
+            found.started()
     return train_and_judge(
         config,
         data,

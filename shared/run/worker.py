@@ -3,7 +3,8 @@
     python -m shared.run.worker      # started by TrainerProcess, never by hand
 
 Two reasons to train outside the run's process: a setting that TensorFlow fixes once per process (its
-intra-op thread count: each approach gets the one that serves it, docs/throughput.md), and a crash inside
+intra-op thread count: each approach gets the one that serves it, and the reference's runs the one its devices
+have, so that it rounds as they do, docs/throughput.md), and a crash inside
 TensorFlow (a segmentation fault in DTensor's SPMD expansion) that would otherwise take the whole
 comparison with it. The process stays up between trainers, so TensorFlow starts once (~8 s); one that
 dies is the FAILED trainer's, with its signal and what it was doing, and the next trainer gets a new one.

@@ -207,7 +207,7 @@ class TrainerSpec:
     check_config: Callable[[Config, Sequence[str]], None] = _nothing
     # (config, device count, every layout?, the API's meshes) -> its configurations: the sweep's, the API's
     variants: Callable[[Config, int, bool, Sequence[str]], List[Variant]] = lambda *args: []
-    # The environment its trainer process starts with (e.g. TF_NUM_INTRAOP_THREADS); {}: no process of its own.
+    # The environment its trainer process starts with (e.g. TF_NUM_INTRAOP_THREADS); {}: none asked for.
     process_environment: Callable[[Config], Dict[str, str]] = lambda config: {}
     before_runtime: Callable[[Config, int], None] = _nothing  # what must be fixed before TensorFlow's runtime starts
     describe_run: Callable[[Config], RunFacts] = lambda config: RunFacts()  # the header's facts

@@ -13,6 +13,7 @@ import itertools
 import tensorflow as tf
 
 from shared.config import Config
+from shared.devices import one_intra_op_thread
 from shared.measure import profile, traffic
 from shared.measure.checksums import state_variables
 from shared.measure.taps import Taps
@@ -145,7 +146,9 @@ SPEC = TrainerSpec(
     "reference",
     ReferenceTrainer,
     count_bytes=lambda trainer: (traffic.one_device(trainer.device), ""),
-    scope=lambda devices: tf.device(devices[0]),  # it trains in the run's own process, on its first device
+    scope=lambda devices: tf.device(devices[0]),  # on its process's first device
+    # Its runs' process (shared.run.lanes.reference_apart): one intra-op thread on CPUs, as each distributed device's
+    process_environment=one_intra_op_thread,
     distributes=False,
     fit_trainer=KerasFitTrainer,  # model.fit on one device
 )

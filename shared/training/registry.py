@@ -72,6 +72,18 @@ def fit_and_keep(
     return history, Kept(trainer, lambda: spec.scope(devices)) if control.keep else None
 
 
+def kept_untrained(name: str, config: Config, data: Dataset, devices: Sequence[str], steps: int) -> "Kept":
+    """A trainer made here and not trained, kept for timing, its call of `steps` steps warmed now: the reference's
+    timing rounds where its runs train in a trainer process (shared.run.lanes.reference_apart). Its weights are
+    the initial ones: a step's time does not depend on them."""
+    spec = trainer_spec(name)
+    with spec.scope(devices):
+        trainer = (spec.fit_trainer if config.fit else spec.trainer)(config, data, devices, Silent().line)
+    kept = Kept(trainer, lambda: spec.scope(devices))
+    kept.warm(steps)
+    return kept
+
+
 class Kept:
     """A trained trainer kept for timing (shared/measure/timing.py): more rounds of its steady train call, on the
     batches it trained on, of at most the first round's steps where its trace runs any count (Trainer.step_call).
@@ -80,11 +92,16 @@ class Kept:
     def __init__(self, trainer: Trainer, scope: Callable[[], ContextManager]):
         self.trainer, self.scope, self.call = trainer, scope, None
 
-    def time(self, steps: int = timing.ROUND_STEPS) -> timing.TimedRound:
+    def warm(self, steps: int) -> None:
+        """Its call of `steps` steps made and run once, if it has none yet: nothing traced or compiled is timed."""
         with self.scope():
             if self.call is None:
                 self.call = self.trainer.step_call(steps)
-                self.call.run(self.call.prepare())  # warm: nothing traced or compiled is timed
+                self.call.run(self.call.prepare())
+
+    def time(self, steps: int = timing.ROUND_STEPS) -> timing.TimedRound:
+        self.warm(steps)
+        with self.scope():
             return timing.time_round(self.call, steps)
 
     def release(self) -> None:
