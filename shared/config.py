@@ -209,8 +209,8 @@ class Config:
         "auto",
         "own: DTensor and MirroredStrategy train in a process of their own, with the intra-op threads that serve "
         "them (1 on logical CPUs), and on CPUs the reference's runs with 1 too, so that it rounds as each device "
-        "does (its timing rounds stay here, with TensorFlow's default threads); a crash there fails only that "
-        "trainer; shared: everything in this process (auto: own on CPUs, shared on GPUs)",
+        "does (its timing rounds stay here, with TensorFlow's default threads; not with --clients); a crash there "
+        "fails only that trainer; shared: everything in this process (auto: own on CPUs, shared on GPUs)",
         DISTRIBUTE,
         choices=("auto", "own", "shared"),
     )

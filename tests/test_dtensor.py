@@ -277,11 +277,12 @@ def test_a_trainer_process_combines_the_all_reduces_of_a_model_of_many_variables
     assert combining.environment(Config()) == {}  # the MLP's 6: off, 4 steps a call
     assert combining.environment(many.replace(adam="tutorial")) == {}  # it reads its slots after assigning them
     assert combining.environment(many.replace(device_type="GPU")) == {}  # TensorFlow's default: on
-    # dtensor and mirrored still share one process, with the variable set.
+    # dtensor and mirrored still share one process, with the variable set, and the reference's runs share it.
     assert process_environment("mirrored", many) == process_environment("dtensor", many)
+    assert process_environment("reference", many) == process_environment("dtensor", many)
     assert process_environment("mirrored", many)[combining.VARIABLE] == "1"
     assert (
-        "dtensor and mirrored in a trainer process (DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION=1"
+        "reference, dtensor and mirrored in a trainer process (DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION=1"
         " TF_NUM_INTRAOP_THREADS=1)" in describe_processes(many)
     )
     # A run without DTensor names only what its own trainers ask for.

@@ -4,6 +4,7 @@ again, and a trainer process's side of it. ~5 s on 2 cores.
 """
 
 import io
+import time
 
 import pytest
 
@@ -190,3 +191,30 @@ def test_a_main_run_left_untimed_is_timed_once_with_the_first_block_and_the_refe
     assert untimed(main) == [] and main["reference"].kept is not None  # the reference stays kept for later blocks
     time_run(main)
     assert "".join(order) == "RMARMARMAR"  # nothing left: no round more, not even the reference's alone
+
+
+def test_a_call_warmed_long_before_its_first_round_runs_once_more_untimed_and_a_fresh_one_once():
+    """Kept.time: the reference kept untrained (kept_untrained) is warmed while its run trains, minutes before its
+    first round, so that round follows an untimed call as every trainer's first round does; a trained trainer's call,
+    made by its first round, is run once before it, not twice."""
+    import contextlib
+
+    from shared.measure.profile import StepCall
+    from shared.training.registry import Kept
+
+    class Trainer:
+        def __init__(self):
+            self.runs = []
+
+        def step_call(self, most_steps=0):
+            return StepCall(8, lambda: None, lambda inputs: self.runs.append(time.sleep(0.1)), examples=64)
+
+    for warmed_before, untimed in ((True, 2), (False, 1)):
+        trainer = Trainer()
+        kept = Kept(trainer, contextlib.nullcontext)
+        if warmed_before:
+            kept.warm(8)
+        first = kept.time(8)
+        assert len(trainer.runs) == untimed + len(first.call_steps)  # the untimed calls, then the round's
+        second = kept.time(8)  # no untimed call before a later round
+        assert len(trainer.runs) == untimed + len(first.call_steps) + len(second.call_steps)

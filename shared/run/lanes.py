@@ -40,12 +40,12 @@ def own_process(config: Config) -> bool:
 def reference_apart(config: Config) -> bool:
     """Whether the reference's runs train in a trainer process with one intra-op thread, as each device of the
     distributed trainers computes (its timing rounds stay in the run's process, with TensorFlow's default threads):
-    wherever any of those train in processes of their own, on CPUs, but not with --profile (whose step split the
-    reference measures as it trains). A process's intra-op thread count changes how its matmuls round: with the
-    default threads, on a 2-core AVX2 CPU, the default run's float32 loss left its tolerance at step 58 on every
-    configuration; with one thread it agreed within 1.2e-7 (docs/parity.md, "Kernels")."""
-    apart = own_process(config) and config.device_type == "CPU" and not config.profile
-    return apart and bool(distributed(config.trainers))
+    wherever any of those train in processes of their own, on CPUs (with --profile too: its step split of the
+    reference is measured there, with one thread). A process's intra-op thread count changes how its matmuls round:
+    with the default threads, on a 2-core AVX2 CPU, the default run's float32 loss left its tolerance at step 58 on
+    every configuration; with one thread it agreed within 1.2e-7 (docs/parity.md, "Kernels"). Decided by fields
+    that a run's float64 reruns and repeats keep, so that all of the reference's runs train in one place."""
+    return own_process(config) and config.device_type == "CPU" and bool(distributed(config.trainers))
 
 
 def lane_count(config: Config) -> int:
@@ -78,7 +78,7 @@ class Pending:
 
 def queued(jobs: Sequence[Callable], lanes: Sequence[object], meanwhile: Optional[Callable] = None) -> List[Pending]:
     """A block: each lane (one of `lanes`: here, how a lane trains) takes the next job when it is free, in the jobs'
-    order, and calls it with itself, while this thread calls `meanwhile` (the reference, which trains in this
+    order, and calls it with itself, while this thread calls `meanwhile` (the reference's run: here, or in its
     process); returns when every job has settled, their outcomes in the jobs' order. An interrupt, or what
     `meanwhile` raises, stops the trainer processes at once (not after their jobs), and the threads are daemons: the
     run does not wait for them."""

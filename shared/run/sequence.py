@@ -180,8 +180,11 @@ def trained_by(
             result = found.train(entry.trainer, config, data, log, control)
         else:  # the reference: timed here, with TensorFlow's default threads, on one made while its run trains there
             made = in_a_thread(lambda: kept_untrained(entry.trainer, config, data, devices[: config.devices], STEPS))
-            result = found.train(entry.trainer, config, data, log, dataclasses.replace(control, keep=False))
-            result.kept = None if result.failed else made()
+            try:
+                result = found.train(entry.trainer, config, data, log, dataclasses.replace(control, keep=False))
+            finally:
+                kept = untimed_on_error(made)  # waited for however the run ended: no TensorFlow left working
+            result.kept = None if result.failed else kept
         result.name = entry.key
         return result
 
@@ -211,6 +214,15 @@ def in_a_thread(make: Callable[[], object]) -> Callable[[], object]:
         return value
 
     return wait
+
+
+def untimed_on_error(made: Callable[[], object]) -> Optional[object]:
+    """The timing reference `made` (in_a_thread), or None where it could not be made or warmed (a --fit reference
+    has no steady call): no figure then, as a round that fails (shared/run/timing.py timed_round), not a failed run."""
+    try:
+        return made()
+    except Exception:  # noqa: BLE001 - the speeds then come from the epochs
+        return None
 
 
 def float64_config(config: Config) -> Config:
@@ -308,8 +320,8 @@ def train_entries(
     trained: Optional[Dict[str, TrainerResult]] = None,
     lanes: Sequence[Train] = (),
 ) -> Dict[str, TrainerResult]:
-    """Each entry's run by key, the reference's first: `reference_result` or trained here, while the others not in
-    `trained` train on `lanes` (side_by_side), or after it in turn."""
+    """Each entry's run by key, the reference's first: `reference_result` or trained by this thread, while the others
+    not in `trained` train on `lanes` (side_by_side), or after it in turn."""
     reference, others, results = entries[0], entries[1:], {}
     trained = dict(trained or {})
     waiting = [entry for entry in others if entry.key not in trained]
@@ -372,7 +384,7 @@ def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: 
     wanted = [entry for entry in entries if entry.key in judgement.needs_float64]
     reruns = {}
 
-    def rerun_the_reference(beside_lanes: bool) -> None:  # here, where it trains, while the lanes rerun the others
+    def rerun_the_reference(beside_lanes: bool) -> None:  # by this thread, while the lanes rerun the others
         reruns[entries[0].key] = train_float64(train, entries[0], RunControl(progress_bar=not beside_lanes))
 
     on_lanes = side_by_side(wanted, lanes, PLAIN_RUN, train_float64, rerun_the_reference)

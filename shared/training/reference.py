@@ -92,14 +92,8 @@ class ReferenceTrainer(Trainer):
             self.data.x_train, self.data.y_train, self.config.batch_size, epoch, self.config.shuffle, self.config.seed
         )
         for x_steps, y_steps in step_chunks(batches, first_alone=first):
-            if first:  # one trace for every chunk length and batch size
-                train_steps.get_concrete_function(
-                    self.model,
-                    self.optimizer,
-                    tf.TensorSpec([None, None, *x_steps.shape[2:]], x_steps.dtype),
-                    tf.TensorSpec([None, None, *y_steps.shape[2:]], y_steps.dtype),
-                    record_state,
-                )
+            if first:
+                self.trace_any_length(x_steps, y_steps, record_state)
             losses, corrects, checksums = train_steps(self.model, self.optimizer, x_steps, y_steps, record_state)
             if first:
                 losses.numpy()  # host sync, once: the first call (one step) is the trace time
@@ -107,6 +101,16 @@ class ReferenceTrainer(Trainer):
             meter.add_steps(
                 losses, corrects, [host_label_count(y) for y in y_steps], checksums if record_state else None
             )
+
+    def trace_any_length(self, x_steps, y_steps, record_state: bool = False) -> None:
+        """One trace of train_steps for every chunk length and batch size: a call of other shapes runs it too."""
+        train_steps.get_concrete_function(
+            self.model,
+            self.optimizer,
+            tf.TensorSpec([None, None, *x_steps.shape[2:]], x_steps.dtype),
+            tf.TensorSpec([None, None, *y_steps.shape[2:]], y_steps.dtype),
+            record_state,
+        )
 
     def trace_count(self) -> int:
         return train_steps.experimental_get_tracing_count()
@@ -123,7 +127,9 @@ class ReferenceTrainer(Trainer):
         def run(inputs):
             train_steps(self.model, self.optimizer, *inputs)[0].numpy()  # host sync: the call has run
 
-        steps, batch = prepare()[1].shape[:2]
+        inputs = prepare()
+        self.trace_any_length(*inputs)  # the trace training runs (a reference kept untrained runs no epoch)
+        steps, batch = inputs[1].shape[:2]
         return profile.StepCall(steps, prepare, run, examples=steps * batch)
 
     def test_batches(self, x, y):

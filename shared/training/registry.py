@@ -90,7 +90,7 @@ class Kept:
     The first round is preceded by a warm-up call; the weights step on."""
 
     def __init__(self, trainer: Trainer, scope: Callable[[], ContextManager]):
-        self.trainer, self.scope, self.call = trainer, scope, None
+        self.trainer, self.scope, self.call, self.timed = trainer, scope, None, False
 
     def warm(self, steps: int) -> None:
         """Its call of `steps` steps made and run once, if it has none yet: nothing traced or compiled is timed."""
@@ -100,8 +100,11 @@ class Kept:
                 self.call.run(self.call.prepare())
 
     def time(self, steps: int = timing.ROUND_STEPS) -> timing.TimedRound:
-        self.warm(steps)
         with self.scope():
+            if self.call is not None and not self.timed:  # warmed long before (kept_untrained): once more, untimed
+                self.call.run(self.call.prepare())
+            self.warm(steps)
+            self.timed = True
             return timing.time_round(self.call, steps)
 
     def release(self) -> None:
