@@ -28,7 +28,7 @@ from shared.measure.timing import REFERENCE_ROUND_STEPS as STEPS
 from shared.measure.timing import wanted as timed_run
 from shared.model.registry import definition_for, random_ops
 from shared.run import replay, timing, worker
-from shared.run.lanes import REFERENCE_LANE, lane_count, own_process, queued, reference_apart
+from shared.run.lanes import REFERENCE_LANE, Pending, lane_count, own_process, queued, reference_apart
 from shared.run.results import TrainerResult, train_one
 from shared.training import checkpoint
 from shared.training.batches import batch_slices
@@ -195,25 +195,16 @@ def trained_by(
 def in_a_thread(make: Callable[[], object]) -> Callable[[], object]:
     """`make()` called in a thread of its own, now; returns what waits for it and returns what it made (or raises
     what it raised)."""
-    made = []
+    made = Pending()
 
     def run() -> None:
         try:
-            made.append((make(), None))
+            made.settle(make())
         except BaseException as error:  # noqa: BLE001 - raised in the caller's thread, where it waits
-            made.append((None, error))
+            made.settle(error=error)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-
-    def wait():
-        thread.join()
-        value, error = made[0]
-        if error is not None:
-            raise error
-        return value
-
-    return wait
+    threading.Thread(target=run, daemon=True).start()
+    return made.result
 
 
 def untimed_on_error(made: Callable[[], object]) -> Optional[object]:
