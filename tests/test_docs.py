@@ -364,3 +364,18 @@ def test_every_measurement_in_the_docs_names_its_commit_and_machine():
     assert unnamed == []
     unknown = [commit for _, _, text in passages for commit in COMMIT.findall(text) if not known_commit(commit)]
     assert unknown == []
+
+
+def test_the_readmes_test_counts_are_the_ones_pytest_collects():
+    """ "N tests ... the K heavier end-to-end runs": pytest's own count of the default selection (every test
+    not marked extended, pyproject.toml's addopts) and of `-m extended`, so that the README's numbers move
+    with the suite. One collection: `-m extended` selects K of all of them."""
+    said = re.search(r"(\d+) tests in\s+about .*?`pytest -m\s+extended` the (\d+) heavier", read("README.md"), re.S)
+    assert said, "the README's test command no longer says how many tests it runs"
+    assert "-m 'not extended'" in read("pyproject.toml")
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider"]
+    output = subprocess.run(command + ["-m", "extended"], cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
+    found = re.search(r"(\d+)/(\d+) tests collected", output)
+    assert found, output[-500:]
+    extended, everything = int(found.group(1)), int(found.group(2))
+    assert (int(said.group(1)), int(said.group(2))) == (everything - extended, extended)
