@@ -1,10 +1,42 @@
-"""The project's error type: bad input that the user can fix.
+"""The project's error type: bad input that the user can fix; and any error as one line (`one_line`).
 
 Every check that rejects a flag, a file or a device request raises `UsageError`
 with one line that names the value and says what would work; `compare.py`
 prints that line and exits with code 2, without a traceback.
 """
 
+import os
+import re
+import traceback
+from typing import Callable
+
+# What TensorFlow wraps an op's error in: its function's name before, the op's after.
+TENSORFLOW_WRAPPING = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$")
+# An error raised while TensorFlow traced a function: this line, the traced frames, then the error's own lines.
+TRACED = "in user code:"
+TRACED_FRAME = re.compile(r'^File "([^"]+)", line (\d+)')
+ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*: ")
+
 
 class UsageError(Exception):
     """Bad input; the message is one line that says what to fix."""
+
+
+def one_line(error: BaseException, counts: Callable[[str], bool] = lambda filename: True) -> str:
+    """`Type: first line (file:line)`, at the innermost frame whose file `counts` (the innermost of all if none).
+
+    An error raised while TensorFlow traced a function says only "in user code:" on its first line, and its
+    own frames are TensorFlow's and autograph's generated files: it is named by the traced error's line (e.g.
+    "ValueError: 'first' has shape (28, 32) before the loop, ...") at the innermost traced frame."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    frames = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(error.__traceback__)]
+    message = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    if lines and lines[0] == TRACED:
+        traced = [index for index, line in enumerate(lines) if TRACED_FRAME.match(line)]
+        frames += [TRACED_FRAME.match(lines[index]).groups() for index in traced]
+        after = lines[traced[-1] + 1 :] if traced else lines[1:]
+        own = [line for line in after if ERROR_LINE.match(line)]
+        message = own[0] if own else f"{type(error).__name__}: {after[-1] if after else ''}"
+    message = TENSORFLOW_WRAPPING.sub("", message).strip()
+    where = ([frame for frame in frames if counts(frame[0])] or frames or [None])[-1]
+    return message + (f" ({os.path.basename(where[0])}:{where[1]})" if where else "")

@@ -370,7 +370,7 @@ def test_the_readmes_test_counts_are_the_ones_pytest_collects():
     """ "N tests ... the K heavier end-to-end runs": pytest's own count of the default selection (every test
     not marked extended, pyproject.toml's addopts) and of `-m extended`, so that the README's numbers move
     with the suite. One collection: `-m extended` selects K of all of them."""
-    said = re.search(r"(\d+) tests in\s+about .*?`pytest -m\s+extended` the (\d+) heavier", read("README.md"), re.S)
+    said = re.search(r"(\d+) tests in\s.*?`pytest -m\s+extended` the (\d+) heavier", read("README.md"), re.S)
     assert said, "the README's test command no longer says how many tests it runs"
     assert "-m 'not extended'" in read("pyproject.toml")
     command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider"]

@@ -165,3 +165,31 @@ def test_a_bad_client_config_is_one_line_and_exit_2(tmp_path, contents, expected
     assert result.returncode == 2, result.stderr[-2000:]
     (line,) = result.stderr.splitlines()
     assert re.match(r"compare\.py: error: " + expected, line), line
+
+
+def test_a_failure_is_one_line_that_names_the_error_even_where_tensorflow_traced_it():
+    """A trainer's FAILED reason (shared/errors.py one_line): the error's first line and where it was raised; for
+    an error raised while TensorFlow traced a function, the traced error and its frame, not "in user code:"."""
+    import tensorflow as tf
+
+    from shared.errors import one_line
+
+    @tf.function
+    def grows():
+        x = tf.zeros([2])
+        for _ in tf.range(3):
+            x = tf.concat([x, [1.0]], 0)  # a loop variable that changes shape: autograph refuses it when traced
+        return x
+
+    with pytest.raises(ValueError, match="^in user code:") as raised:
+        grows()
+    traced = one_line(raised.value)
+    line = grows.python_function.__code__.co_firstlineno + 3  # the loop's line, which autograph names
+    assert re.fullmatch(rf"ValueError: 'x' has shape \(2,\) before the loop, .* \(test_exit_codes\.py:{line}\)", traced)
+
+    def plain():
+        return {}["b"]
+
+    with pytest.raises(KeyError) as raised:
+        plain()
+    assert one_line(raised.value) == f"KeyError: 'b' (test_exit_codes.py:{plain.__code__.co_firstlineno + 1})"

@@ -160,6 +160,9 @@ def test_the_header_says_a_main_run_before_a_sweep_trains_beside_the_reference()
     one = describe_processes(Config(trainers=("reference", "dtensor"), sweep_devices=(2,)))
     assert "dtensor trains in its process while the reference trains in its own: the epoch and trace times ran" in one
     assert "while the reference" not in describe_processes(Config(trainers=("reference", "dtensor")))  # no sweep
+    for untimed in (Config(dtype="float64"), Config(timing=False)):  # no timing rounds: the header names none
+        assert describe_processes(untimed).endswith("mirrored in a trainer process (TF_NUM_INTRAOP_THREADS=1)")
+    assert describe_processes(Config()).endswith("the reference's timing rounds here (TensorFlow's default threads)")
 
 
 @pytest.mark.skipif(lane_count(Config()) < 2, reason="one core: a sweep trains on one lane")

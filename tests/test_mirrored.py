@@ -265,3 +265,25 @@ def test_evaluation_and_gradients_use_the_arrays_they_are_given(uneven_slice, de
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
     first = mirrored.gradients(data.x_train[:60], data.y_train[:60])
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(first, mirrored.gradients(x, y))) > 1e-6
+
+
+def rows_as_tokens():
+    """A Dense on each of an image's 28 rows: inside a replica its kernel's gradient has no static first axis."""
+    import keras
+
+    inputs = keras.Input((28, 28))
+    tokens = keras.layers.Dense(8, name="embed")(inputs)
+    pooled = keras.layers.GlobalAveragePooling1D(name="pool")(tokens)
+    return keras.Model(inputs, keras.layers.Dense(10, name="head")(pooled))
+
+
+def test_a_replicas_gradient_without_its_static_shape_is_carried_out_of_the_step(devices):
+    """The first step's gradients leave the step's loop in their weights' shapes: a Keras Dense on 3 axes gave
+    (None, 8) for its (28, 8) kernel, and every MirroredStrategy run of examples/keras_transformer.py failed."""
+    pytest.importorskip("keras", minversion="3", reason="a Keras model needs Keras 3 (TensorFlow 2.16 or later)")
+    from shared.api import check_model
+
+    small = dict(train_examples=96, test_examples=32, batch_size=32, epochs=1, dtype="float64")
+    result = check_model(rows_as_tokens, trainers=("mirrored",), devices=2, **small)
+    assert result.errors == {} and result.verdicts["mirrored"].ok, result.summary()
+    assert result.parity["mirrored"].max_abs_grad_diff < 1e-12, result.summary()

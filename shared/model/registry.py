@@ -20,13 +20,12 @@ import importlib.util
 import os
 import re
 import sys
-import traceback
 from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
 from shared.config import BUILT_IN_MODELS, TUTORIAL_HIDDEN
-from shared.errors import UsageError
+from shared.errors import UsageError, one_line
 from shared.model.definition import Model, ModelDefinition, check_definition
 from shared.model.gpt import gpt
 from shared.model.keras import is_keras_model, keras_2_hint, keras_definition, prepare_keras
@@ -208,15 +207,7 @@ NOT_A_DRAW = re.compile(r"GetKeyCounter|GetAlg")  # a stateless op's key prepara
 
 def describe(error: BaseException) -> str:
     """`Type: first line (file:line)`, where the innermost frame in a user's file is (not TensorFlow's)."""
-    frames = traceback.extract_tb(error.__traceback__)
-    own = [frame for frame in frames if not is_library(frame.filename)]
-    where = (own or frames)[-1] if frames else None
-    message = str(error).splitlines()[0] if str(error) else ""
-    message = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$", "", message)  # TensorFlow's wrapping
-    return (
-        f"{type(error).__name__}: {message}"
-        + (f" ({os.path.basename(where.filename)}:{where.lineno})" if where else "")
-    ).strip()
+    return one_line(error, lambda filename: not is_library(filename))
 
 
 def is_library(filename: str) -> bool:

@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 
 from shared.config import Config
-from shared.errors import UsageError
+from shared.errors import UsageError, one_line
 from shared.measure.history import History
 from shared.measure.memory import peak_rss_mb, start_peak, with_peaks
 from shared.report.progress import Printed
@@ -81,12 +81,7 @@ def train_one(
     except UsageError:
         raise
     except Exception as error:  # noqa: BLE001 - any trainer failure is reported, the others still run
-        last = traceback.extract_tb(error.__traceback__)[-1]
-        reason = (
-            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''} "
-            f"({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
-        )
-        result = TrainerResult(name, error=reason.strip(), traceback="".join(traceback.format_exception(error)))
+        result = TrainerResult(name, error=one_line(error), traceback="".join(traceback.format_exception(error)))
         if config.verbose:  # the one line is in the tables; a maintainer wants the whole story too
             print(f"{name}: FAILED: {result.error}\n{result.traceback}", end="", file=sys.stderr, flush=True)
         return result

@@ -123,7 +123,8 @@ def describe_processes(config: Config) -> str:
         for setting, group in settings.items()
     )
     if apart:  # its runs round as each device's: one intra-op thread (shared/run/lanes.py reference_apart)
-        line = f"processes: {own}; the reference's timing rounds here (TensorFlow's default threads)"
+        timed = "; the reference's timing rounds here (TensorFlow's default threads)" if timed_run(config) else ""
+        line = f"processes: {own}{timed}"
     else:
         line = f"processes: the reference here (TensorFlow's default threads); {own}"
     if config.sweep_devices and lane_count(config) > 1:  # train_all

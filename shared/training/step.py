@@ -76,8 +76,9 @@ def loop_steps(steps, loss_dtype, variables, record_state: bool, one_step: Calla
         if record_state:
             checksums = checksums.write(i, state_checksums(variables))
         loss, correct, *gradients = one_step(i)
-        if first_gradients is not None:
-            first = tf.cond(i == 0, lambda new=gradients[0]: list(new), lambda kept=first: kept)
+        if first_gradients is not None:  # each its weight's shape: a replica's may have lost it (a Dense on 3 axes)
+            new = [tf.ensure_shape(gradient, zeros.shape) for gradient, zeros in zip(gradients[0], first_gradients)]
+            first = tf.cond(i == 0, lambda new=new: new, lambda kept=first: kept)
         losses, corrects = losses.write(i, loss), corrects.write(i, correct)
     stacked = losses.stack(), corrects.stack(), checksums.stack()
     return stacked if first_gradients is None else (*stacked, first)
