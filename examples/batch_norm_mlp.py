@@ -13,9 +13,10 @@ device, and the running statistics are updated once, from them. Under MirroredSt
 forward on its own piece, so it normalises its 16 examples on their own: another function, a MISMATCH from
 step 0 whose first difference is the `norm` tap (`dense` agrees); each replica also moves its own copy of the
 running statistics (ON_READ, MEAN: a read averages them), as Keras's BatchNormalization does
-(docs/parity.md, "Batch statistics"). A DTensor batch padded with zero-weight examples (a last batch that
-does not divide over the batch axis) would count the padding in its statistics; the definition leaves
-`independent_examples` off, so a short last batch that divides is not padded to the full batch's shape.
+(docs/models.md, "Batch statistics: where the approaches differ"). A DTensor batch padded with zero-weight
+examples (a last batch that does not divide over the batch axis) would count the padding in its statistics;
+the definition leaves `independent_examples` off, so a short last batch that divides is not padded to the full
+batch's shape.
 """
 
 import tensorflow as tf

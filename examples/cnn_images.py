@@ -2,7 +2,7 @@
 
     python examples/cnn_images.py images.npz          # writes a deterministic set of images to try it on
     python compare.py --model examples/cnn_images.py:cnn --data images.npz
-    python -m pytest examples/test_cnn_images.py
+    python -m pytest -m "" examples/test_cnn_images.py
 
 One example is an image [32, 32, 3] float32 with one label of 10 classes (`input_shape`, `label_shape`,
 `classes`); the .npz holds x_train [N, 32, 32, 3], y_train [N], x_test and y_test. Two 3x3 convolutions
@@ -10,11 +10,13 @@ One example is an image [32, 32, 3] float32 with one label of 10 classes (`input
 `model` axis (column then row parallel, as Megatron-LM does) and 10 logits.
 """
 
+import io
 import sys
 
 import numpy as np
 import tensorflow as tf
 
+from shared.files import write_atomically
 from shared.model import MODEL_AXIS, UNSHARDED, ModelDefinition, Variable, truncated_normal, zeros
 
 SIDE, COLOURS, CLASSES, UNITS = 32, 3, 10, 128
@@ -67,7 +69,10 @@ def write_images(path: str, train: int = 512, test: int = 128, seed: int = 7) ->
 
     x_train, y_train = split(train)
     x_test, y_test = split(test)
-    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    arrays = io.BytesIO()
+    np.savez(arrays, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    write_atomically(path, arrays.getvalue())  # never half a file
+    print(f"wrote {path}: {train} training and {test} test images [{SIDE}, {SIDE}, {COLOURS}] of {CLASSES} classes")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
     python compare.py --model examples/keras_cnn.py:keras_cnn --data images.npz --devices 4 --dtype float64
     python compare.py --model examples/keras_cnn.py:synchronized --data images.npz --dtype float64
     python compare.py --model examples/keras_cnn.py:keras_dropout --data images.npz --devices 4 --dtype float64
-    python -m pytest examples/test_keras_cnn.py
+    python -m pytest -m "" examples/test_keras_cnn.py
 
 A function returns a built keras.Model, or (model, keras.distribution.LayoutMap); compare.py calls it after
 `keras.utils.set_random_seed(--seed)` and trains the model's own variables with Keras's own forward. Its

@@ -4,7 +4,7 @@
         --train-examples 256 --test-examples 256 --batch-size 64 --epochs 2
     python compare.py --model examples/keras_fit.py:global_clipnorm --fit ...   # the same options
     python compare.py --model examples/keras_fit.py:transformer --fit --data embedded --devices 4 --dtype float64
-    python -m pytest examples/test_keras_fit.py
+    python -m pytest -m "" examples/test_keras_fit.py
 
 Each function returns a built, compiled keras.Model: `--fit` trains it with model.fit, its own optimizer, loss and
 metrics, on one device (the reference) and under MirroredStrategy, and judges every step.

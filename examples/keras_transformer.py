@@ -3,7 +3,7 @@ split Megatron-style over a mesh's `model` axis by a keras.distribution.LayoutMa
 
     python compare.py --model examples/keras_transformer.py:transformer --data embedded --devices 8 \\
         --mesh batch=2,model=4 --dtype float64
-    python -m pytest examples/test_keras_transformer.py
+    python -m pytest -m "" examples/test_keras_transformer.py
 
 Query, key and value split on their 4 heads, the attention output on its input heads, the MLP's 64 units on
 the first layer's output and the second's input: each block all-reduces its activations twice, as Megatron-LM

@@ -1,7 +1,7 @@
 """An example of your own model for `compare.py --model`: copy this file and change it.
 
     python compare.py --model examples/my_model.py:my_model --data embedded
-    python -m pytest examples/test_my_model.py
+    python -m pytest -m "" examples/test_my_model.py
 
 A model is a `ModelDefinition`: named variables (shape, initializer, DTensor layout on a mesh
 with a `model` axis) and one pure forward of (variables by name, images [N, 784]) -> logits

@@ -2,7 +2,7 @@
 with BatchNormalization(synchronized=True) and the drop-in Dropout every trainer computes one device's model;
 Keras's plain BatchNormalization is a MISMATCH at step 0 under MirroredStrategy whose reason names the layer.
 
-    python -m pytest examples/test_keras_cnn.py
+    python -m pytest -m "" examples/test_keras_cnn.py
 """
 
 import os

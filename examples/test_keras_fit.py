@@ -2,7 +2,7 @@
 model.fit under MirroredStrategy computes one device's run for a plain model, and not once the optimizer's
 global_clipnorm acts, since Keras clips each replica's part of the gradient; the reason says so.
 
-    python -m pytest examples/test_keras_fit.py
+    python -m pytest -m "" examples/test_keras_fit.py
 """
 
 import os

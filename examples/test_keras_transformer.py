@@ -2,7 +2,7 @@
 through check_model, float64: heads and the MLP split over a model axis of 4, and with --shard-weights the rest
 split over the batch axis too; every trainer within 1e-8 of one device on every step.
 
-    python -m pytest -m extended examples/test_keras_transformer.py
+    python -m pytest -m "" examples/test_keras_transformer.py
 """
 
 import os

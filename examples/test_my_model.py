@@ -1,6 +1,6 @@
 """An example test of your own model, run by this project's suite: copy it beside your model.
 
-    python -m pytest examples/test_my_model.py
+    python -m pytest -m "" examples/test_my_model.py
 
 `check_model` trains the model with the single-device reference, DTensor on each mesh and
 MirroredStrategy, from the same start on the same batches, and returns compare.py's verdicts

@@ -22,8 +22,15 @@ class UsageError(Exception):
     """Bad input; the message is one line that says what to fix."""
 
 
-def one_line(error: BaseException, counts: Callable[[str], bool] = lambda filename: True) -> str:
-    """`Type: first line (file:line)`, at the innermost frame whose file `counts` (the innermost of all if none).
+def installed(filename: str) -> bool:
+    """A frame of an installed package (TensorFlow, Keras, NumPy), not of this project or the user's files."""
+    parts = os.path.normpath(filename).split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts
+
+
+def one_line(error: BaseException, counts: Callable[[str], bool] = lambda filename: not installed(filename)) -> str:
+    """`Type: first line (file:line)`, at the innermost frame whose file `counts` (by default the innermost outside
+    installed packages: the project's or the user's line, not TensorFlow's; the innermost of all if none).
 
     An error raised while TensorFlow traced a function says only "in user code:" on its first line, and its
     own frames are TensorFlow's and autograph's generated files: it is named by the traced error's line (e.g.

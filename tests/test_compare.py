@@ -342,3 +342,14 @@ def test_when_auto_falls_back_the_json_says_so(devices, monkeypatch):
     assert environment["data_fallback"].startswith("tensorflow_datasets does not work here (AttributeError")
     asked_for = sequence.train_all(config.replace(data="embedded"), load_data("embedded", 128, 64), devices[:1])
     assert document.report_dict(asked_for, [])["environment"]["data_fallback"] is None
+
+
+def test_the_header_says_when_the_training_set_is_reshuffled():
+    from shared.config import Config
+    from shared.report.header import describe_training
+
+    assert describe_training(Config()) == "adam lr 0.001 (fixed Adam); float32; seed 22"
+    shuffled = describe_training(Config(shuffle=True))
+    assert shuffled == "adam lr 0.001 (fixed Adam); float32; seed 22" + (
+        "; the training set reshuffled every epoch from the seed (--shuffle)"
+    )

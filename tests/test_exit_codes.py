@@ -193,3 +193,12 @@ def test_a_failure_is_one_line_that_names_the_error_even_where_tensorflow_traced
     with pytest.raises(KeyError) as raised:
         plain()
     assert one_line(raised.value) == f"KeyError: 'b' (test_exit_codes.py:{plain.__code__.co_firstlineno + 1})"
+
+    def in_tensorflow():
+        return tf.reshape(tf.zeros([2]), [3])  # raised in TensorFlow's files: named at this line, not theirs
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        in_tensorflow()
+    named = one_line(raised.value)
+    assert named.startswith("InvalidArgumentError: ") and "[Op:" not in named, named
+    assert named.endswith(f"(test_exit_codes.py:{in_tensorflow.__code__.co_firstlineno + 1})"), named

@@ -67,10 +67,10 @@ def test_repeat_2_reports_every_trainer_in_the_table_and_the_json(tmp_path, dete
     run = run_compare if deterministic else run_here  # op determinism is for the whole process: a new one
     result = run(*SMALL, "--repeat", "2", *options, "--json", str(report_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    state = "on" if deterministic else "off"
+    state = "on: --deterministic" if deterministic else "off; --deterministic turns it on"
     assert (
         f"Reproducibility: each trainer trained 2 times from the same start in this process, compared bit for "
-        f"bit (op determinism {state}: --deterministic)"
+        f"bit (op determinism {state})"
     ) in unwrapped(result.stdout)
     report = read_report(report_path)
     assert report["environment"]["op_determinism"] is deterministic

@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 
 from shared.config import BUILT_IN_MODELS, TUTORIAL_HIDDEN
-from shared.errors import UsageError, one_line
+from shared.errors import UsageError, installed, one_line
 from shared.model.definition import Model, ModelDefinition, check_definition
 from shared.model.gpt import gpt
 from shared.model.keras import is_keras_model, keras_2_hint, keras_definition, prepare_keras
@@ -212,5 +212,4 @@ def describe(error: BaseException) -> str:
 
 def is_library(filename: str) -> bool:
     """A frame of TensorFlow, NumPy or this package's own layers rather than the user's file."""
-    parts = os.path.normpath(filename).split(os.sep)
-    return "site-packages" in parts or "dist-packages" in parts or filename.startswith(os.path.dirname(__file__))
+    return installed(filename) or filename.startswith(os.path.dirname(__file__))

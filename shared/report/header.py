@@ -58,22 +58,21 @@ def describe_peak(device_type: str) -> str:
 
 
 def describe_training(config) -> str:
-    """The optimizer and the run's dtype and seed; with --fit, model.fit and the model's compile settings."""
+    """The optimizer and the run's dtype and seed (and --shuffle's order); with --fit, model.fit and the model's
+    compile settings."""
+    order = "; the training set reshuffled every epoch from the seed (--shuffle)" if config.shuffle else ""
     if config.fit:
         return (
             f"Keras model.fit (--fit): the reference on one device, mirrored under MirroredStrategy; "
-            f"{describe_compile(definition_for(config), config)}; {config.dtype}; seed {config.seed}"
+            f"{describe_compile(definition_for(config), config)}; {config.dtype}; seed {config.seed}{order}"
         )
-    return (
-        f"{config.optimizer} lr {config.learning_rate:g}"
-        + (f" ({config.adam} Adam)" if config.optimizer == "adam" else "")
-        + (
-            f", gradients clipped to global norm {config.clip_global_norm:g} after they are combined"
-            if config.clip_global_norm
-            else ""
-        )
-        + f"; {config.dtype}; seed {config.seed}"
+    clipping = (
+        f", gradients clipped to global norm {config.clip_global_norm:g} after they are combined"
+        if config.clip_global_norm
+        else ""
     )
+    adam = f" ({config.adam} Adam)" if config.optimizer == "adam" else ""
+    return f"{config.optimizer} lr {config.learning_rate:g}{adam}{clipping}; {config.dtype}; seed {config.seed}{order}"
 
 
 def run_machine(config) -> Machine:
