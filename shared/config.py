@@ -210,7 +210,7 @@ class Config:
         "own: DTensor and MirroredStrategy train in a process of their own, with the intra-op threads that serve "
         "them (1 on logical CPUs), and on CPUs the reference's runs with 1 too, so that it rounds as each device "
         "does (its timing rounds stay here, with TensorFlow's default threads; not with --clients); a crash there "
-        "fails only that trainer; shared: everything in this process (auto: own on CPUs, shared on GPUs)",
+        "fails only that trainer; shared: everything in this process (default: auto, own on CPUs and shared on GPUs)",
         DISTRIBUTE,
         choices=("auto", "own", "shared"),
     )
@@ -272,7 +272,8 @@ class Config:
     )
     plots: Optional[str] = option(
         None,
-        "write loss.png, accuracy.png, loss_diff.png, throughput.png here (default: none)",
+        "write loss.png, accuracy.png, loss_diff.png, throughput.png (and with --profile step_profile.png) here, "
+        "made if missing (default: none)",
         OUTPUTS,
         metavar="DIR",
     )

@@ -84,6 +84,7 @@ def test_bad_flags_exit_2_with_one_line(args, message):
         (["--data", "/no/such/dir"], r"--data /no/such/dir: no such directory"),
         (["--data", "embedded", "--train-examples", "5000"], r"--train-examples 5000 is more than the 4000"),
         (["--json", "/no/such/dir/report.json"], r"--json: directory /no/such/dir does not exist"),
+        (["--json", f"{__file__}/report.json"], r"--json: .*test_cli_foundation\.py is a file, not a directory;"),
     ],
 )
 def test_bad_input_exits_2_before_training(args, message):

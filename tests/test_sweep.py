@@ -319,3 +319,12 @@ def test_a_configuration_the_main_run_or_the_lanes_trained_is_taken_and_the_refe
     train(reference, float64, RunControl(replay_step=3))  # a replay is its own run
     assert results == ["reference", "reference", "dtensor", "the lanes' rerun"] and reruns == {}
     assert calls == ["reference", "dtensor", "reference"]
+
+
+def test_the_tables_title_says_how_its_speeds_were_taken():
+    from shared.report.tables import sweep_title
+
+    assert sweep_title(Config(sweep_devices=(2,))).endswith("judged against this run's reference and timed beside it")
+    untimed = "judged against this run's reference and its speeds from its epochs (not timed: --no-timing or float64)"
+    assert sweep_title(Config(sweep_devices=(2,), timing=False)).endswith(untimed)
+    assert sweep_title(Config(sweep_devices=(2,), dtype="float64")).endswith(untimed)

@@ -11,7 +11,7 @@ from shared.devices import op_determinism_enabled
 from shared.judge.verdict import passed
 from shared.measure.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
 from shared.measure.memory import MB, largest_total_bytes
-from shared.measure.timing import ROUND_SECONDS, ROUND_STEPS, ROUNDS
+from shared.measure.timing import ROUND_SECONDS, ROUND_STEPS, ROUNDS, wanted
 from shared.model.registry import definition_for
 from shared.report import baseline as baseline_report
 from shared.report import profile as profile_report
@@ -236,13 +236,15 @@ def sweep_legend(sweep) -> str:
     )
 
 
+def sweep_title(config) -> str:
+    """The sweep table's title: how its speeds were taken (timed, or from the epochs where the run is not timed)."""
+    speeds = "timed beside it" if wanted(config) else "its speeds from its epochs (not timed: --no-timing or float64)"
+    return f"Throughput against device count: every configuration, judged against this run's reference and {speeds}"
+
+
 def print_sweep(run, sweep, below_floor: bool, out) -> None:
     """The sweep's table, its legend, the lines under it and its conclusion."""
-    print(
-        "\nThroughput against device count: every configuration, judged against this run's reference and timed "
-        "beside it",
-        file=out,
-    )
+    print("\n" + sweep_title(run.config), file=out)
     print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
     print(sweep_legend(sweep), file=out)
     model = describe_model_short(run.config)
