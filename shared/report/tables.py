@@ -244,7 +244,7 @@ def sweep_title(config) -> str:
 
 def print_sweep(run, sweep, below_floor: bool, out) -> None:
     """The sweep's table, its legend, the lines under it and its conclusion."""
-    print("\n" + sweep_title(run.config), file=out)
+    print("\n" + fit_width(sweep_title(run.config), indent=2), file=out)
     print(tabulate(sweep_rows(sweep), SWEEP_HEADERS, tablefmt="github"), file=out)
     print(sweep_legend(sweep), file=out)
     model = describe_model_short(run.config)
