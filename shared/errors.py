@@ -39,9 +39,9 @@ def one_line(error: BaseException, counts: Callable[[str], bool] = lambda filena
     frames = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(error.__traceback__)]
     message = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
     if lines and lines[0] == TRACED:
-        traced = [index for index, line in enumerate(lines) if TRACED_FRAME.match(line)]
-        frames += [TRACED_FRAME.match(lines[index]).groups() for index in traced]
-        after = lines[traced[-1] + 1 :] if traced else lines[1:]
+        traced = [(index, found.groups()) for index, found in enumerate(map(TRACED_FRAME.match, lines)) if found]
+        frames += [frame for _, frame in traced]
+        after = lines[traced[-1][0] + 1 :] if traced else lines[1:]
         own = [line for line in after if ERROR_LINE.match(line)]
         message = own[0] if own else f"{type(error).__name__}: {after[-1] if after else ''}"
     message = TENSORFLOW_WRAPPING.sub("", message).strip()

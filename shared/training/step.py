@@ -76,12 +76,17 @@ def loop_steps(steps, loss_dtype, variables, record_state: bool, one_step: Calla
         if record_state:
             checksums = checksums.write(i, state_checksums(variables))
         loss, correct, *gradients = one_step(i)
-        if first_gradients is not None:  # each its weight's shape: a replica's may have lost it (a Dense on 3 axes)
-            new = [tf.ensure_shape(gradient, zeros.shape) for gradient, zeros in zip(gradients[0], first_gradients)]
-            first = tf.cond(i == 0, lambda new=new: new, lambda kept=first: kept)
+        if first_gradients is not None:
+            first = tf.cond(i == 0, lambda new=gradients[0]: shaped_like(new, first_gradients), lambda kept=first: kept)
         losses, corrects = losses.write(i, loss), corrects.write(i, correct)
     stacked = losses.stack(), corrects.stack(), checksums.stack()
     return stacked if first_gradients is None else (*stacked, first)
+
+
+def shaped_like(gradients, zeros) -> list:
+    """Each gradient with its weight's static shape, as `zeros` has it: a replica's may have lost it (a Dense on 3
+    axes: (None, 8) for a (28, 8) kernel), and the loop that carries them out needs the shape it started with."""
+    return [tf.ensure_shape(gradient, like.shape) for gradient, like in zip(gradients, zeros)]
 
 
 def test_sums(model, x, y, example_weights=None):
