@@ -18,7 +18,7 @@ import signal
 import struct
 import subprocess
 import sys
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, NoReturn, Optional, Sequence
 
 HEADER = struct.Struct("<Q")  # each message's length
 VERBOSE = "COMPARE_WORKER_VERBOSE"  # "1": the process shows TensorFlow's own lines, as --verbose does
@@ -203,8 +203,8 @@ def trainer_process(environment: Dict[str, str], config, device_count: int, lane
 
 @atexit.register
 def close_all() -> None:
-    """Every trainer process told to finish (its stdin closed), then each waited for: they wind TensorFlow down
-    side by side (~1-2.5 s each), not one after the other."""
+    """Every trainer process told to finish (its stdin closed), then each waited for: they end side by side, not one
+    after the other (each ends at once: main)."""
     processes = list(_processes.values())
     for trainer_process in processes:
         trainer_process.finish()
@@ -285,7 +285,7 @@ def start_tensorflow(config, device_count: int) -> None:
     configure_devices(device_count, config.device_type)
 
 
-def main(argv: Sequence[str] = ()) -> int:
+def main(argv: Sequence[str] = ()) -> NoReturn:
     replies = os.fdopen(os.dup(1), "wb")  # the messages' own channel: stray prints go to stderr instead
     os.dup2(2, 1)
     from shared.console import hide_tensorflow_messages
@@ -297,8 +297,11 @@ def main(argv: Sequence[str] = ()) -> int:
     import tensorflow  # noqa: F401 - now, while the parent works on (a lane started early: train_all)
 
     serve(sys.stdin.buffer, replies)
-    return 0
+    # Every reply is flushed as it is sent and this process writes no file of its own: it ends here rather than
+    # winding TensorFlow down (1-2.5 s at the end of every run that used it).
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])
