@@ -15,7 +15,10 @@ Bad input raises shared.errors.UsageError with compare.py's one-line message.
 """
 
 import dataclasses
+import random
 from typing import Callable, Dict, Optional, Sequence, Union
+
+import numpy as np
 
 from shared.config import Config
 from shared.devices import configure_devices
@@ -64,11 +67,22 @@ def check_model(
     "mirrored" or "mirrored N".
 
     `options` are shared.config.Config fields: epochs, batch_size, train_examples, dtype, fit, ...
+    Python's and NumPy's global random states are put back afterwards (a Keras model's function is called after
+    keras.utils.set_random_seed, which seeds them); TensorFlow's global seed stays the run's.
     """
+    states = random.getstate(), np.random.get_state()
+    try:
+        return _check(model, meshes, trainers, devices, data, replica_counts, options)
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+
+
+def _check(model, meshes, trainers, devices, data, replica_counts, options) -> ModelCheck:
     if trainers is None:
         trainers = ("mirrored",) if options.get("fit") else ("dtensor", "mirrored")
     # Before anything runs an op (checking a model object does): logical devices are fixed once per process.
-    all_devices = configure_devices(devices, options.get("device_type", Config().device_type))[:devices]
+    all_devices = configure_devices(devices, options.get("device_type", Config().device_type), "devices=")[:devices]
     if not isinstance(model, str):  # an object: registered in this process, where every trainer then trains
         if options.get("trainer_process", "shared") != "shared":
             raise UsageError("a model given as an object trains in this process: trainer_process='shared'")

@@ -18,18 +18,20 @@ LOGICAL_GPU_MEMORY_MB = 2048  # per logical GPU when one physical GPU is split; 
 _configured = {}  # device type -> logical device count set up by this process
 
 
-def configure_devices(count: int, device_type: str = "CPU") -> List[str]:
-    """Make (at least) `count` logical devices of `device_type`; return the first `count` names."""
+def configure_devices(count: int, device_type: str = "CPU", option: str = "--devices ") -> List[str]:
+    """Make (at least) `count` logical devices of `device_type`; return the first `count` names. A logical device
+    setup made before (yours, before any op ran) is kept where it has `count` or more. `option`: how the errors name
+    the count, e.g. "devices=" for the Python API's."""
     device_type = device_type.upper()
     limit = MAX_LOGICAL_CPUS if device_type == "CPU" else None
     if count < 1 or (limit and count > limit):
-        raise UsageError(f"--devices {count} is not possible; use 1 to {limit or 'the GPU count'}")
+        raise UsageError(f"{option}{count} is not possible; use 1 to {limit or 'the GPU count'}")
     if _configured.get(device_type, 0) < count:
-        _set_logical_devices(count, device_type)
+        _set_logical_devices(count, device_type, option)
     return [f"{device_type}:{i}" for i in range(count)]
 
 
-def _set_logical_devices(count: int, device_type: str) -> None:
+def _set_logical_devices(count: int, device_type: str, option: str) -> None:
     physical = tf.config.list_physical_devices(device_type)
     if not physical:
         raise UsageError(
@@ -39,7 +41,11 @@ def _set_logical_devices(count: int, device_type: str) -> None:
         _configured[device_type] = len(physical)
         return
     if device_type == "GPU" and len(physical) > 1:
-        raise UsageError(f"--devices {count}: this machine has {len(physical)} GPUs; use at most that many")
+        raise UsageError(f"{option}{count}: this machine has {len(physical)} GPUs; use at most that many")
+    already = tf.config.get_logical_device_configuration(physical[0]) or []
+    if len(already) >= count:  # set up before us, nothing run yet: kept (a subset serves)
+        _configured[device_type] = len(already)
+        return
     config = [
         tf.config.LogicalDeviceConfiguration(memory_limit=LOGICAL_GPU_MEMORY_MB if device_type == "GPU" else None)
     ] * count
@@ -51,7 +57,7 @@ def _set_logical_devices(count: int, device_type: str) -> None:
             _configured[device_type] = existing
             return
         raise UsageError(
-            f"--devices {count}: TensorFlow is already initialised with {existing} "
+            f"{option}{count}: TensorFlow is already initialised with {existing} "
             f"logical {device_type}s; configure the largest count first, once per "
             f"process, or run in a new process"
         ) from None

@@ -1,6 +1,7 @@
 """The reference trainer learns, and its history record is complete and consistent."""
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -95,6 +96,29 @@ def test_device_requests_after_initialisation(devices):
         configure_devices(9)
     with pytest.raises(UsageError, match=r"--devices 0 is not possible"):
         configure_devices(0)
+    from shared.api import check_model
+
+    with pytest.raises(UsageError, match=r"^devices=9: TensorFlow is already initialised with 8 logical CPUs"):
+        check_model(devices=9)  # the Python API's argument, not compare.py's flag
+
+
+def test_a_logical_device_setup_made_before_any_op_is_kept_where_it_has_enough():
+    """Yours, made before anything ran (a test's conftest, a script): 4 logical CPUs serve a request for 2 and stay 4;
+    a request for 8 replaces them, as nothing has run yet."""
+    import subprocess
+    import sys
+
+    script = (
+        "import tensorflow as tf\n"
+        "cpu = tf.config.list_physical_devices('CPU')[0]\n"
+        "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)\n"
+        "from shared.devices import configure_devices\n"
+        "print(configure_devices(2), len(tf.config.get_logical_device_configuration(cpu)))\n"
+        "print(len(configure_devices(8)), len(tf.config.list_logical_devices('CPU')))\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
+    assert found.stdout.split("\n")[:2] == ["['CPU:0', 'CPU:1'] 4", "8 8"], found.stderr[-2000:]
 
 
 def test_several_steps_per_call_equal_one_step_per_call(embedded):
