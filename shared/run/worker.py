@@ -297,8 +297,11 @@ def main(argv: Sequence[str] = ()) -> NoReturn:
     import tensorflow  # noqa: F401 - now, while the parent works on (a lane started early: train_all)
 
     serve(sys.stdin.buffer, replies)
-    # Every reply is flushed as it is sent and this process writes no file of its own: it ends here rather than
-    # winding TensorFlow down (1-2.5 s at the end of every run that used it).
+    # Every reply is flushed as it is sent, and a job's files (checkpoints, exports) are written before its result:
+    # this process ends here, its exit handlers run (autograph's remove its generated files) and its output
+    # flushed, rather than winding TensorFlow down (1-2.5 s at the end of every run that used it).
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
