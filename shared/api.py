@@ -68,7 +68,7 @@ def check_model(
 
     `options` are shared.config.Config fields: epochs, batch_size, train_examples, dtype, fit, ...
     Python's and NumPy's global random states are put back afterwards (a Keras model's function is called after
-    keras.utils.set_random_seed, which seeds them); TensorFlow's global seed stays the run's.
+    keras.utils.set_random_seed, which seeds them); TensorFlow's and Keras's global seeds stay the run's.
     """
     states = random.getstate(), np.random.get_state()
     try:
