@@ -82,7 +82,8 @@ def _check(model, meshes, trainers, devices, data, replica_counts, options) -> M
     if trainers is None:
         trainers = ("mirrored",) if options.get("fit") else ("dtensor", "mirrored")
     # Before anything runs an op (checking a model object does): logical devices are fixed once per process.
-    all_devices = configure_devices(devices, options.get("device_type", Config().device_type), "devices=")[:devices]
+    device_type = options.get("device_type", Config().device_type)
+    all_devices = configure_devices(devices, device_type, "devices=", "device_type=")[:devices]
     if not isinstance(model, str):  # an object: registered in this process, where every trainer then trains
         if options.get("trainer_process", "shared") != "shared":
             raise UsageError("a model given as an object trains in this process: trainer_process='shared'")

@@ -18,25 +18,25 @@ LOGICAL_GPU_MEMORY_MB = 2048  # per logical GPU when one physical GPU is split; 
 _configured = {}  # device type -> logical device count set up by this process
 
 
-def configure_devices(count: int, device_type: str = "CPU", option: str = "--devices ") -> List[str]:
+def configure_devices(
+    count: int, device_type: str = "CPU", option: str = "--devices ", type_option: str = "--device-type "
+) -> List[str]:
     """Make (at least) `count` logical devices of `device_type`; return the first `count` names. A logical device
-    setup made before (yours, before any op ran) is kept where it has `count` or more. `option`: how the errors name
-    the count, e.g. "devices=" for the Python API's."""
+    setup made before (yours, before any op ran) is kept where it has `count` or more. `option` and `type_option`:
+    how the errors name the count and the type, e.g. "devices=" and "device_type=" for the Python API's."""
     device_type = device_type.upper()
     limit = MAX_LOGICAL_CPUS if device_type == "CPU" else None
     if count < 1 or (limit and count > limit):
         raise UsageError(f"{option}{count} is not possible; use 1 to {limit or 'the GPU count'}")
     if _configured.get(device_type, 0) < count:
-        _set_logical_devices(count, device_type, option)
+        _set_logical_devices(count, device_type, option, type_option)
     return [f"{device_type}:{i}" for i in range(count)]
 
 
-def _set_logical_devices(count: int, device_type: str, option: str) -> None:
+def _set_logical_devices(count: int, device_type: str, option: str, type_option: str) -> None:
     physical = tf.config.list_physical_devices(device_type)
     if not physical:
-        raise UsageError(
-            f"--device-type {device_type}: no {device_type} is visible to TensorFlow; use --device-type CPU"
-        )
+        raise UsageError(f"{type_option}{device_type}: no {device_type} is visible to TensorFlow; use {type_option}CPU")
     if device_type == "GPU" and len(physical) >= count:
         _configured[device_type] = len(physical)
         return

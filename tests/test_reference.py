@@ -100,6 +100,9 @@ def test_device_requests_after_initialisation(devices):
 
     with pytest.raises(UsageError, match=r"^devices=9: TensorFlow is already initialised with 8 logical CPUs"):
         check_model(devices=9)  # the Python API's argument, not compare.py's flag
+    if not tf.config.list_physical_devices("GPU"):
+        with pytest.raises(UsageError, match=r"^device_type=GPU: no GPU is visible to TensorFlow; use device_type=CPU"):
+            check_model(devices=1, device_type="GPU")
 
 
 def test_a_logical_device_setup_made_before_any_op_is_kept_where_it_has_enough():
