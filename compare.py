@@ -34,9 +34,9 @@ from shared.errors import UsageError
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     def _get_help_string(self, action):
-        """Append the default unless the help already explains it."""
+        """Append the default unless the help already states it ("(default: ..." or "; default: ...")."""
         text = action.help or ""
-        return text if "default" in text else super()._get_help_string(action)
+        return text if "(default" in text or "default:" in text else super()._get_help_string(action)
 
 
 class _ParserExit(Exception):

@@ -53,6 +53,19 @@ def test_help_lists_every_option_with_its_default():
     assert "(default: 3)" in result.stdout and "(default: auto)" in result.stdout
 
 
+def test_every_option_states_its_default_in_help():
+    import argparse
+
+    from compare import _HelpFormatter, build_parser
+
+    formatter = _HelpFormatter("compare.py")
+    for action in build_parser()._actions:
+        if action.help in (None, argparse.SUPPRESS) or action.dest == "help":
+            continue
+        text = formatter._get_help_string(action)
+        assert "(default" in text or "default:" in text, action.option_strings
+
+
 def test_reference_prints_three_epochs_of_falling_loss():
     result = run_here("--trainers", "reference", "--data", "embedded", "--no-timing")
     assert result.returncode == 0, result.stderr[-2000:]
