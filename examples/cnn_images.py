@@ -1,6 +1,6 @@
 """A model that is not MNIST's: a small CNN on 32x32 colour images, trained from your own .npz.
 
-    python examples/cnn_images.py images.npz          # writes a deterministic set of images to try it on
+    python examples/write_images.py images.npz        # a deterministic set of images to try it on
     python compare.py --model examples/cnn_images.py:cnn --data images.npz
     python -m pytest -m "" examples/test_cnn_images.py
 
@@ -10,13 +10,8 @@ One example is an image [32, 32, 3] float32 with one label of 10 classes (`input
 `model` axis (column then row parallel, as Megatron-LM does) and 10 logits.
 """
 
-import io
-import sys
-
-import numpy as np
 import tensorflow as tf
 
-from shared.files import write_atomically
 from shared.model import MODEL_AXIS, UNSHARDED, ModelDefinition, Variable, truncated_normal, zeros
 
 SIDE, COLOURS, CLASSES, UNITS = 32, 3, 10, 128
@@ -55,25 +50,3 @@ def cnn() -> ModelDefinition:
         label_shape=(),
         classes=CLASSES,
     )
-
-
-def write_images(path: str, train: int = 512, test: int = 128, seed: int = 7) -> None:
-    """A deterministic, learnable set: each class a random colour pattern, each image it plus noise."""
-    rng = np.random.default_rng(seed)
-    patterns = rng.uniform(0, 1, (CLASSES, SIDE, SIDE, COLOURS)).astype(np.float32)
-
-    def split(count):
-        labels = rng.integers(0, CLASSES, count)
-        noise = rng.normal(0, 0.5, (count, SIDE, SIDE, COLOURS)).astype(np.float32)
-        return (patterns[labels] + noise).astype(np.float32), labels.astype(np.int64)
-
-    x_train, y_train = split(train)
-    x_test, y_test = split(test)
-    arrays = io.BytesIO()
-    np.savez(arrays, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    write_atomically(path, arrays.getvalue())  # never half a file
-    print(f"wrote {path}: {train} training and {test} test images [{SIDE}, {SIDE}, {COLOURS}] of {CLASSES} classes")
-
-
-if __name__ == "__main__":
-    write_images(sys.argv[1] if len(sys.argv) > 1 else "images.npz")

@@ -1,6 +1,6 @@
 """Your Keras model, as it is: a Conv2D + BatchNormalization + Dropout CNN on 32x32x3 images, three ways.
 
-    python examples/cnn_images.py images.npz                  # a deterministic set of 32x32x3 images
+    python examples/write_images.py images.npz                  # a deterministic set of 32x32x3 images
     python compare.py --model examples/keras_cnn.py:keras_cnn --data images.npz --devices 4 --dtype float64
     python compare.py --model examples/keras_cnn.py:synchronized --data images.npz --dtype float64
     python compare.py --model examples/keras_cnn.py:keras_dropout --data images.npz --devices 4 --dtype float64

@@ -17,14 +17,32 @@ from shared.api import check_model
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def write(tmp_path) -> str:
+    """The images as a user writes them, by the script; it prints one line, and starts no TensorFlow (whose start-up
+    lines it printed when the writer lived beside the model)."""
+    images = str(tmp_path / "images.npz")
+    written = subprocess.run([sys.executable, f"{HERE}/write_images.py", images], check=True, capture_output=True)
+    assert written.stdout.decode() == f"wrote {images}: 512 training and 128 test images [32, 32, 3] of 10 classes\n"
+    assert written.stderr == b""
+    return images
+
+
+def test_the_image_writer_prints_one_line_and_writes_the_arrays(tmp_path):
+    arrays = np.load(write(tmp_path))
+    assert {name: arrays[name].shape for name in arrays.files} == {
+        "x_train": (512, 32, 32, 3),
+        "y_train": (512,),
+        "x_test": (128, 32, 32, 3),
+        "y_test": (128,),
+    }
+    assert set(np.unique(arrays["y_train"])) == set(range(10))
+
+
 # extended: a user's images from an .npz are checked and loaded in tests/test_user_models.py, a model of another
 # input shape trains on every trainer in tests/test_gpt.py.
 @pytest.mark.extended
 def test_the_cnn_trains_the_same_from_its_own_images(tmp_path):
-    images = str(tmp_path / "images.npz")
-    written = subprocess.run([sys.executable, f"{HERE}/cnn_images.py", images], check=True, capture_output=True)
-    assert written.stdout.decode() == f"wrote {images}: 512 training and 128 test images [32, 32, 3] of 10 classes\n"
-    assert np.load(images)["x_train"].shape == (512, 32, 32, 3)
+    images = write(tmp_path)
     result = check_model(
         f"{HERE}/cnn_images.py:cnn",
         meshes=("batch=2,model=2",),

@@ -21,7 +21,7 @@ from shared.api import check_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cnn_images import write_images  # noqa: E402 - examples/ is no package: its image writer, by path
+from write_images import write_images  # noqa: E402 - examples/ is no package: its image writer, by path
 
 SMALL = dict(devices=4, dtype="float64", epochs=1, batch_size=32, train_examples=64, test_examples=32)
 SMALL["trainer_process"] = "shared"  # every trainer in this process: a few seconds, not a process's start each
