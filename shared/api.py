@@ -7,10 +7,10 @@
 
 `model` is anything `--model` takes (mlp, vit, gpt, FILE.py:FUNCTION), or a ModelDefinition, a built Keras model,
 or a function returning either (or a Keras model and its LayoutMap; called after the run's seed is set), trained in
-this process then: a trainer process could not import it. The reference trains
-once; DTensor once per mesh and MirroredStrategy once, on the first `devices` logical devices (configured
-here if TensorFlow has not started; else the process's own must suffice). Every verdict
-is compare.py's: a float32 failure is rerun in float64 to tell float noise from a MISMATCH.
+this process then: a trainer process could not import it. The reference trains once; DTensor once per mesh and
+MirroredStrategy once, on the first `devices` logical devices (configured here if TensorFlow has not started, CPUs
+at least CHECK_CPUS of them; else the process's own must suffice). Every verdict is compare.py's: a float32
+failure is rerun in float64 to tell float noise from a MISMATCH.
 Bad input raises shared.errors.UsageError with compare.py's one-line message.
 """
 
@@ -31,6 +31,8 @@ from shared.run.comparison import check_config, check_trainer_options
 from shared.run.sequence import Entry, RunResult, train_and_judge, trained_by
 from shared.training.data import load_run_data
 from shared.training.registry import distributed, trainer_spec
+
+CHECK_CPUS = 8  # logical CPUs the first check makes, at least: later checks of up to 8 devices, in any order
 
 
 @dataclasses.dataclass
@@ -81,9 +83,10 @@ def check_model(
 def _check(model, meshes, trainers, devices, data, replica_counts, options) -> ModelCheck:
     if trainers is None:
         trainers = ("mirrored",) if options.get("fit") else ("dtensor", "mirrored")
-    # Before anything runs an op (checking a model object does): logical devices are fixed once per process.
+    # Before anything runs an op (checking a model object does): logical devices are fixed once per process, so where
+    # this check sets them up it makes at least the tutorial's 8 CPUs: later checks of up to 8 run in any order.
     device_type = options.get("device_type", Config().device_type)
-    all_devices = configure_devices(devices, device_type, "devices=", "device_type=")[:devices]
+    all_devices = configure_devices(devices, device_type, "devices=", "device_type=", at_least=CHECK_CPUS)[:devices]
     if not isinstance(model, str):  # an object: registered in this process, where every trainer then trains
         if options.get("trainer_process", "shared") != "shared":
             raise UsageError("a model given as an object trains in this process: trainer_process='shared'")

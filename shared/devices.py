@@ -19,21 +19,28 @@ _configured = {}  # device type -> logical device count set up by this process
 
 
 def configure_devices(
-    count: int, device_type: str = "CPU", option: str = "--devices ", type_option: str = "--device-type "
+    count: int,
+    device_type: str = "CPU",
+    option: str = "--devices ",
+    type_option: str = "--device-type ",
+    at_least: int = 0,
 ) -> List[str]:
     """Make (at least) `count` logical devices of `device_type`; return the first `count` names. A logical device
     setup made before (yours, before any op ran) is kept where it has `count` or more. `option` and `type_option`:
-    how the errors name the count and the type, e.g. "devices=" and "device_type=" for the Python API's."""
+    how the errors name the count and the type, e.g. "devices=" and "device_type=" for the Python API's.
+    `at_least`: logical CPUs to make where this call sets them up, if more than `count`, so that a later call in
+    the process may ask for up to that many (the Python API's checks, in any order)."""
     device_type = device_type.upper()
     limit = MAX_LOGICAL_CPUS if device_type == "CPU" else None
     if count < 1 or (limit and count > limit):
         raise UsageError(f"{option}{count} is not possible; use 1 to {limit or 'the GPU count'}")
     if _configured.get(device_type, 0) < count:
-        _set_logical_devices(count, device_type, option, type_option)
+        made = max(count, min(at_least, MAX_LOGICAL_CPUS)) if device_type == "CPU" else count
+        _set_logical_devices(count, device_type, option, type_option, made)
     return [f"{device_type}:{i}" for i in range(count)]
 
 
-def _set_logical_devices(count: int, device_type: str, option: str, type_option: str) -> None:
+def _set_logical_devices(count: int, device_type: str, option: str, type_option: str, made: int) -> None:
     physical = tf.config.list_physical_devices(device_type)
     if not physical:
         raise UsageError(f"{type_option}{device_type}: no {device_type} is visible to TensorFlow; use {type_option}CPU")
@@ -48,7 +55,7 @@ def _set_logical_devices(count: int, device_type: str, option: str, type_option:
         return
     config = [
         tf.config.LogicalDeviceConfiguration(memory_limit=LOGICAL_GPU_MEMORY_MB if device_type == "GPU" else None)
-    ] * count
+    ] * made
     try:
         tf.config.set_logical_device_configuration(physical[0], config)
     except RuntimeError:
@@ -61,7 +68,7 @@ def _set_logical_devices(count: int, device_type: str, option: str, type_option:
             f"logical {device_type}s; configure the largest count first, once per "
             f"process, or run in a new process"
         ) from None
-    _configured[device_type] = count
+    _configured[device_type] = made
 
 
 def configure_determinism(deterministic: bool) -> None:

@@ -91,6 +91,7 @@ def test_reference_is_deterministic(devices, embedded):
 
 
 def test_device_requests_after_initialisation(devices):
+    tf.zeros(1)  # an op has run, as in any test before it: TensorFlow's runtime started and fixed the 8
     assert configure_devices(4) == ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
     with pytest.raises(UsageError, match=r"--devices 9: TensorFlow is already initialised with 8 logical CPUs"):
         configure_devices(9)
@@ -108,20 +109,41 @@ def test_device_requests_after_initialisation(devices):
 def test_a_logical_device_setup_made_before_any_op_is_kept_where_it_has_enough():
     """Yours, made before anything ran (a test's conftest, a script): 4 logical CPUs serve a request for 2 and stay 4;
     a request for 8 replaces them, as nothing has run yet."""
+    lines, stderr = in_a_new_process(
+        "cpu = tf.config.list_physical_devices('CPU')[0]",
+        "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)",
+        "from shared.devices import configure_devices",
+        "print(configure_devices(2), len(tf.config.get_logical_device_configuration(cpu)))",
+        "print(len(configure_devices(8)), len(tf.config.list_logical_devices('CPU')))",
+    )
+    assert lines[:2] == ["['CPU:0', 'CPU:1'] 4", "8 8"], stderr[-2000:]
+
+
+def test_checks_in_a_new_process_ask_for_more_devices_after_fewer():
+    """A user's tests call check_model in any order: the first, setting the devices up, makes 8 logical CPUs, so a
+    check on 4 devices after one on 2 runs (before, it was `devices=4: TensorFlow is already initialised with 2
+    logical CPUs`, and examples/test_keras_cnn.py failed so when run as its docstring says)."""
+    lines, stderr = in_a_new_process(
+        "from shared.api import check_model",
+        "small = dict(epochs=1, train_examples=64, test_examples=32, batch_size=32, hidden=(16,), "
+        "trainer_process='shared')",
+        "first = check_model(meshes=('batch=2',), devices=2, **small)",
+        "second = check_model(meshes=('batch=4',), devices=4, **small)",
+        "print(first.ok, second.ok, sorted(second.verdicts), len(tf.config.list_logical_devices('CPU')))",
+    )
+    assert lines[-1:] == ["True True ['dtensor batch=4', 'mirrored'] 8"], stderr[-2000:]
+
+
+def in_a_new_process(*lines: str):
+    """(the lines printed, stderr) of a Python process that runs `lines` after importing TensorFlow as tf, from the
+    repository's root: logical devices not yet configured, as in a user's own test process."""
     import subprocess
     import sys
 
-    script = (
-        "import tensorflow as tf\n"
-        "cpu = tf.config.list_physical_devices('CPU')[0]\n"
-        "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)\n"
-        "from shared.devices import configure_devices\n"
-        "print(configure_devices(2), len(tf.config.get_logical_device_configuration(cpu)))\n"
-        "print(len(configure_devices(8)), len(tf.config.list_logical_devices('CPU')))\n"
-    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
-    assert found.stdout.split("\n")[:2] == ["['CPU:0', 'CPU:1'] 4", "8 8"], found.stderr[-2000:]
+    script = "\n".join(["import tensorflow as tf", *lines])
+    found = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    return found.stdout.strip().splitlines(), found.stderr
 
 
 def test_several_steps_per_call_equal_one_step_per_call(embedded):
