@@ -161,17 +161,19 @@ def run_command(argv) -> int:
         see_help = "; see --help" if str(error).startswith("argument --") else ""
         print(f"compare.py: error: {error}{see_help}", file=sys.stderr)
         return 2
-    hide_tensorflow_messages(config.verbose)
-    # These import TensorFlow: after argument errors are reported, and after its messages are hidden.
-    from shared.run import clients, comparison
-
+    restore = hide_tensorflow_messages(config.verbose)
     try:
+        # These import TensorFlow: after argument errors are reported, and after its messages are hidden.
+        from shared.run import clients, comparison
+
         if config.clients > 1:  # several processes: the launcher starts them, or this is one of them
             return clients.run(config, result_file)
         return comparison.run(config)
     except UsageError as error:
         print(f"compare.py: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        restore()  # a Python caller's stderr is its own again (main(argv) a second time, its own lines)
 
 
 if __name__ == "__main__":

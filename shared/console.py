@@ -16,6 +16,7 @@ import os
 import sys
 import textwrap
 import threading
+from typing import Callable
 
 TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 # A normal terminal's width: the tables are built to fit it, and longer lines are broken at spaces.
@@ -55,20 +56,40 @@ def print_fitted(text: str) -> None:
         print(fit_width(text))
 
 
-def hide_tensorflow_messages(verbose: bool, environ=os.environ) -> bool:
-    """Hide everything written to descriptor 2 except through sys.stderr; True if hidden.
+def hide_tensorflow_messages(verbose: bool, environ=os.environ) -> Callable[[], None]:
+    """Hide everything written to descriptor 2 except through sys.stderr; returns what puts descriptor 2, sys.stderr
+    and the loggers' levels back (compare.main does, for a Python caller's next lines; nothing to do where nothing
+    was hidden). A sys.stderr that is not descriptor 2 (a caller's io.StringIO) is kept: the lines go there.
 
     Call it before TensorFlow is imported: its first messages come with the import.
     """
     if verbose or TF_LOG_LEVEL in environ:
-        return False
+        return lambda: None
     sys.stderr.flush()
+    shown, levels = sys.stderr, {name: logging.getLogger(name).level for name in ("tensorflow", "absl")}
     original = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     os.close(devnull)
-    sys.stderr = os.fdopen(original, "w", buffering=1)  # line-buffered, as a terminal's stderr is
+    if _on_descriptor_2(shown):
+        sys.stderr = os.fdopen(original, "w", buffering=1, closefd=False)  # line-buffered, as a terminal's stderr is
     # TensorFlow's Python-side logging (absl) writes through sys.stderr: errors only.
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    return True
+    for name in levels:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+    def restore() -> None:
+        sys.stderr.flush()
+        os.dup2(original, 2)
+        os.close(original)
+        sys.stderr = shown
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+    return restore
+
+
+def _on_descriptor_2(stream) -> bool:
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return False

@@ -83,6 +83,39 @@ def test_an_internal_error_from_the_command_is_one_line_and_exit_3(tmp_path):
     assert match and match.group(1, 2) == ("KeyError", "'forced'") and os.path.isfile(match.group(3)), line
 
 
+# compare.main called twice by a Python caller, with descriptor 2 hidden as for a user: then the caller's own lines.
+TWICE_THEN_THE_CALLERS = """
+import contextlib, io, os, sys, compare
+bad = ["--data", "embedded", "--train-examples", "5000"]
+for _ in range(2):
+    print(compare.main(bad), flush=True)
+caught = io.StringIO()
+with contextlib.redirect_stderr(caught):
+    print(compare.main(bad), caught.getvalue().startswith("compare.py: error: --train-examples 5000"), flush=True)
+print("the caller's line", file=sys.stderr, flush=True)
+os.write(2, b"the caller's descriptor 2\\n")
+raise RuntimeError("the caller's own error")
+"""
+
+
+def test_a_python_caller_keeps_its_stderr_after_main(tmp_path):
+    """main puts descriptor 2 and sys.stderr back when it returns: the second call's error line shows, a third goes
+    to the caller's io.StringIO, and the caller's lines and traceback after them show (all were lost before)."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run(
+        [sys.executable, "-c", TWICE_THEN_THE_CALLERS],
+        cwd=tmp_path,
+        env=dict(env, PYTHONPATH=ROOT),
+        capture_output=True,
+    )
+    stderr = done.stderr.decode()
+    assert done.stdout.decode().split() == ["2", "2", "2", "True"], stderr[-3000:]
+    refused = "compare.py: error: --train-examples 5000 is more than"
+    assert [line.startswith(refused) for line in stderr.splitlines()[:2]] == [True, True], stderr[-3000:]
+    assert "the caller's line\nthe caller's descriptor 2\nTraceback (most recent call last)" in stderr
+    assert stderr.rstrip().endswith("RuntimeError: the caller's own error")
+
+
 def broken_baseline(tmp_path, break_it) -> str:
     with open(RELEASE_BASELINE) as file:
         report = json.load(file)
