@@ -11,8 +11,9 @@ metrics, on one device (the reference) and under MirroredStrategy, and judges ev
 
 - `plain`: Dense-ReLU-Dense, Adam(1e-2): `ok`.
 - `batch_norm`: with BatchNormalization: `MISMATCH at step 0` (each replica normalises its own piece).
-- `clipnorm`, `global_clipnorm`: Adam(1e-2, clipnorm=0.01) or (global_clipnorm=0.01): `MISMATCH at step 1`, step
-  0's loss equal: Keras clips each replica's part of the gradient before the all-reduce.
+- `clipnorm`, `global_clipnorm`: Adam(1e-2, clipnorm=0.01) or (global_clipnorm=0.01): `MISMATCH at step 0: after
+  its update every variable and Adam slot`, step 0's loss and gradients equal, the loss from step 1: Keras clips
+  each replica's part of the gradient before the all-reduce.
 - `transformer`: a Transformer block over MNIST's 28 rows, AdamW(global_clipnorm=1.0), the usual recipe: a
   MISMATCH from the first step that clips. The project's own trainers clip the combined gradient
   (`--clip-global-norm 1`, without --fit) and are `ok`.
