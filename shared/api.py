@@ -16,11 +16,12 @@ Bad input raises shared.errors.UsageError with compare.py's one-line message.
 
 import dataclasses
 import random
+import re
 from typing import Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 
-from shared.config import Config
+from shared.config import Config, flag, value_fits
 from shared.devices import configure_devices
 from shared.errors import UsageError
 from shared.judge.parity import Parity
@@ -75,12 +76,15 @@ def check_model(
     states = random.getstate(), np.random.get_state()
     try:
         return _check(model, meshes, trainers, devices, data, replica_counts, options)
+    except UsageError as error:
+        raise UsageError(in_api_terms(str(error))) from None
     finally:
         random.setstate(states[0])
         np.random.set_state(states[1])
 
 
 def _check(model, meshes, trainers, devices, data, replica_counts, options) -> ModelCheck:
+    check_options(options)
     if trainers is None:
         trainers = ("mirrored",) if options.get("fit") else ("dtensor", "mirrored")
     # Before anything runs an op (checking a model object does): logical devices are fixed once per process, so where
@@ -127,3 +131,57 @@ def lineup(config: Config, trainers: Sequence[str], meshes: Sequence[str], repli
             for variant in trainer_spec(name).variants(config, config.devices, False, meshes)
         ]
     return entries
+
+
+# check_model's own arguments, which `options` cannot also give; `quiet` is always True.
+OWN_ARGUMENTS = {"model": "model", "devices": "devices", "data": "data", "trainers": "trainers", "mesh": "meshes"}
+
+
+def check_options(options: dict) -> None:
+    """Each of `options` a Config field of a value its type takes: UsageError (one line) naming the option."""
+    fields = {field.name: field for field in dataclasses.fields(Config)}
+    for name, value in options.items():
+        if name in OWN_ARGUMENTS:
+            raise UsageError(f"{name}={value!r}: give it as check_model's own argument {OWN_ARGUMENTS[name]}")
+        if name not in fields or name == "quiet":
+            raise UsageError(f"{name}={value!r}: check_model has no such option; use a field of shared.config.Config")
+        if not value_fits(name, value):
+            raise UsageError(f"{name}={value!r}: not a value of the type {name} takes ({fields[name].type})")
+
+
+def in_api_terms(message: str) -> str:
+    """compare.py's message with its options named as check_model's arguments: `--train-examples 5000` becomes
+    `train_examples=5000`, `--data /no/dir:` `data=/no/dir:` (a value: _parses; else the name alone, `--restore
+    starts` `restore starts`), `--mesh batch=3` `meshes entry batch=3`, a switch `--shard-weights`
+    `shard_weights=True`."""
+    fields = {field.metadata["flag"] or flag(field.name): field for field in dataclasses.fields(Config)}
+
+    def named(match: re.Match) -> str:
+        field, value = fields.get(match.group(1)), match.group(3)
+        if field is None:
+            return match.group(0)
+        name = "meshes entry" if field.name == "mesh" else field.name
+        if isinstance(field.default, bool):
+            return f"{name}={not field.default}" + match.group(2) + (value or "")
+        if value is not None and _parses(field, value):
+            return f"{name}{' ' if field.name == 'mesh' else '='}{value}"
+        return name + match.group(2) + (value or "")
+
+    return re.sub(r"(--[a-z][a-z0-9-]*)(\s?)([^\s:;,)]+)?", named, message)
+
+
+WORD_VALUES = {"auto", "embedded", "tfds", "mlp", "vit", "gpt"}  # --data's and --model's values that are words
+
+
+def _parses(field: dataclasses.Field, text: str) -> bool:
+    """Whether `text` after the field's flag is its value, not the message's next word."""
+    choices, parse = field.metadata.get("choices"), field.metadata.get("parse")
+    if choices:
+        return text in choices
+    if parse in (int, float):
+        try:
+            parse(text)
+        except ValueError:
+            return False
+        return True
+    return parse is None and (text in WORD_VALUES or re.search(r"[/.=:'\"\d]", text) is not None)  # a path, a mesh

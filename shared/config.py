@@ -418,6 +418,12 @@ def _json_type_fits(name: str, value) -> bool:
     return _fits(next(field.type for field in dataclasses.fields(Config) if field.name == name), value)
 
 
+def value_fits(name: str, value) -> bool:
+    """Whether a Python value has field `name`'s declared type (a tuple or a list for a tuple): the Python API's
+    options (shared/api.py); check() then judges the value."""
+    return _json_type_fits(name, list(value) if isinstance(value, tuple) else value)
+
+
 def _fits(declared, value) -> bool:
     origin, arguments = typing.get_origin(declared), typing.get_args(declared)
     if origin is typing.Union:

@@ -106,6 +106,30 @@ def test_device_requests_after_initialisation(devices):
             check_model(devices=1, device_type="GPU")
 
 
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (
+            dict(train_examples=5000),
+            "train_examples=5000 is more than the 4000 train examples in the embedded set; use",
+        ),
+        (dict(meshes=("batch=3",)), "meshes entry batch=3 covers 3 devices"),
+        (dict(data="/no/such/dir"), "data=/no/such/dir: no such directory; give a directory with the MNIST IDX files"),
+        (dict(foo=1), "foo=1: check_model has no such option; use a field of shared.config.Config"),
+        (dict(epochs="2"), "epochs='2': not a value of the type epochs takes (<class 'int'>)"),
+        (dict(mesh="batch=4"), "mesh='batch=4': give it as check_model's own argument meshes"),
+    ],
+)
+def test_check_model_names_its_own_arguments_in_its_one_line(arguments, message):
+    """A bad argument to check_model is a UsageError naming the argument as check_model takes it, not compare.py's
+    flag (`--train-examples 5000`) nor a TypeError."""
+    from shared.api import check_model
+
+    with pytest.raises(UsageError) as raised:
+        check_model(**arguments)
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
 def test_a_logical_device_setup_made_before_any_op_is_kept_where_it_has_enough():
     """Yours, made before anything ran (a test's conftest, a script): 4 logical CPUs serve a request for 2 and stay 4;
     a request for 8 replaces them, as nothing has run yet."""
