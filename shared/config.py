@@ -466,6 +466,8 @@ def check(config: Config) -> None:
     for field in ("epochs", "seed", "keep_checkpoints"):
         if getattr(config, field) < 0:
             fail(field, f"{getattr(config, field)} is negative")
+    if config.epochs == 0:  # a run of no step would judge nothing and say PARITY OK
+        fail("epochs", "0 trains nothing, so no step would be judged; use 1 or more")
     for field in ("learning_rate", "clip_global_norm", "tolerance", "link_gbps", "device_memory_mb"):
         value = getattr(config, field)
         if value is not None and not math.isfinite(value):

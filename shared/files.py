@@ -37,6 +37,8 @@ def current_umask() -> int:
 
 def check_writable_dir(flag: str, directory: str, create: bool) -> None:
     """UsageError in one line unless `directory` exists (made first if `create`) and is writable."""
+    if create and os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"{flag}: {directory} is a file, not a directory; choose another path")
     if create:
         try:
             os.makedirs(directory, exist_ok=True)

@@ -80,6 +80,7 @@ def test_reference_prints_three_epochs_of_falling_loss():
     [
         (["--trainers", "reference,nope"], r"argument --trainers: unknown trainer nope"),
         (["--epochs", "-1"], r"argument --epochs: -1 is negative"),
+        (["--epochs", "0"], r"argument --epochs: 0 trains nothing, so no step would be judged; use 1 or more"),
         (["--batch-size", "0"], r"argument --batch-size: 0 is not a positive integer"),
         (["--optimizer", "rmsprop"], r"argument --optimizer: invalid choice"),
     ],

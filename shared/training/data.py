@@ -126,6 +126,11 @@ def _read_idx(directory: str, stem: str, magic: int) -> np.ndarray:
 
 
 def load_idx_dir(directory, train_examples, test_examples) -> Dataset:
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(
+            f"--data {directory}: a file, but neither an .npz nor a directory; give an .npz of your arrays, a "
+            f"directory with the MNIST IDX files, or --data embedded"
+        )
     if not os.path.isdir(directory):
         raise UsageError(
             f"--data {directory}: no such directory; give a directory with the MNIST IDX files, or use --data embedded"
