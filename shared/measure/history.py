@@ -151,6 +151,14 @@ class EpochMeter:
         self.state_checksums = []  # per call: [steps] of [variables], each at a step's start (float64 runs)
         self.start = self._last = time.perf_counter()
         self.on_steps = on_steps  # told each call's step count (the progress bar)
+        self.steps_only = False  # step_begins was called: the epoch's time is its steps' alone
+
+    def step_begins(self) -> None:
+        """The next step starts now: the time since the last one ended is no step's, and the epoch's time is then
+        its steps' alone (a model.fit call's set-up before its first batch and its wind-down after its last:
+        shared/training/keras_fit.py). Trainers that do not call it count everything from the epoch's start to its
+        end, their input preparation included."""
+        self.steps_only, self._last = True, time.perf_counter()
 
     def add(self, mean_loss, correct, count: int, state_checksums=None):
         self.add_steps([mean_loss], [correct], [count], None if state_checksums is None else [state_checksums])
@@ -178,7 +186,7 @@ class EpochMeter:
         losses = np.concatenate([_host(loss) for loss in self.losses] or [[]]).astype(np.float64)  # host sync
         counts = np.array(self.counts, dtype=np.float64)
         correct = float(sum(_host(c).sum() for c in self.corrects))
-        seconds = time.perf_counter() - self.start
+        seconds = sum(self.call_seconds) if self.steps_only else time.perf_counter() - self.start
         return losses.tolist(), float((losses * counts).sum() / counts.sum()), float(correct / counts.sum()), seconds
 
 

@@ -190,6 +190,11 @@ def speed_title(run) -> str:
         f"the rounds)"
         if timed
         else "throughput and step times from the epochs after the first, which traces"
+        + (
+            ",\neach epoch's time its model.fit call's batches', from each one's start to its end"
+            if run.config.fit
+            else ""
+        )
     )
     return (
         f"\nSpeed and memory ({source};\nmemory/device: weights + optimizer state on the busiest device; peak MB: "

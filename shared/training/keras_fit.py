@@ -168,7 +168,9 @@ def fit_model(definition, config: Config, strategy=None):
 
 def step_recorder(meter, counts: Sequence[int], state: Optional[list]):
     """A Keras callback that resets the model's metrics as each batch starts (with `state`, checksumming the state
-    it starts from, float64 runs) and adds the batch's loss and correct count to `meter` as it ends."""
+    it starts from, float64 runs) and adds the batch's loss and correct count to `meter` as it ends; each batch is
+    timed from its start to its end, so that an epoch's time is its steps', not its model.fit call's set-up (0.4 s
+    under MirroredStrategy on 4 logical CPUs, against ~20 ms of steps)."""
     keras = keras_module()
 
     class StepRecorder(keras.callbacks.Callback):
@@ -176,6 +178,7 @@ def step_recorder(meter, counts: Sequence[int], state: Optional[list]):
             for metric in self.model.metrics:
                 metric.reset_state()  # the loss tracker's and the metrics' running means start over
             self.checksums = state_checksums(state) if state else None
+            meter.step_begins()  # what came before, model.fit's set-up included, is no step's time
 
         def on_train_batch_end(self, batch, logs=None):
             count = counts[batch]
