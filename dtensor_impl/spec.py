@@ -139,6 +139,8 @@ SPEC = TrainerSpec(
     cluster=CLUSTER,
     count_bytes=count_bytes,
     options={
+        "mesh": "shapes DTensor's mesh",
+        "dtensor_input": "chooses DTensor's input",
         "shard_weights": "lays out DTensor's weights",
         "sharded_forward": "chooses DTensor's forward of weights split on the batch axis",
     },

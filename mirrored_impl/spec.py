@@ -99,4 +99,5 @@ SPEC = TrainerSpec(
     cluster=CLUSTER,
     count_bytes=count_bytes,
     fit_trainer=MirroredFitTrainer,  # model.fit under this strategy
+    options={"mirrored_update": "chooses MirroredStrategy's optimizer step"},
 )

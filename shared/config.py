@@ -527,6 +527,11 @@ def check_combinations(config: Config) -> None:
         for name, on in one_process:
             if on:
                 raise UsageError(f"{name} runs in one process; drop it, or drop --clients")
+        if config.trainer_process == "own":
+            raise UsageError(
+                "--trainer-process own: with --clients each client is a process of its own and trains its trainers "
+                "there; drop it"
+            )
         files = [flag(field) for field in ("checkpoint_dir", "restore", "export") if getattr(config, field)]
         if files:
             raise UsageError(
