@@ -38,6 +38,16 @@ def test_the_image_writer_prints_one_line_and_writes_the_arrays(tmp_path):
     assert set(np.unique(arrays["y_train"])) == set(range(10))
 
 
+def test_the_image_writer_given_a_path_it_cannot_write_says_so_in_one_line(tmp_path):
+    target = str(tmp_path / "no" / "such" / "images.npz")
+    written = subprocess.run([sys.executable, f"{HERE}/write_images.py", target], capture_output=True, text=True)
+    assert written.returncode == 1 and written.stdout == ""
+    assert (
+        written.stderr == f"write_images.py: cannot write {target}: No such file or directory; choose a writable path\n"
+    )
+    assert not os.listdir(tmp_path)  # nothing half-written
+
+
 # extended: a user's images from an .npz are checked and loaded in tests/test_user_models.py, a model of another
 # input shape trains on every trainer in tests/test_gpt.py.
 @pytest.mark.extended

@@ -36,4 +36,8 @@ def write_images(path: str, train: int = 512, test: int = 128, seed: int = 7) ->
 
 
 if __name__ == "__main__":
-    write_images(sys.argv[1] if len(sys.argv) > 1 else "images.npz")
+    target = sys.argv[1] if len(sys.argv) > 1 else "images.npz"
+    try:
+        write_images(target)
+    except OSError as error:  # one line, as compare.py's: a path it cannot write
+        sys.exit(f"write_images.py: cannot write {target}: {error.strerror}; choose a writable path")

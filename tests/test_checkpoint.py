@@ -369,6 +369,11 @@ def test_exports_serve_the_trainers_predictions_in_a_fresh_process(resumed):
         f"python -m shared.export: error: {os.path.dirname(directories['dtensor'])} is not an export of compare.py "
         f"--export (it has no assets.extra/probe.npz)"
     ]
+    missing = export_check(directories["dtensor"] + "-not-there")
+    assert missing.returncode == 2 and missing.stderr.splitlines() == [
+        f"python -m shared.export: error: {directories['dtensor']}-not-there: no such directory; give one that "
+        f"compare.py --export DIR wrote, DIR/<trainer>"
+    ]
 
     import tensorflow as tf
 

@@ -141,7 +141,11 @@ def main(argv: Sequence[str]) -> int:
     missing = [d for d in directories if not os.path.isfile(os.path.join(d, PROBE_FILE))]
     if missing or not directories:
         problem = (
-            f"{missing[0]} is not an export of compare.py --export (it has no {PROBE_FILE})"
+            (
+                f"{missing[0]}: no such directory; give one that compare.py --export DIR wrote, DIR/<trainer>"
+                if not os.path.exists(missing[0])
+                else f"{missing[0]} is not an export of compare.py --export (it has no {PROBE_FILE})"
+            )
             if missing
             else "give the directories that compare.py --export DIR wrote, DIR/<trainer>"
         )
