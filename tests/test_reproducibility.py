@@ -69,8 +69,8 @@ def test_repeat_2_reports_every_trainer_in_the_table_and_the_json(tmp_path, dete
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     state = "on: --deterministic" if deterministic else "off; --deterministic turns it on"
     assert (
-        f"Reproducibility: each trainer trained 2 times from the same start in this process, compared bit for "
-        f"bit (op determinism {state})"
+        f"Reproducibility: each trainer trained 2 times from the same start in one process (the header's), "
+        f"compared bit for bit (op determinism {state})"
     ) in unwrapped(result.stdout)
     report = read_report(report_path)
     assert report["environment"]["op_determinism"] is deterministic

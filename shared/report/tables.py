@@ -273,7 +273,7 @@ def print_repeats_and_baseline(run, out=None) -> None:
         print(
             fit_width(
                 f"\nReproducibility: each trainer trained {run.config.repeat} times from the same start in "
-                f"this process, compared bit for bit (op determinism "
+                f"one process (the header's), compared bit for bit (op determinism "
                 f"{'on: --deterministic' if op_determinism_enabled() else 'off; --deterministic turns it on'})"
             ),
             file=out,
