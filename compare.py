@@ -27,7 +27,7 @@ import time
 import traceback
 from typing import Optional, Tuple
 
-from shared.config import Config, flag
+from shared.config import Config, option_flag
 from shared.console import hide_tensorflow_messages
 from shared.errors import UsageError
 
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         group = field.metadata["group"]
         if group not in groups:
             groups[group] = parser.add_argument_group(group)
-        groups[group].add_argument(field.metadata["flag"] or flag(field.name), dest=field.name, **_keywords(field))
+        groups[group].add_argument(option_flag(field.name), dest=field.name, **_keywords(field))
     return parser
 
 
@@ -119,13 +119,15 @@ def client_config(path: str) -> Tuple[Config, str]:
 INTERNAL_ERROR = 3  # compare.py itself failed: neither a verdict (0, 1) nor bad input (2)
 
 
-def main(argv=None) -> int:
+def main(argv=None, restore_stderr: bool = True) -> int:
     """compare.py's exit code: 0 parity holds (or --help), 1 it does not, 2 bad input (one line on stderr),
     3 an internal error (one line on stderr; the traceback in a file, and on stderr too with --verbose).
-    Never raises SystemExit, so a Python caller gets the same codes as the command line."""
+    Never raises SystemExit, so a Python caller gets the same codes as the command line. `restore_stderr`: put
+    descriptor 2 and sys.stderr back when it returns, for a Python caller's next lines; the command line keeps
+    TensorFlow's lines hidden to its exit (those its shutdown prints)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return run_command(argv)
+        return run_command(argv, restore_stderr)
     except Exception as error:  # noqa: BLE001 - anything else is compare.py's own failure: exit 3, never exit 1
         return internal_error(error, argv)
 
@@ -150,7 +152,7 @@ def internal_error(error: Exception, argv) -> int:
     return INTERNAL_ERROR
 
 
-def run_command(argv) -> int:
+def run_command(argv, restore_stderr: bool = True) -> int:
     """main's work; an exception that is not bad input leaves it as an internal error."""
     try:
         config, result_file = config_from_args(build_parser().parse_args(argv))
@@ -173,8 +175,9 @@ def run_command(argv) -> int:
         print(f"compare.py: error: {error}", file=sys.stderr)
         return 2
     finally:
-        restore()  # a Python caller's stderr is its own again (main(argv) a second time, its own lines)
+        if restore_stderr:
+            restore()  # a Python caller's stderr is its own again (main(argv) a second time, its own lines)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(restore_stderr=False))

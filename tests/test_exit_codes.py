@@ -101,19 +101,63 @@ raise RuntimeError("the caller's own error")
 def test_a_python_caller_keeps_its_stderr_after_main(tmp_path):
     """main puts descriptor 2 and sys.stderr back when it returns: the second call's error line shows, a third goes
     to the caller's io.StringIO, and the caller's lines and traceback after them show (all were lost before)."""
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    done = subprocess.run(
-        [sys.executable, "-c", TWICE_THEN_THE_CALLERS],
-        cwd=tmp_path,
-        env=dict(env, PYTHONPATH=ROOT),
-        capture_output=True,
-    )
-    stderr = done.stderr.decode()
-    assert done.stdout.decode().split() == ["2", "2", "2", "True"], stderr[-3000:]
+    done = python_script(TWICE_THEN_THE_CALLERS, tmp_path)
+    stderr = done.stderr
+    assert done.stdout.split() == ["2", "2", "2", "True"], stderr[-3000:]
     refused = "compare.py: error: --train-examples 5000 is more than"
     assert [line.startswith(refused) for line in stderr.splitlines()[:2]] == [True, True], stderr[-3000:]
     assert "the caller's line\nthe caller's descriptor 2\nTraceback (most recent call last)" in stderr
     assert stderr.rstrip().endswith("RuntimeError: the caller's own error")
+
+
+# A log handler made while descriptor 2 is hidden (TensorFlow's, on its first warning) holds that sys.stderr: after
+# restore its lines show, and never land in a file the caller opens next (on the descriptor number freed).
+HANDLER_AFTER_RESTORE = """
+import logging, sys
+from shared.console import hide_tensorflow_messages
+restore = hide_tensorflow_messages(False, environ={})
+handler = logging.StreamHandler(sys.stderr)
+restore()
+with open("caller.txt", "w") as caller:
+    logging.getLogger("made while hidden").addHandler(handler)
+    logging.getLogger("made while hidden").warning("a warning after restore")
+print(open("caller.txt").read() == "", flush=True)
+"""
+
+
+# A caller's io.StringIO as sys.stderr while hidden: a trainer process started meanwhile still gets the original
+# descriptor 2 (shared/run/worker.py _stderr), not /dev/null.
+STRINGIO_WHILE_HIDDEN = """
+import contextlib, io, os, subprocess, sys
+from shared.console import hide_tensorflow_messages, shown_descriptor
+with contextlib.redirect_stderr(io.StringIO()):
+    restore = hide_tensorflow_messages(False, environ={})
+    child = [sys.executable, "-c", "import sys; sys.stderr.write('a trainer process line\\\\n')"]
+    subprocess.run(child, stderr=shown_descriptor(), check=True)
+    restore()
+print(shown_descriptor() == 2, flush=True)
+"""
+
+
+def test_a_process_started_while_hidden_under_a_callers_stringio_shows_its_lines(tmp_path):
+    done = python_script(STRINGIO_WHILE_HIDDEN, tmp_path)
+    assert done.returncode == 0 and done.stdout == "True\n", done.stderr[-2000:]
+    assert done.stderr == "a trainer process line\n"
+
+
+def test_a_log_handler_made_while_hidden_writes_to_stderr_after_restore_not_into_a_callers_file(tmp_path):
+    done = python_script(HANDLER_AFTER_RESTORE, tmp_path)
+    assert done.returncode == 0 and done.stdout == "True\n", done.stderr[-2000:]
+    assert done.stderr == "a warning after restore\n"
+
+
+def python_script(script: str, tmp_path) -> subprocess.CompletedProcess:
+    """`python -c script` in `tmp_path`, the repository importable, with TensorFlow's lines hidden as for a user
+    (no TF_CPP_MIN_LOG_LEVEL, which conftest sets for the test process)."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=dict(env, PYTHONPATH=ROOT), capture_output=True, text=True
+    )
 
 
 def broken_baseline(tmp_path, break_it) -> str:

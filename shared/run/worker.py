@@ -171,12 +171,12 @@ class KeptThere:
 
 
 def _stderr():
-    """Where the process's own error lines go: this process's sys.stderr, which compare.py keeps pointed at the
-    terminal while TensorFlow's descriptor 2 goes to /dev/null (shared/console.py); inherited when it has none."""
-    try:
-        return sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # a StringIO (a caller's redirect_stderr): inherit descriptor 2
-        return None
+    """Where the process's own error lines go: where this process's show while TensorFlow's descriptor 2 goes to
+    /dev/null (shared/console.py), a caller's io.StringIO's too; inherited where nothing is hidden and sys.stderr
+    is no file."""
+    from shared.console import shown_descriptor
+
+    return shown_descriptor()
 
 
 _processes: Dict[tuple, TrainerProcess] = {}  # one per environment, kept for the next run in this process
