@@ -141,6 +141,7 @@ SPEC = TrainerSpec(
     options={
         "mesh": "shapes DTensor's mesh",
         "dtensor_input": "chooses DTensor's input",
+        "dtensor_nccl": "keeps DTensor's collectives off NCCL",
         "shard_weights": "lays out DTensor's weights",
         "sharded_forward": "chooses DTensor's forward of weights split on the batch axis",
     },

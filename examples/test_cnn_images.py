@@ -41,7 +41,7 @@ def test_the_image_writer_prints_one_line_and_writes_the_arrays(tmp_path):
 def test_the_image_writer_given_a_path_it_cannot_write_says_so_in_one_line(tmp_path):
     target = str(tmp_path / "no" / "such" / "images.npz")
     written = subprocess.run([sys.executable, f"{HERE}/write_images.py", target], capture_output=True, text=True)
-    assert written.returncode == 1 and written.stdout == ""
+    assert written.returncode == 2 and written.stdout == ""
     assert (
         written.stderr == f"write_images.py: cannot write {target}: No such file or directory; choose a writable path\n"
     )

@@ -39,5 +39,9 @@ if __name__ == "__main__":
     target = sys.argv[1] if len(sys.argv) > 1 else "images.npz"
     try:
         write_images(target)
-    except OSError as error:  # one line, as compare.py's: a path it cannot write
-        sys.exit(f"write_images.py: cannot write {target}: {error.strerror}; choose a writable path")
+    except OSError as error:  # one line and exit 2, as compare.py's bad input: a path it cannot write
+        print(
+            f"write_images.py: cannot write {target}: {error.strerror or error}; choose a writable path",
+            file=sys.stderr,
+        )
+        sys.exit(2)

@@ -11,9 +11,11 @@ this process then: a trainer process could not import it. The reference trains o
 MirroredStrategy once, on the first `devices` logical devices (configured here if TensorFlow has not started, CPUs
 at least CHECK_CPUS of them; else the process's own must suffice). Every verdict is compare.py's: a float32
 failure is rerun in float64 to tell float noise from a MISMATCH.
-Bad input raises shared.errors.UsageError with compare.py's one-line message.
+Bad input raises shared.errors.UsageError with compare.py's one line, its options named as check_model
+takes them (in_api_terms).
 """
 
+import argparse
 import dataclasses
 import random
 import re
@@ -21,7 +23,7 @@ from typing import Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 
-from shared.config import Config, flag, value_fits
+from shared.config import BUILT_IN_MODELS, Config, int_list, option_flag, python_value, type_name, value_fits
 from shared.devices import configure_devices
 from shared.errors import UsageError
 from shared.judge.parity import Parity
@@ -84,13 +86,15 @@ def check_model(
 
 
 def _check(model, meshes, trainers, devices, data, replica_counts, options) -> ModelCheck:
-    check_options(options)
+    options = check_options(options)
     if trainers is None:
         trainers = ("mirrored",) if options.get("fit") else ("dtensor", "mirrored")
     # Before anything runs an op (checking a model object does): logical devices are fixed once per process, so where
-    # this check sets them up it makes at least the tutorial's 8 CPUs: later checks of up to 8 run in any order.
+    # this check sets them up it makes at least the tutorial's 8 CPUs: later checks of up to 8 run in any order. Not
+    # for DTensorDataset, which needs a mesh over every device of the process (dtensor_impl/inputs.py).
     device_type = options.get("device_type", Config().device_type)
-    all_devices = configure_devices(devices, device_type, "devices=", "device_type=", at_least=CHECK_CPUS)[:devices]
+    more = CHECK_CPUS if options.get("dtensor_input", Config().dtensor_input) != "dataset" else 0
+    all_devices = configure_devices(devices, device_type, "devices=", "device_type=", at_least=more)[:devices]
     if not isinstance(model, str):  # an object: registered in this process, where every trainer then trains
         if options.get("trainer_process", "shared") != "shared":
             raise UsageError("a model given as an object trains in this process: trainer_process='shared'")
@@ -133,20 +137,20 @@ def lineup(config: Config, trainers: Sequence[str], meshes: Sequence[str], repli
     return entries
 
 
-# check_model's own arguments, which `options` cannot also give; `quiet` is always True.
-OWN_ARGUMENTS = {"model": "model", "devices": "devices", "data": "data", "trainers": "trainers", "mesh": "meshes"}
-
-
-def check_options(options: dict) -> None:
-    """Each of `options` a Config field of a value its type takes: UsageError (one line) naming the option."""
-    fields = {field.name: field for field in dataclasses.fields(Config)}
+def check_options(options: dict) -> dict:
+    """`options` as Config takes them (a NumPy number as Python's), each a Config field of a value its type takes;
+    else UsageError, one line naming the option."""
+    fields = {field.name for field in dataclasses.fields(Config)}
     for name, value in options.items():
-        if name in OWN_ARGUMENTS:
-            raise UsageError(f"{name}={value!r}: give it as check_model's own argument {OWN_ARGUMENTS[name]}")
-        if name not in fields or name == "quiet":
+        if name == "mesh":
+            raise UsageError(f"mesh={value!r}: give the meshes as check_model's own argument, meshes=({value!r},)")
+        if name == "quiet":
+            raise UsageError("quiet: check_model always runs quietly; drop it")
+        if name not in fields:
             raise UsageError(f"{name}={value!r}: check_model has no such option; use a field of shared.config.Config")
         if not value_fits(name, value):
-            raise UsageError(f"{name}={value!r}: not a value of the type {name} takes ({fields[name].type})")
+            raise UsageError(f"{name}={value!r}: {name} takes {type_name(name)}")
+    return {name: python_value(value) for name, value in options.items()}
 
 
 def in_api_terms(message: str) -> str:
@@ -154,23 +158,25 @@ def in_api_terms(message: str) -> str:
     `train_examples=5000`, `--data /no/dir:` `data=/no/dir:` (a value: _parses; else the name alone, `--restore
     starts` `restore starts`), `--mesh batch=3` `meshes entry batch=3`, a switch `--shard-weights`
     `shard_weights=True`."""
-    fields = {field.metadata["flag"] or flag(field.name): field for field in dataclasses.fields(Config)}
+    fields = {option_flag(field.name): field for field in dataclasses.fields(Config)}
 
     def named(match: re.Match) -> str:
-        field, value = fields.get(match.group(1)), match.group(3)
+        field, value = fields.get(match.group(1)), match.group(2)
         if field is None:
             return match.group(0)
         name = "meshes entry" if field.name == "mesh" else field.name
         if isinstance(field.default, bool):
-            return f"{name}={not field.default}" + match.group(2) + (value or "")
+            return f"{name}={not field.default}" + (f" {value}" if value else "")
         if value is not None and _parses(field, value):
             return f"{name}{' ' if field.name == 'mesh' else '='}{value}"
-        return name + match.group(2) + (value or "")
+        return name + (f" {value}" if value else "")
 
-    return re.sub(r"(--[a-z][a-z0-9-]*)(\s?)([^\s:;,)]+)?", named, message)
+    # A flag starts a word (not inside a path: /tmp/x--seed) and ends one (not --restore's); its value, if any,
+    # is the next word, up to a colon, semicolon, comma or closing bracket.
+    return re.sub(r"(?<![\w/.-])(--[a-z][a-z0-9-]*)(?![\w'-])(?: ([^\s:;,)]+))?", named, message)
 
 
-WORD_VALUES = {"auto", "embedded", "tfds", "mlp", "vit", "gpt"}  # --data's and --model's values that are words
+WORD_VALUES = {"auto", "embedded", "tfds", *BUILT_IN_MODELS}  # --data's and --model's values that are words
 
 
 def _parses(field: dataclasses.Field, text: str) -> bool:
@@ -178,10 +184,10 @@ def _parses(field: dataclasses.Field, text: str) -> bool:
     choices, parse = field.metadata.get("choices"), field.metadata.get("parse")
     if choices:
         return text in choices
-    if parse in (int, float):
+    if parse in (int, float, int_list):
         try:
             parse(text)
-        except ValueError:
+        except (ValueError, argparse.ArgumentTypeError):
             return False
         return True
     return parse is None and (text in WORD_VALUES or re.search(r"[/.=:'\"\d]", text) is not None)  # a path, a mesh

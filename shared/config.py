@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import math
+import numbers
 import typing
 from typing import Optional, Tuple
 
@@ -71,7 +72,7 @@ def _name_list(text: str) -> Tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _int_list(text: str) -> Tuple[int, ...]:
+def int_list(text: str) -> Tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError:
@@ -116,7 +117,7 @@ class Config:
         MODEL,
     )
     hidden: Optional[Tuple[int, ...]] = option(
-        None, f"the MLP's hidden layer sizes (default: {','.join(map(str, TUTORIAL_HIDDEN))})", MODEL, parse=_int_list
+        None, f"the MLP's hidden layer sizes (default: {','.join(map(str, TUTORIAL_HIDDEN))})", MODEL, parse=int_list
     )
     dropout: float = option(
         0.0,
@@ -287,7 +288,7 @@ class Config:
         "each configuration judged against the run's reference and timed beside it (default: none)",
         SPEED,
         metavar="N,N,...",
-        parse=_int_list,
+        parse=int_list,
     )
     profile: bool = option(
         False,
@@ -419,9 +420,33 @@ def _json_type_fits(name: str, value) -> bool:
 
 
 def value_fits(name: str, value) -> bool:
-    """Whether a Python value has field `name`'s declared type (a tuple or a list for a tuple): the Python API's
-    options (shared/api.py); check() then judges the value."""
+    """Whether a Python value has field `name`'s declared type (a tuple or a list for a tuple, a NumPy integer for
+    an int): the Python API's options (shared/api.py); check() then judges the value."""
+    value = python_value(value)
     return _json_type_fits(name, list(value) if isinstance(value, tuple) else value)
+
+
+def python_value(value):
+    """A NumPy integer or real as Python's int or float (a bool stays); anything else as it is."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def type_name(name: str) -> str:
+    """Field `name`'s declared type in words, e.g. "an int", "a float or None", "a tuple of int"."""
+    return _type_words(next(field.type for field in dataclasses.fields(Config) if field.name == name))
+
+
+def _type_words(declared) -> str:
+    origin, arguments = typing.get_origin(declared), typing.get_args(declared)
+    if origin is typing.Union:
+        return " or ".join(_type_words(argument) for argument in arguments)
+    if origin is tuple:
+        return f"a tuple of {arguments[0].__name__}"
+    if declared is type(None):
+        return "None"
+    return f"{'an' if declared.__name__[0] in 'aeiou' else 'a'} {declared.__name__}"
 
 
 def _fits(declared, value) -> bool:
@@ -447,6 +472,12 @@ CHOICES = {
 
 def flag(field: str) -> str:
     return "--" + field.replace("_", "-")
+
+
+def option_flag(field: str) -> str:
+    """The flag compare.py gives field `field`: its own (--no-timing for `timing`), else flag(field)."""
+    found = next(item for item in dataclasses.fields(Config) if item.name == field)
+    return found.metadata.get("flag") or flag(field)
 
 
 def check(config: Config) -> None:

@@ -37,7 +37,7 @@ def current_umask() -> int:
 
 def check_writable_dir(flag: str, directory: str, create: bool) -> None:
     """UsageError in one line unless `directory` exists (made first if `create`) and is writable."""
-    if create and os.path.exists(directory) and not os.path.isdir(directory):
+    if os.path.exists(directory) and not os.path.isdir(directory):
         raise UsageError(f"{flag}: {directory} is a file, not a directory; choose another path")
     if create:
         try:
@@ -46,8 +46,6 @@ def check_writable_dir(flag: str, directory: str, create: bool) -> None:
             raise UsageError(
                 f"{flag} {directory}: cannot create it ({error.strerror}); choose a writable directory"
             ) from None
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise UsageError(f"{flag}: {directory} is a file, not a directory; choose another path")
     if not os.path.isdir(directory):
         raise UsageError(f"{flag}: directory {directory} does not exist; create it or choose another path")
     if not os.access(directory, os.W_OK | os.X_OK):

@@ -116,8 +116,10 @@ def test_device_requests_after_initialisation(devices):
         (dict(meshes=("batch=3",)), "meshes entry batch=3 covers 3 devices"),
         (dict(data="/no/such/dir"), "data=/no/such/dir: no such directory; give a directory with the MNIST IDX files"),
         (dict(foo=1), "foo=1: check_model has no such option; use a field of shared.config.Config"),
-        (dict(epochs="2"), "epochs='2': not a value of the type epochs takes (<class 'int'>)"),
-        (dict(mesh="batch=4"), "mesh='batch=4': give it as check_model's own argument meshes"),
+        (dict(epochs="2"), "epochs='2': epochs takes an int"),
+        (dict(clip_global_norm="1"), "clip_global_norm='1': clip_global_norm takes a float or None"),
+        (dict(mesh="batch=4"), "mesh='batch=4': give the meshes as check_model's own argument, meshes=('batch=4',)"),
+        (dict(quiet=False), "quiet: check_model always runs quietly; drop it"),
     ],
 )
 def test_check_model_names_its_own_arguments_in_its_one_line(arguments, message):
@@ -128,6 +130,20 @@ def test_check_model_names_its_own_arguments_in_its_one_line(arguments, message)
     with pytest.raises(UsageError) as raised:
         check_model(**arguments)
     assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_check_models_terms_leave_paths_and_words_alone_and_numpy_numbers_pass():
+    from shared.api import check_options, in_api_terms
+
+    assert in_api_terms("checkpoint /tmp/x--seed/ckpt is at epoch 3 and --epochs 3 leaves nothing") == (
+        "checkpoint /tmp/x--seed/ckpt is at epoch 3 and epochs=3 leaves nothing"
+    )
+    assert in_api_terms("--clip-global-norm clips; --restore's file; --hidden 64,32; --no-timing") == (
+        "clip_global_norm clips; --restore's file; hidden=64,32; timing=False"
+    )
+    checked = check_options({"epochs": np.int64(2), "learning_rate": np.float32(0.5), "hidden": (16,)})
+    assert checked == {"epochs": 2, "learning_rate": 0.5, "hidden": (16,)}
+    assert type(checked["epochs"]) is int and type(checked["learning_rate"]) is float
 
 
 def test_a_logical_device_setup_made_before_any_op_is_kept_where_it_has_enough():
@@ -156,6 +172,19 @@ def test_checks_in_a_new_process_ask_for_more_devices_after_fewer():
         "print(first.ok, second.ok, sorted(second.verdicts), len(tf.config.list_logical_devices('CPU')))",
     )
     assert lines[-1:] == ["True True ['dtensor batch=4', 'mirrored'] 8"], stderr[-2000:]
+
+
+def test_a_dtensor_dataset_check_in_a_new_process_makes_only_its_devices():
+    """DTensorDataset needs a mesh over every logical device of the process: there the first check makes only the
+    devices it asks for, not 8 (it then failed: `--dtensor-input dataset needs a mesh over all 8 logical CPUs`)."""
+    lines, stderr = in_a_new_process(
+        "from shared.api import check_model",
+        "small = dict(epochs=1, train_examples=64, test_examples=32, batch_size=32, hidden=(16,), "
+        "trainer_process='shared', dtensor_input='dataset')",
+        "found = check_model(meshes=('batch=2',), devices=2, trainers=('dtensor',), **small)",
+        "print(found.ok, sorted(found.verdicts), len(tf.config.list_logical_devices('CPU')))",
+    )
+    assert lines[-1:] == ["True ['dtensor batch=2'] 2"], stderr[-2000:]
 
 
 def in_a_new_process(*lines: str):

@@ -140,9 +140,10 @@ class EpochMeter:
     """Accumulates per-step tensors without a host sync; `finish` syncs once per epoch.
 
     `step_times_ms` holds the wall time between consecutive `add` calls, input
-    preparation included. They are step times only if each call has finished its
-    steps when the trainer adds them: a DTensor call of several steps can return
-    earlier, so that trainer waits for the call's last loss first.
+    preparation included (or from `step_begins` to `add`, where the trainer marks its
+    steps' starts). They are step times only if each call has finished its steps when
+    the trainer adds them: a DTensor call of several steps can return earlier, so that
+    trainer waits for the call's last loss first.
     """
 
     def __init__(self, on_steps: Callable[[int], None] = lambda count: None):

@@ -8,7 +8,7 @@ arguments. The training and judging themselves: shared/run/sequence.py.
 
 from typing import List, Optional, Sequence, Tuple
 
-from shared.config import BUILT_IN_MODELS, Config, flag
+from shared.config import BUILT_IN_MODELS, Config, option_flag
 from shared.console import fit_width
 from shared.devices import configure_determinism, configure_devices
 from shared.errors import UsageError
@@ -45,7 +45,10 @@ def check_trainer_options(config: Config) -> None:
     for spec in specs():
         for field, what in spec.options.items():
             if spec.name not in config.trainers and getattr(config, field) != getattr(defaults, field):
-                raise UsageError(f"{flag(field)} {what}; add {spec.name} to --trainers, or drop it")
+                advice = f"add {spec.name} to --trainers, or drop it"
+                if config.fit and spec.name == "dtensor":
+                    advice = "--fit trains no DTensor (Keras's model.fit has none): drop it"
+                raise UsageError(f"{option_flag(field)} {what}; {advice}")
     splits = config.shard_weights or config.sweep_devices or config.model not in BUILT_IN_MODELS
     if config.sharded_forward != "auto" and not splits:
         raise UsageError(

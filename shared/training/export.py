@@ -140,15 +140,12 @@ def main(argv: Sequence[str]) -> int:
     directories = [arg for arg in argv if arg != "--verbose"]  # --verbose: TensorFlow's lines, shown above
     missing = [d for d in directories if not os.path.isfile(os.path.join(d, PROBE_FILE))]
     if missing or not directories:
-        problem = (
-            (
-                f"{missing[0]}: no such directory; give one that compare.py --export DIR wrote, DIR/<trainer>"
-                if not os.path.exists(missing[0])
-                else f"{missing[0]} is not an export of compare.py --export (it has no {PROBE_FILE})"
-            )
-            if missing
-            else "give the directories that compare.py --export DIR wrote, DIR/<trainer>"
-        )
+        if not directories:
+            problem = "give the directories that compare.py --export DIR wrote, DIR/<trainer>"
+        elif not os.path.exists(missing[0]):
+            problem = f"{missing[0]}: no such directory; give one that compare.py --export DIR wrote, DIR/<trainer>"
+        else:
+            problem = f"{missing[0]} is not an export of compare.py --export (it has no {PROBE_FILE})"
         print(f"python -m shared.export: error: {problem}", file=sys.stderr)
         return 2
     worst = 0.0

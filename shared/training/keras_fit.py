@@ -169,8 +169,8 @@ def fit_model(definition, config: Config, strategy=None):
 def step_recorder(meter, counts: Sequence[int], state: Optional[list]):
     """A Keras callback that resets the model's metrics as each batch starts (with `state`, checksumming the state
     it starts from, float64 runs) and adds the batch's loss and correct count to `meter` as it ends; each batch is
-    timed from its start to its end, so that an epoch's time is its steps', not its model.fit call's set-up (0.4 s
-    under MirroredStrategy on 4 logical CPUs, against ~20 ms of steps)."""
+    timed from its start to its end, so that an epoch's time is its steps', not its model.fit call's set-up and
+    wind-down (under MirroredStrategy most of a short epoch's call: docs/throughput.md)."""
     keras = keras_module()
 
     class StepRecorder(keras.callbacks.Callback):
