@@ -94,7 +94,7 @@ def _check(model, meshes, trainers, devices, data, replica_counts, options) -> M
     # for DTensorDataset, which needs a mesh over every device of the process (dtensor_impl/inputs.py).
     device_type = options.get("device_type", Config().device_type)
     more = CHECK_CPUS if options.get("dtensor_input", Config().dtensor_input) != "dataset" else 0
-    all_devices = configure_devices(devices, device_type, "devices=", "device_type=", at_least=more)[:devices]
+    all_devices = configure_devices(devices, device_type, at_least=more)[:devices]
     if not isinstance(model, str):  # an object: registered in this process, where every trainer then trains
         if options.get("trainer_process", "shared") != "shared":
             raise UsageError("a model given as an object trains in this process: trainer_process='shared'")

@@ -18,37 +18,33 @@ LOGICAL_GPU_MEMORY_MB = 2048  # per logical GPU when one physical GPU is split; 
 _configured = {}  # device type -> logical device count set up by this process
 
 
-def configure_devices(
-    count: int,
-    device_type: str = "CPU",
-    option: str = "--devices ",
-    type_option: str = "--device-type ",
-    at_least: int = 0,
-) -> List[str]:
+def configure_devices(count: int, device_type: str = "CPU", at_least: int = 0) -> List[str]:
     """Make (at least) `count` logical devices of `device_type`; return the first `count` names. A logical device
-    setup made before (yours, before any op ran) is kept where it has `count` or more. `option` and `type_option`:
-    how the errors name the count and the type, e.g. "devices=" and "device_type=" for the Python API's.
-    `at_least`: logical CPUs to make where this call sets them up, if more than `count`, so that a later call in
-    the process may ask for up to that many (the Python API's checks, in any order)."""
+    setup made before (yours, before any op ran) is kept where it has `count` or more. `at_least`: logical CPUs to
+    make where this call sets them up, if more than `count`, so that a later call in the process may ask for up to
+    that many (the Python API's checks, in any order). Errors name compare.py's flags; check_model's name its
+    arguments (shared.api.in_api_terms)."""
     device_type = device_type.upper()
     limit = MAX_LOGICAL_CPUS if device_type == "CPU" else None
     if count < 1 or (limit and count > limit):
-        raise UsageError(f"{option}{count} is not possible; use 1 to {limit or 'the GPU count'}")
+        raise UsageError(f"--devices {count} is not possible; use 1 to {limit or 'the GPU count'}")
     if _configured.get(device_type, 0) < count:
         made = max(count, min(at_least, MAX_LOGICAL_CPUS)) if device_type == "CPU" else count
-        _set_logical_devices(count, device_type, option, type_option, made)
+        _set_logical_devices(count, device_type, made)
     return [f"{device_type}:{i}" for i in range(count)]
 
 
-def _set_logical_devices(count: int, device_type: str, option: str, type_option: str, made: int) -> None:
+def _set_logical_devices(count: int, device_type: str, made: int) -> None:
     physical = tf.config.list_physical_devices(device_type)
     if not physical:
-        raise UsageError(f"{type_option}{device_type}: no {device_type} is visible to TensorFlow; use {type_option}CPU")
+        raise UsageError(
+            f"--device-type {device_type}: no {device_type} is visible to TensorFlow; use --device-type CPU"
+        )
     if device_type == "GPU" and len(physical) >= count:
         _configured[device_type] = len(physical)
         return
     if device_type == "GPU" and len(physical) > 1:
-        raise UsageError(f"{option}{count}: this machine has {len(physical)} GPUs; use at most that many")
+        raise UsageError(f"--devices {count}: this machine has {len(physical)} GPUs; use at most that many")
     already = tf.config.get_logical_device_configuration(physical[0]) or []
     if len(already) >= count:  # set up before us, nothing run yet: kept (a subset serves)
         _configured[device_type] = len(already)
@@ -64,7 +60,7 @@ def _set_logical_devices(count: int, device_type: str, option: str, type_option:
             _configured[device_type] = existing
             return
         raise UsageError(
-            f"{option}{count}: TensorFlow is already initialised with {existing} "
+            f"--devices {count}: TensorFlow is already initialised with {existing} "
             f"logical {device_type}s; configure the largest count first, once per "
             f"process, or run in a new process"
         ) from None
