@@ -416,7 +416,7 @@ def _json_fields(text: str) -> dict:
 
 def _json_type_fits(name: str, value) -> bool:
     """Whether a JSON value has the field's declared type (a list for a tuple); check() then judges the value."""
-    return _fits(next(field.type for field in dataclasses.fields(Config) if field.name == name), value)
+    return _fits(_field(name).type, value)
 
 
 def value_fits(name: str, value) -> bool:
@@ -435,7 +435,7 @@ def python_value(value):
 
 def type_name(name: str) -> str:
     """Field `name`'s declared type in words, e.g. "an int", "a float or None", "a tuple of int"."""
-    return _type_words(next(field.type for field in dataclasses.fields(Config) if field.name == name))
+    return _type_words(_field(name).type)
 
 
 def _type_words(declared) -> str:
@@ -476,8 +476,11 @@ def flag(field: str) -> str:
 
 def option_flag(field: str) -> str:
     """The flag compare.py gives field `field`: its own (--no-timing for `timing`), else flag(field)."""
-    found = next(item for item in dataclasses.fields(Config) if item.name == field)
-    return found.metadata.get("flag") or flag(field)
+    return _field(field).metadata.get("flag") or flag(field)
+
+
+def _field(name: str) -> dataclasses.Field:
+    return next(field for field in dataclasses.fields(Config) if field.name == name)
 
 
 def check(config: Config) -> None:
