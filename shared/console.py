@@ -76,7 +76,7 @@ def hide_tensorflow_messages(verbose: bool, environ=os.environ) -> Callable[[], 
     os.close(devnull)
     # The copy owns the descriptor: a log handler made meanwhile (TensorFlow's, on its first warning) keeps writing
     # to it after restore, never to a descriptor closed and reused.
-    copy = os.fdopen(original, "w", buffering=1) if _on_descriptor_2(shown) else None  # line-buffered, as a terminal
+    copy = os.fdopen(original, "w", buffering=1) if _descriptor(shown) == 2 else None  # line-buffered, as a terminal
     if copy is not None:
         sys.stderr = copy
     # TensorFlow's Python-side logging (absl) writes through sys.stderr: errors only.
@@ -103,16 +103,12 @@ def shown_descriptor() -> Optional[int]:
     """Where a trainer process's own lines go (shared/run/worker.py): while descriptor 2 is hidden, the original's
     copy (sys.stderr's, or where sys.stderr is a caller's io.StringIO the copy kept for this); else sys.stderr's
     descriptor; None where it has none (the process then inherits descriptor 2)."""
-    if _shown_descriptor is not None:
-        return _shown_descriptor
+    return _descriptor(sys.stderr) if _shown_descriptor is None else _shown_descriptor
+
+
+def _descriptor(stream) -> Optional[int]:
+    """The stream's file descriptor; None where it has none (an io.StringIO)."""
     try:
-        return sys.stderr.fileno()
+        return stream.fileno()
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
         return None
-
-
-def _on_descriptor_2(stream) -> bool:
-    try:
-        return stream.fileno() == 2
-    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
-        return False

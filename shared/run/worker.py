@@ -20,6 +20,8 @@ import subprocess
 import sys
 from typing import Callable, Dict, NoReturn, Optional, Sequence
 
+from shared.console import hide_tensorflow_messages, shown_descriptor
+
 HEADER = struct.Struct("<Q")  # each message's length
 VERBOSE = "COMPARE_WORKER_VERBOSE"  # "1": the process shows TensorFlow's own lines, as --verbose does
 
@@ -57,7 +59,7 @@ class TrainerProcess:
             [sys.executable, "-m", "shared.run.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=_stderr(),
+            stderr=shown_descriptor(),  # its own lines show where this process's do (shared/console.py)
             env=env,
             start_new_session=True,  # a Ctrl-C in the terminal reaches the run, which stops this process
         )
@@ -170,15 +172,6 @@ class KeptThere:
             self.owner.release(self.token)
 
 
-def _stderr():
-    """Where the process's own error lines go: where this process's show while TensorFlow's descriptor 2 goes to
-    /dev/null (shared/console.py), a caller's io.StringIO's too; inherited where nothing is hidden and sys.stderr
-    is no file."""
-    from shared.console import shown_descriptor
-
-    return shown_descriptor()
-
-
 _processes: Dict[tuple, TrainerProcess] = {}  # one per environment, kept for the next run in this process
 
 
@@ -288,8 +281,6 @@ def start_tensorflow(config, device_count: int) -> None:
 def main(argv: Sequence[str] = ()) -> NoReturn:
     replies = os.fdopen(os.dup(1), "wb")  # the messages' own channel: stray prints go to stderr instead
     os.dup2(2, 1)
-    from shared.console import hide_tensorflow_messages
-
     # TensorFlow's lines are hidden here even where TF_CPP_MIN_LOG_LEVEL is set (the parent shows its own if so):
     # its first ones ignore the level, and a run's output must not depend on a second process.
     hide_tensorflow_messages(verbose=os.environ.get(VERBOSE) == "1", environ={})
