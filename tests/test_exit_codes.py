@@ -126,7 +126,7 @@ print(open("caller.txt").read() == "", flush=True)
 
 
 # A caller's io.StringIO as sys.stderr while hidden: a trainer process started meanwhile still gets the original
-# descriptor 2 (shared/run/worker.py _stderr), not /dev/null.
+# descriptor 2 (shared/run/worker.py starts them with shown_descriptor()), not /dev/null.
 STRINGIO_WHILE_HIDDEN = """
 import contextlib, io, os, subprocess, sys
 from shared.console import hide_tensorflow_messages, shown_descriptor

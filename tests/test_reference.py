@@ -1,7 +1,6 @@
 """The reference trainer learns, and its history record is complete and consistent."""
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ from shared.config import Config
 from shared.devices import configure_devices
 from shared.errors import UsageError
 from shared.training.registry import fit
+from tests.cli import ROOT
 
 # Measured: 3 epochs of Adam on the 4,000 embedded training images give test accuracy
 # 0.927 (train loss 0.700 -> 0.256 -> 0.150); 0.90 leaves room for other CPUs' rounding.
@@ -193,9 +193,8 @@ def in_a_new_process(*lines: str):
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     script = "\n".join(["import tensorflow as tf", *lines])
-    found = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    found = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     return found.stdout.strip().splitlines(), found.stderr
 
 
