@@ -254,3 +254,13 @@ def test_an_epoch_whose_trainer_marks_its_steps_starts_is_timed_by_its_steps_alo
     (seconds, step), (whole, first_call) = epoch(True), epoch(False)
     assert 0.01 <= step == seconds < 0.09, (step, seconds)
     assert whole >= 0.21 and first_call >= 0.11, (whole, first_call)
+
+
+def test_a_cpus_name_loses_its_trademark_marks_so_the_header_reads_plainly():
+    from shared.measure.machine import Machine, plain_name
+
+    assert plain_name(" Intel(R) Xeon(R) Processor\n") == "Intel Xeon Processor"
+    assert plain_name("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz") == "Intel Core i7-8700 CPU @ 3.20GHz"
+    assert plain_name("AMD EPYC 7B13") == "AMD EPYC 7B13"
+    named = Machine("CPU", 8, 1, 2, plain_name("Intel(R) Xeon(R) Processor")).describe()
+    assert named.startswith("speeds: 8 logical CPUs sharing 2 cores (Intel Xeon Processor): a device adds")

@@ -7,6 +7,7 @@ the layouts and carry over to GPUs. On GPUs the same run measures there (docs/ap
 
 import dataclasses
 import os
+import re
 from typing import Optional
 
 import tensorflow as tf
@@ -62,6 +63,12 @@ def _name(device_type: str) -> Optional[str]:
         return tf.config.experimental.get_device_details(gpus[0]).get("device_name") if gpus else None
     try:
         with open(CPU_INFO) as file:
-            return next((line.split(":", 1)[1].strip() for line in file if line.startswith("model name")), None)
+            line = next((line for line in file if line.startswith("model name")), None)
     except OSError:
         return None
+    return plain_name(line.split(":", 1)[1]) if line else None
+
+
+def plain_name(name: str) -> str:
+    """A CPU's name without trademark marks: "Intel(R) Xeon(R) Processor" -> "Intel Xeon Processor"."""
+    return " ".join(re.sub(r"\((R|TM|C)\)", "", name, flags=re.IGNORECASE).split())
