@@ -174,10 +174,35 @@ def run_command(argv, restore_stderr: bool = True) -> int:
     except UsageError as error:
         print(f"compare.py: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM under --clients): no trainer process outlives the run
+        stop_trainer_processes()
+        raise
     finally:
         if restore_stderr:
             restore()  # a Python caller's stderr is its own again (main(argv) a second time, its own lines)
 
 
+def stop_trainer_processes() -> None:
+    """Every trainer process this run started, killed now (none if the run was interrupted before it started one)."""
+    worker = sys.modules.get("shared.run.worker")
+    if worker is not None:
+        worker.stop_on_interrupt()
+
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
+
+
+def interrupted(interrupt: KeyboardInterrupt) -> int:
+    """The command line's one line for an interrupted run: the outputs are written at the end, each whole, so
+    before then nothing is (shared/report/outputs.py says which were, if it came while they were written)."""
+    why = interrupt.args[0] if interrupt.args else "interrupted"
+    writing = type(interrupt).__name__ == "InterruptedWhileWriting"
+    print(f"compare.py: {why}" if writing else f"compare.py: {why}: nothing written", file=sys.stderr)
+    return INTERRUPTED
+
+
 if __name__ == "__main__":
-    sys.exit(main(restore_stderr=False))
+    try:
+        sys.exit(main(restore_stderr=False))
+    except KeyboardInterrupt as interrupt:
+        sys.exit(interrupted(interrupt))

@@ -30,6 +30,7 @@ from shared.judge.parity import Parity
 from shared.judge.verdict import Verdict
 from shared.model.definition import ModelDefinition
 from shared.model.registry import register
+from shared.run import worker
 from shared.run.comparison import check_config, check_trainer_options
 from shared.run.sequence import Entry, RunResult, train_and_judge, trained_by
 from shared.training.data import load_run_data
@@ -80,6 +81,9 @@ def check_model(
         return _check(model, meshes, trainers, devices, data, replica_counts, options)
     except UsageError as error:
         raise UsageError(in_api_terms(str(error))) from None
+    except KeyboardInterrupt:  # Ctrl-C: no trainer process outlives the check, then the caller's interrupt
+        worker.stop_on_interrupt()
+        raise
     finally:
         random.setstate(states[0])
         np.random.set_state(states[1])

@@ -31,7 +31,18 @@ def publish(config, run, sweep=()) -> int:
     return 0 if exit_ok(run, sweep) else 1
 
 
+class InterruptedWhileWriting(KeyboardInterrupt):
+    """Ctrl-C while the outputs were being written: those written are whole (each atomically), the rest absent."""
+
+
 def write_outputs(config, run, sweep) -> None:
+    try:
+        write_each(config, run, sweep)
+    except KeyboardInterrupt:
+        raise InterruptedWhileWriting("interrupted while writing the outputs: each one written is whole") from None
+
+
+def write_each(config, run, sweep) -> None:
     if config.json:
         payload = json.dumps(finite(report_dict(run, sweep)), indent=2, allow_nan=False).encode()
         write_atomically(config.json, payload)

@@ -219,14 +219,8 @@ def run_launcher(config: Config) -> int:
         os.makedirs(directory)
         return launch(entry.trainer, run_config, data.source, directory, network)
 
-    try:
+    try:  # Ctrl-C, or SIGTERM (see _on_sigterm), unwinds through here: the client processes are stopped already
         run = train_and_judge(config, data, devices, lineup(config), train)
-    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (see _on_sigterm)
-        print(
-            f"compare.py: {interrupt.args[0] if interrupt.args else 'interrupted'}; every client process was stopped",
-            file=sys.stderr,
-        )
-        return 130
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         network.stop()

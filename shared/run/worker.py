@@ -215,6 +215,16 @@ def kill_all() -> None:
             process.kill()
 
 
+def stop_on_interrupt() -> None:
+    """An interrupted run (Ctrl-C): every trainer process killed and reaped now, not after the job it is on (which
+    finish() would wait for), so the run ends at once and leaves no process behind."""
+    kill_all()
+    for trainer_process in list(_processes.values()):
+        if trainer_process.process is not None:
+            trainer_process.death("interrupted", "")  # reaps it and closes its pipes
+    _processes.clear()
+
+
 def serve(jobs, replies) -> None:
     """The child's side: train each job as it comes, until the parent closes stdin."""
     from shared import console

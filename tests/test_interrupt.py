@@ -1,0 +1,104 @@
+"""Ctrl-C: compare.py stops every trainer process at once (they ignore SIGINT, each in a session of its own, so a
+terminal's Ctrl-C reaches the run alone), prints one line and exits 130; check_model raises KeyboardInterrupt to its
+caller after the same clean-up. Each runs in a new process interrupted mid-training: ~20 s."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tests.cli import ROOT
+
+# The run would train for minutes: the interrupt comes in its first epochs, with its trainer processes busy.
+LONG_RUN = ["--data", "embedded", "--epochs", "30", "--devices", "2", "--no-timing"]
+# The old exit waited for each trainer process to finish its job (up to 30 s); killed, they end at once. Measured
+# here: ~1 s from the signal to the exit. The bound leaves room for a loaded CI machine and still fails the old way.
+EXIT_WITHIN_S = 10
+
+
+def children(pid: int) -> list:
+    """The processes whose parent is `pid` (Linux's /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as file:
+                    fields = file.read().rsplit(")", 1)[1].split()
+            except OSError:  # it ended while we looked
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def interrupt_when(command, started: str, tmp_path):
+    """Run `command`, send it SIGINT once a line containing `started` is printed, and return (its exit code, its
+    stdout, its stderr, seconds from the signal to its exit, the child processes it had then)."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=dict(env, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if started in line:
+            break
+    deadline = time.monotonic() + 120
+    while not children(process.pid) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # its trainer processes start after the line (check_model prints none of its own)
+    time.sleep(2)  # and are at work
+    assert process.poll() is None, "".join(lines) + process.stderr.read()
+    had = children(process.pid)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    try:
+        rest, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    return process.returncode, "".join(lines) + rest, stderr, time.monotonic() - sent, had
+
+
+def test_ctrl_c_mid_training_is_one_line_exit_130_within_seconds_and_no_process_left(tmp_path):
+    report = tmp_path / "report.json"
+    command = [sys.executable, os.path.join(ROOT, "compare.py"), *LONG_RUN, "--json", str(report)]
+    code, stdout, stderr, seconds, had = interrupt_when(command, "epoch 1/", tmp_path)
+    assert code == 130, stderr[-2000:]
+    assert stderr.splitlines() == ["compare.py: interrupted: nothing written"], stderr[-2000:]
+    assert seconds < EXIT_WITHIN_S, seconds
+    assert had and not [pid for pid in had if alive(pid)]  # its trainer processes, stopped with it
+    assert not report.exists() and os.listdir(tmp_path) == []
+
+
+CHECK_INTERRUPTED = """
+import os, sys
+from shared.api import check_model
+print("started", flush=True)
+try:
+    check_model("mlp", meshes=["batch=2"], devices=2, epochs=30, trainer_process="own", timing=False)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt reached the caller", flush=True)
+    sys.exit(7)
+print("the check ended without the interrupt")
+"""
+
+
+def test_check_model_raises_keyboard_interrupt_to_its_caller_after_stopping_its_trainer_processes(tmp_path):
+    command = [sys.executable, "-c", CHECK_INTERRUPTED]
+    code, stdout, stderr, seconds, had = interrupt_when(command, "started", tmp_path)
+    assert code == 7 and stdout.endswith("KeyboardInterrupt reached the caller\n"), (stdout, stderr[-2000:])
+    assert seconds < EXIT_WITHIN_S, seconds
+    assert had and not [pid for pid in had if alive(pid)]
