@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from shared.config import Config
 from shared.errors import UsageError
+from shared.judge.verdict import OK
 from shared.model.registry import definition_for
 from shared.report.header import describe_training
 from shared.training import registry
@@ -119,3 +120,26 @@ def test_a_partial_last_batch_in_unequal_pieces_is_a_mismatch_at_that_step_namin
     assert mirrored.line().startswith("MISMATCH at step 1: loss; after its update every variable and Adam slot")
     assert "unequal pieces: the last batch of 36 in pieces of 5, 5, 5, 5, 5, 5, 5, 1 over 8 replicas" in mirrored.reason
     assert "metrics per replica" not in mirrored.reason  # logs only: never in a reason
+
+
+FLOAT64 = "tests/models/keras_fit_float64.py"
+SMALL_FIT = {"data": "embedded", "train_examples": 256, "test_examples": 128, "epochs": 1, "batch_size": 64}
+
+
+def test_a_loss_given_by_name_computes_in_float64_in_a_float64_fit():
+    """Keras builds a named loss at the first fit, in float32 floatx: before the tool resolved it, one device and
+    MirroredStrategy differed by float32's rounding (1.2e-7 here); in float64 they agree to 1e-12."""
+    from shared.api import check_model
+
+    check = check_model(f"{FLOAT64}:softmax_string_loss", fit=True, devices=2, dtype="float64", **SMALL_FIT)
+    parity = check.parity["mirrored"]
+    assert check.verdicts["mirrored"].verdict == OK and parity.steps == 4
+    assert parity.max_abs_loss_diff <= 1e-12 and parity.max_abs_weight_diff <= 1e-12, parity
+
+
+def test_a_metric_with_no_float64_kernel_computes_on_a_float32_cast_and_fails_nothing():
+    from shared.api import check_model
+
+    check = check_model(f"{FLOAT64}:top_k_metric", fit=True, devices=2, dtype="float64", **SMALL_FIT)
+    assert check.errors == {} and check.verdicts["mirrored"].verdict == OK, check.errors
+    assert check.parity["mirrored"].max_abs_loss_diff <= 1e-12

@@ -12,7 +12,6 @@ What differs under a strategy, and why (`fit_cautions`): docs/keras.md, "model.f
 """
 
 import contextlib
-import copy
 import math
 from typing import List, Optional, Sequence, Tuple
 
@@ -24,9 +23,10 @@ from shared.errors import UsageError
 from shared.measure import profile, traffic
 from shared.measure.checksums import state_checksums, state_variables
 from shared.model.definition import Caution
-from shared.model.keras import is_seed_state, rebuilt, widened
+from shared.model.keras import is_seed_state, rebuilt
 from shared.model.registry import definition_for
 from shared.training.batches import epoch_batches, without_autotune
+from shared.training.keras_compile import in_run_dtype
 from shared.training.losses import correct_count, host_label_count, loss_sum
 from shared.training.protocol import Trainer
 
@@ -133,12 +133,7 @@ def compile_like(model, definition, config: Config) -> None:
     floatx = keras.config.floatx()
     keras.config.set_floatx(config.dtype)  # Keras's losses and metrics compute in floatx unless told otherwise
     try:
-        if settings is None:
-            arguments = tool_compile(config, keras)
-        else:
-            arguments = keras.saving.deserialize_keras_object(
-                widened(copy.deepcopy(settings)) if config.dtype == "float64" else copy.deepcopy(settings)
-            )
+        arguments = tool_compile(config, keras) if settings is None else in_run_dtype(settings, config.dtype, keras)
         metrics = arguments.get("metrics")
         if metrics is None or isinstance(metrics, (list, tuple)):
             arguments["metrics"] = [*(metrics or []), keras.metrics.SparseCategoricalAccuracy(name=ACCURACY)]
