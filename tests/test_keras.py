@@ -171,6 +171,27 @@ def test_a_token_models_vocabulary_is_its_embeddings():
     assert (definition.input_dtype, definition.vocabulary, definition.label_shape) == ("int32", 65, (16,))
 
 
+def test_a_keras_language_model_trains_on_the_shipped_tiny_shakespeare_and_matches_one_device_in_float64():
+    """Token ids in, a label for every position out: --data embedded gives it tiny Shakespeare's windows (each
+    [N, T] int32 of 65 characters, labels the next character), not MNIST's images, which it cannot take."""
+    from shared.api import check_model
+    from shared.config import Config
+    from shared.training.data import load_run_data
+
+    model = f"{MISTAKES}:embedded_tokens"
+    assert load(model).default_data == "tiny_shakespeare"
+    data = load_run_data(Config(model=model, data="embedded", train_examples=64, test_examples=32, batch_size=32))
+    assert data.x_train.shape == data.y_train.shape == (64, 16) and data.x_train.dtype == np.int32
+    assert data.reason.startswith("tiny Shakespeare") and data.x_train.max() < 65
+    np.testing.assert_array_equal(data.x_train[:, 1:], data.y_train[:, :-1])  # the next character
+    check = check_model(
+        model, meshes=["batch=2"], devices=2, dtype="float64", train_examples=64, test_examples=32, epochs=1,
+        batch_size=32,
+    )  # fmt: skip
+    assert check.ok, check.summary()
+    assert check.parity["dtensor batch=2"].max_rel_loss_diff <= 1e-12
+
+
 @pytest.mark.parametrize("name", BAD)
 def test_a_keras_model_no_trainer_could_train_is_one_line(name):
     with pytest.raises(UsageError, match=rf"^--model {MISTAKES}:{name}: {BAD[name]}"):

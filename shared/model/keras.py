@@ -129,6 +129,7 @@ def keras_definition(result, source: str) -> ModelDefinition:
         label_shape=tuple(outputs.shape[1:-1]),
         classes=int(outputs.shape[-1]),
         vocabulary=vocabulary(model, keras, input_dtype, source),
+        default_data=default_data(input_shape, input_dtype, tuple(outputs.shape[1:-1])),
         cautions=cautions(model, keras),
         save_as=keras_saver(model, keras_variables, keras),
         keras_model=model,
@@ -269,6 +270,13 @@ def vocabulary(model, keras, input_dtype: str, source: str) -> Optional[int]:
             f"ids it takes; embed the ids with keras.layers.Embedding, or take float inputs"
         )
     return int(embedding.input_dim)
+
+
+def default_data(input_shape, input_dtype: str, label_shape) -> str:
+    """What --data auto/tfds/embedded load for it: tiny Shakespeare for a language model (token ids in, a label for
+    every position out: the next character), MNIST else."""
+    language_model = input_dtype.startswith("int") and len(input_shape) == 1 and tuple(label_shape) == input_shape
+    return "tiny_shakespeare" if language_model else "mnist"
 
 
 def is_subclassed(model) -> bool:
