@@ -26,7 +26,7 @@ with open(SCHEMA_PATH) as _file:
 
 
 def check_report(report: dict) -> dict:
-    """`report` if it validates against shared/report.schema.json; else the first error, with its path."""
+    """`report` if it validates against shared/report/report.schema.json; else the first error, with its path."""
     error = jsonschema.exceptions.best_match(REPORT_VALIDATOR.iter_errors(report))
     if error is not None:
         raise AssertionError(

@@ -42,7 +42,7 @@ def test_a_bad_value_is_refused_alike_by_the_config_and_the_command_line(changes
     with pytest.raises(UsageError) as refused:
         Config(**changes)
     assert str(refused.value) == message
-    assert Config().replace  # a good one is made
+    assert Config().replace(epochs=2).epochs == 2  # a good one is made
     with pytest.raises(UsageError):
         Config().replace(**changes)  # replace checks too: the sweep's and the rerun's configurations
     argv = [

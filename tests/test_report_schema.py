@@ -1,4 +1,4 @@
-"""The JSON report's contract: schema_version, shared/report.schema.json, docs/report-changelog.md.
+"""The JSON report's contract: schema_version, shared/report/report.schema.json, docs/report-changelog.md.
 
 Every report the suite writes is validated against the schema where it is written
 (tests/cli.py's run_compare, and check_report for reports made in process); this file checks

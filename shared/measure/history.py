@@ -123,7 +123,7 @@ def step_time_percentiles_ms(history) -> Optional[Tuple[float, float]]:
     """p50 and p95 of the timed calls' step times, or without them of the epochs after the first (which traces);
     None without either.
 
-    Every epoch has the same steps (shared.training.data.epoch_batches), so the first epoch's are the
+    Every epoch has the same steps (shared.training.batches.epoch_batches), so the first epoch's are the
     first len / epochs of them.
     """
     if history.timing is not None:

@@ -72,7 +72,7 @@ def report_dict(run, sweep) -> dict:
         for entry in sweep
     ]
     return {
-        "schema_version": SCHEMA_VERSION,  # shared/report.schema.json; docs/report-changelog.md
+        "schema_version": SCHEMA_VERSION,  # shared/report/report.schema.json; docs/report-changelog.md
         "ok": exit_ok(run, sweep),  # compare.py's exit code was 0
         "config": dataclasses.asdict(run.config),
         "environment": {

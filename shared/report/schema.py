@@ -1,6 +1,6 @@
 """The JSON report's contract: its schema_version, and the JSON Schema file that describes it.
 
-shared/report.schema.json (shipped with the package) describes every field; the tests validate
+shared/report/report.schema.json (shipped with the package) describes every field; the tests validate
 each report they write against it (jsonschema). MAJOR.MINOR: MINOR grows when fields are added,
 MAJOR when one is renamed, removed or changes meaning; --baseline reads reports of its own MAJOR.
 What changed in each version: docs/report-changelog.md.
