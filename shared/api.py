@@ -11,30 +11,38 @@ this process then: a trainer process could not import it. The reference trains o
 MirroredStrategy once, on the first `devices` logical devices (configured here if TensorFlow has not started, CPUs
 at least CHECK_CPUS of them; else the process's own must suffice). Every verdict is compare.py's: a float32
 failure is rerun in float64 to tell float noise from a MISMATCH.
-Bad input raises shared.errors.UsageError with compare.py's one line, its options named as check_model
-takes them (in_api_terms).
+Bad input raises shared.errors.UsageError with compare.py's one line, in check_model's terms (in_api_terms).
+TensorFlow's own lines (its start-up, DTensor's) stay out of your test's output unless verbose=True.
 """
 
 import argparse
 import dataclasses
 import random
 import re
+import sys
 from typing import Callable, Dict, Optional, Sequence, Union
 
-import numpy as np
+from shared.console import hide_tensorflow_messages
 
-from shared.config import BUILT_IN_MODELS, Config, int_list, option_flag, python_value, type_name, value_fits
-from shared.devices import configure_devices
-from shared.errors import UsageError
-from shared.judge.parity import Parity
-from shared.judge.verdict import Verdict
-from shared.model.definition import ModelDefinition
-from shared.model.registry import register
-from shared.run import worker
-from shared.run.comparison import check_config, check_trainer_options
-from shared.run.sequence import Entry, RunResult, train_and_judge, trained_by
-from shared.training.data import load_run_data
-from shared.training.registry import distributed, trainer_spec
+# Where this import starts TensorFlow, its start-up lines are hidden too (not where TF_CPP_MIN_LOG_LEVEL is set).
+_shown_again = hide_tensorflow_messages(verbose="tensorflow" in sys.modules)
+try:
+    import numpy as np
+
+    from shared.config import BUILT_IN_MODELS, Config, int_list, option_flag, python_value, type_name, value_fits
+    from shared.devices import configure_devices
+    from shared.errors import UsageError
+    from shared.judge.parity import Parity
+    from shared.judge.verdict import Verdict
+    from shared.model.definition import ModelDefinition
+    from shared.model.registry import register
+    from shared.run import worker
+    from shared.run.comparison import check_config, check_trainer_options
+    from shared.run.sequence import Entry, RunResult, train_and_judge, trained_by
+    from shared.training.data import load_run_data
+    from shared.training.registry import distributed, trainer_spec
+finally:
+    _shown_again()
 
 CHECK_CPUS = 8  # logical CPUs the first check makes, at least: later checks of up to 8 devices, in any order
 
@@ -77,6 +85,7 @@ def check_model(
     keras.utils.set_random_seed, which seeds them); TensorFlow's and Keras's global seeds stay the run's.
     """
     states = random.getstate(), np.random.get_state()
+    shown_again = hide_tensorflow_messages(bool(options.get("verbose")))
     try:
         return _check(model, meshes, trainers, devices, data, replica_counts, options)
     except UsageError as error:
@@ -85,6 +94,7 @@ def check_model(
         worker.stop_on_interrupt()
         raise
     finally:
+        shown_again()
         random.setstate(states[0])
         np.random.set_state(states[1])
 

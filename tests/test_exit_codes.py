@@ -151,6 +151,26 @@ def test_a_log_handler_made_while_hidden_writes_to_stderr_after_restore_not_into
     assert done.stderr == "a warning after restore\n"
 
 
+QUIET_CHECK = """
+import sys
+from shared.api import check_model
+print("the check's own line", file=sys.stderr)
+check = check_model("mlp", meshes=["batch=2"], trainers=["dtensor"], devices=2, train_examples=256, test_examples=128,
+                    epochs=1, verbose=VERBOSE)
+print(check.ok)
+"""
+
+
+def test_check_model_keeps_tensorflows_lines_out_of_the_callers_output_unless_verbose(tmp_path):
+    """A user's test output holds their own lines: not TensorFlow's start-up lines (the import of shared.api starts
+    it), nor DTensor's, nor TensorFlow's deprecation warnings; verbose=True shows TensorFlow's."""
+    quiet = python_script(QUIET_CHECK.replace("VERBOSE", "False"), tmp_path)
+    assert quiet.returncode == 0 and quiet.stdout == "True\n", quiet.stderr[-2000:]
+    assert quiet.stderr == "the check's own line\n"
+    shown = python_script(QUIET_CHECK.replace("VERBOSE", "True"), tmp_path)
+    assert shown.returncode == 0 and "dtensor_device.cc" in shown.stderr, shown.stderr[-2000:]
+
+
 def python_script(script: str, tmp_path) -> subprocess.CompletedProcess:
     """`python -c script` in `tmp_path`, the repository importable, with TensorFlow's lines hidden as for a user
     (no TF_CPP_MIN_LOG_LEVEL, which conftest sets for the test process)."""

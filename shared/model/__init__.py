@@ -1,5 +1,6 @@
 """What is trained: a model definition (named variables, initial values, one forward, a layout each), the
-built-in MLP, ViT and GPT, a Keras model (keras.py), and `--model FILE.py:FUNCTION` (registry.py). Imports nothing from training.
+built-in MLP, ViT and GPT, a Keras model (keras.py), and `--model FILE.py:FUNCTION` (registry.py). Imports nothing
+from training.
 
     from shared.model import ModelDefinition, Variable, ForwardContext, MODEL_AXIS, UNSHARDED, zeros, truncated_normal
 """
