@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
+from dtensor_impl.classes import whole_classes
 from dtensor_impl.layouts import LayoutPlan, plan_layouts
 from dtensor_impl.mesh import BATCH_AXIS
 from shared.config import Config
@@ -67,7 +68,7 @@ def build_model(
 
     A weight split on the batch axis is left to DTensor's SPMD expansion; with `gather` the forward all-gathers
     each such weight where it reads it, as FSDP does: the fallback for a model DTensor cannot expand otherwise
-    (docs/throughput.md, "Sharded data parallel")."""
+    (docs/throughput.md, "Sharded data parallel"). Its logits come out with the classes whole (classes.py)."""
     if plan is None:  # the model's own layouts on this mesh
         model_axis = mesh.dim_size(MODEL_AXIS) if MODEL_AXIS in mesh.dim_names else None
         plan = plan_layouts(definition, mesh.dim_size(BATCH_AXIS), model_axis)
@@ -89,6 +90,7 @@ def build_model(
         lambda value, variable: dtensor.DVariable(on_mesh(value, layouts[variable.name]), trainable=variable.trainable),
         all_gathered if gathered else None,
         seed,
+        output=whole_classes(mesh),
     )
 
 

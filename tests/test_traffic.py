@@ -115,12 +115,12 @@ def test_dtensor_bytes_per_device_match_the_layouts(devices, small, model, batch
 
 
 def test_sharded_weights_are_all_gathered_forward_and_their_gradients_reduced_backward(devices, small):
-    """--shard-weights with the forward's all-gather (FSDP's; the ViT's, whose einsums DTensor cannot expand
-    otherwise): each weight split on the batch axis is gathered whole once a step, which DTensor lowers on a
-    data-parallel mesh on CPUs to CollectiveGatherV2, an eighth of it from each device (TensorFlow's default:
-    an all-reduce of the zero-padded weight; dtensor_impl/gathering.py), and its gradient is all-reduced whole,
-    then sliced; a weight that stays whole all-reduces its gradient as on a replicated mesh. Left to DTensor's
-    own expansion, the MLP moves activations instead (all-to-all; docs/throughput.md)."""
+    """--shard-weights with the forward's all-gather (FSDP's; the ViT's, fewer bytes than its expansion): each
+    weight split on the batch axis is gathered whole once a step, which DTensor lowers on a data-parallel mesh on
+    CPUs to CollectiveGatherV2, an eighth of it from each device (TensorFlow's default: an all-reduce of the
+    zero-padded weight; dtensor_impl/gathering.py), and its gradient is all-reduced whole, then sliced; a weight
+    that stays whole all-reduces its gradient as on a replicated mesh. Left to DTensor's own expansion, the MLP
+    moves activations instead (all-to-all; docs/throughput.md)."""
     from dtensor_impl.spec import count_bytes
     from dtensor_impl.trainer import DTensorTrainer
 

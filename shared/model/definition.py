@@ -257,7 +257,13 @@ class Model(tf.Module):
     """
 
     def __init__(
-        self, definition: ModelDefinition, values: Sequence[np.ndarray], make_variable=None, gather=None, seed: int = 0
+        self,
+        definition: ModelDefinition,
+        values: Sequence[np.ndarray],
+        make_variable=None,
+        gather=None,
+        seed: int = 0,
+        output=None,
     ):
         super().__init__()
         self.definition = definition
@@ -265,6 +271,9 @@ class Model(tf.Module):
         # gather(weight, variable) -> the value the forward computes with (DTensor: a weight split on the batch
         # axis, all-gathered there, as FSDP does); None: the weight itself.
         self._gather = gather
+        # output(logits) -> what every caller (loss, accuracy, serving) gets (DTensor: the classes relaid out whole,
+        # dtensor_impl/classes.py); None: the forward's logits.
+        self._output = output
         make_variable = make_variable or (lambda value, variable: tf.Variable(value, trainable=variable.trainable))
         tree: dict = {}
         for variable, value in zip(definition.variables, values, strict=True):
@@ -300,8 +309,10 @@ class Model(tf.Module):
             inputs = tf.cast(inputs, weights[0].dtype)
         named = dict(zip(self.definition.names, weights))
         if self.definition.takes_context:
-            return self.definition.forward(named, inputs, context or ForwardContext())
-        return self.definition.forward(named, inputs)
+            logits = self.definition.forward(named, inputs, context or ForwardContext())
+        else:
+            logits = self.definition.forward(named, inputs)
+        return logits if self._output is None else self._output(logits)
 
     def training_context(self, step, positions, record: bool = False) -> ForwardContext:
         """The context of a training step: the run's seed, the optimizer's step before the update, each example's
