@@ -31,6 +31,7 @@ from shared.model.definition import (
     ModelDefinition,
     Variable,
 )
+from shared.model.keras_layouts import audit_layout_map
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
 RANDOM_LAYER_HINT = "use shared.model.keras_layers.Dropout, which draws alike everywhere (docs/keras.md)"
@@ -132,6 +133,7 @@ def keras_definition(result, source: str) -> ModelDefinition:
         cautions=cautions(model, keras),
         save_as=keras_saver(model, keras_variables, keras),
         keras_model=model,
+        layout_audit=None if layout_map is None else audit_layout_map(layout_map, keras, keras_variables, names),
     )
 
 
