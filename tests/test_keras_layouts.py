@@ -15,9 +15,9 @@ keras = pytest.importorskip(
 )
 
 from shared.config import Config  # noqa: E402 - after the skip: these need Keras 3
-from shared.model.keras_layouts import FULLMATCH, SEARCH, installed_rule, matching_keys  # noqa: E402
+from shared.model.keras_layouts import FULLMATCH, SEARCH, RuleDifference, installed_rule, matching_keys  # noqa: E402
 from shared.model.registry import load  # noqa: E402
-from shared.report.layouts import describe_layouts, layouts_dict  # noqa: E402
+from shared.report.layouts import describe_layouts, difference_text, layouts_dict  # noqa: E402
 from shared.report.schema import SCHEMA_PATH  # noqa: E402
 from tests.cli import run_here  # noqa: E402
 
@@ -36,6 +36,13 @@ def test_a_key_written_for_re_search_matches_under_one_rule_only():
     assert matching_keys(keys, "hidden/kernel", FULLMATCH) == ["hidden/kernel"]  # an exact key wins, as in Keras
     assert matching_keys(keys, "hidden/bias", FULLMATCH) == ["hid.*"]
     assert matching_keys([".*kernel", "dense"], "dense/kernel", SEARCH) == [".*kernel", "dense"]  # Keras raises
+    for rule in (SEARCH, FULLMATCH):  # the docs' key for both releases
+        assert matching_keys([".*dense.*kernel"], "block_dense/kernel", rule) == [".*dense.*kernel"]
+
+
+def test_a_path_the_other_rule_matches_twice_is_said_to_be_an_error_there():
+    difference = RuleDifference("dense/kernel", None, (".*kernel", "dense"))
+    assert difference_text(difference) == "dense/kernel by 2 keys, an error there (here no key)"
 
 
 class SearchingMap:
