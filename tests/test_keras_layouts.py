@@ -15,6 +15,7 @@ keras = pytest.importorskip(
 )
 
 from shared.config import Config  # noqa: E402 - after the skip: these need Keras 3
+from shared.errors import UsageError  # noqa: E402
 from shared.model.keras_layouts import FULLMATCH, SEARCH, RuleDifference, installed_rule, matching_keys  # noqa: E402
 from shared.model.registry import load  # noqa: E402
 from shared.report.layouts import describe_layouts, difference_text, layouts_dict  # noqa: E402
@@ -139,4 +140,15 @@ def test_a_pattern_key_whose_axis_does_not_divide_a_dimension_is_one_line_naming
             "variable out/kernel dimension 1 (10) does not divide over the model axis of 4, and the model allows no "
             "padding for it; use a model axis of 1, 2, 5, 10, or None for dimension 1 in LayoutMap key 'out/k.*'"
         )
+    )
+
+
+def test_a_key_that_is_no_regular_expression_is_one_line_naming_it():
+    """Keras's own lookup raised re.error from inside it, a traceback (exit 3) before."""
+    with pytest.raises(UsageError) as refused:
+        load("tests/models/keras_layouts.py:bad_regex")
+    assert str(refused.value) == (
+        "--model tests/models/keras_layouts.py:bad_regex: LayoutMap key 'out/kernel[0' is not a regular expression "
+        "(unterminated character set at position 10); Keras matches every key as one: escape its special characters "
+        "(re.escape) or fix it"
     )

@@ -11,6 +11,8 @@ import inspect
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from shared.errors import UsageError
+
 SEARCH, FULLMATCH = "re.search", "re.fullmatch"
 RULE_RELEASES = {SEARCH: "Keras before 3.14", FULLMATCH: "Keras 3.14 and later"}
 
@@ -68,6 +70,19 @@ def installed_rule(layout_map_class, keras_version: str) -> str:
         return SEARCH
     major, minor = (int(part) for part in re.findall(r"\d+", keras_version)[:2])
     return FULLMATCH if (major, minor) >= (3, 14) else SEARCH
+
+
+def check_keys(layout_map, source: str) -> None:
+    """Every key a regular expression (Keras treats each as one; a bad one raised re.error from inside its lookup),
+    or UsageError in one line naming it; nothing for no map."""
+    for key in layout_map or ():
+        try:
+            re.compile(key)
+        except re.error as error:
+            raise UsageError(
+                f"--model {source}: LayoutMap key {key!r} is not a regular expression ({error}); Keras matches every "
+                f"key as one: escape its special characters (re.escape) or fix it"
+            ) from None
 
 
 def matching_keys(keys: Sequence[str], path: str, rule: str) -> List[str]:

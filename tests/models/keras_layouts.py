@@ -44,3 +44,12 @@ def char_lm():
     layout_map["mlp/bias"] = ("model",)
     layout_map["logits/kernel"] = ("model", None)
     return model, layout_map
+
+
+def bad_regex():
+    """A key with an unbalanced bracket: Keras's own lookup raised re.error from inside it."""
+    inputs = keras.Input((784,))
+    model = keras.Model(inputs, keras.layers.Dense(10, name="out")(inputs))
+    layout_map = keras.distribution.LayoutMap(None)
+    layout_map["out/kernel[0"] = (None, "model")
+    return model, layout_map
