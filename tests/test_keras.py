@@ -208,7 +208,7 @@ def test_from_the_command_line_a_dimension_the_model_axis_cannot_split_is_exit_2
         .splitlines()[-1]
         .endswith(
             "variable out/kernel dimension 1 (10) does not divide over the model axis of 4, and the model allows no "
-            "padding for it; use a model axis of 1, 2, 5, 10"
+            "padding for it; use a model axis of 1, 2, 5, 10, or None for dimension 1 in LayoutMap key 'out/kernel'"
         )
     )
 

@@ -158,6 +158,9 @@ class ModelDefinition:
     # to the full batch's shape, one traced step for every batch (dtensor_impl/inputs.py). Off unless a definition
     # says so (a Keras model's is off).
     independent_examples: bool = False
+    # A Keras model's LayoutMap, audited (shared/model/keras_layouts.py LayoutAudit): which key laid out which
+    # variable, the keys that matched none; None for a model without one.
+    layout_audit: Optional[object] = None
 
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes
@@ -227,11 +230,16 @@ class ModelDefinition:
                     raise UsageError(
                         f"model {self.name}: variable {variable.name} dimension {dim} ({length}) does not "
                         f"divide over the {axis} axis of {count}, and the model allows no padding "
-                        f"for it; use a {axis} axis of {divisors}"
+                        f"for it; use a {axis} axis of {divisors}{self._unsharded_hint(variable.name, dim)}"
                     )
                 if isinstance(size, str):  # a multiple of every axis that splits it: divides, or zero units pad it
                     needed[size] = math.lcm(needed.get(size, 1), count)
         return {name: -(-length // needed.get(name, 1)) * needed.get(name, 1) for name, length in self.sizes.items()}
+
+    def _unsharded_hint(self, name: str, dim: int) -> str:
+        """For a variable a LayoutMap key laid out: the key to change, as a second fix."""
+        key = self.layout_audit.key_for(name) if self.layout_audit is not None else None
+        return f", or None for dimension {dim} in LayoutMap key {key!r}" if key is not None else ""
 
     def pad(self, values: Sequence[np.ndarray], sizes: Mapping[str, int]) -> List[np.ndarray]:
         """`values` zero-padded at the end of every dimension whose named size `sizes` makes larger."""

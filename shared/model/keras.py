@@ -31,6 +31,7 @@ from shared.model.definition import (
     ModelDefinition,
     Variable,
 )
+from shared.model.keras_layouts import audit_layout_map, check_keys
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
 RANDOM_LAYER_HINT = "use shared.model.keras_layers.Dropout, which draws alike everywhere (docs/keras.md)"
@@ -105,6 +106,7 @@ def keras_definition(result, source: str) -> ModelDefinition:
     for one they could not."""
     keras = check_keras(source)
     model, layout_map = checked_model(result, source, keras)
+    check_keys(layout_map, source)
     input_shape, input_dtype = input_spec(model, source)
     outputs = model(tf.zeros((2, *input_shape), input_dtype), training=False)
     if not tf.is_tensor(outputs) or outputs.shape.rank < 2:
@@ -133,6 +135,7 @@ def keras_definition(result, source: str) -> ModelDefinition:
         cautions=cautions(model, keras),
         save_as=keras_saver(model, keras_variables, keras),
         keras_model=model,
+        layout_audit=None if layout_map is None else audit_layout_map(layout_map, keras, keras_variables, names),
     )
 
 

@@ -16,6 +16,7 @@ from shared.model.registry import definition_for
 from shared.report import profile as profile_report
 from shared.report.baseline import baseline_dict
 from shared.report.header import run_machine
+from shared.report.layouts import layouts_dict
 from shared.report.parity import float64_rerun_dict, parity_dict
 from shared.report.schema import SCHEMA_VERSION
 from shared.training.keras_fit import cautions_for
@@ -93,7 +94,10 @@ def report_dict(run, sweep) -> dict:
         "float64_rerun": float64_rerun_dict(run),
         "reproducibility": reproducibility_dict(run, op_determinism_enabled()),
         "baseline": baseline_dict(run.baseline),
-        "model": model_facts(definition_for(run.config), cautions_for(run.config, len(run.data.y_train))),
+        "model": {
+            **model_facts(definition_for(run.config), cautions_for(run.config, len(run.data.y_train))),
+            "layouts": layouts_dict(run.config),  # a Keras model's LayoutMap on the run's mesh; None without one
+        },
         "compute": compute_facts(run),
         **({"sweep": sweep_entries} if sweep else {}),
     }

@@ -10,6 +10,7 @@ from shared.devices import keras_version
 from shared.measure.machine import Machine, this_machine
 from shared.measure.memory import can_reset_peak
 from shared.model.registry import definition_for
+from shared.report.layouts import describe_layouts
 from shared.training.keras_fit import cautions_for, describe_compile
 from shared.training.protocol import RunFacts
 
@@ -35,6 +36,7 @@ def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], pro
             data.describe(),
             describe_model(definition_for(config)),
         ]
+        + describe_layouts(config)
         + describe_cautions(cautions_for(config, len(data.y_train)))
         + ([processes] if processes else [])
         + [describe_peak(config.device_type)]

@@ -23,7 +23,7 @@ from shared.training.dataset import Dataset, host_answers, take
 
 EXCERPT = "training/embedded/tiny_shakespeare_excerpt.txt.gz"
 TFDS_HOST = "raw.githubusercontent.com"  # where tensorflow-datasets downloads tiny_shakespeare from
-DEFAULT_TRAIN, DEFAULT_TEST = 1024, 128  # sequences; the excerpt holds 3,072 and 384
+DEFAULT_TRAIN, DEFAULT_TEST = 1024, 128  # sequences; the excerpt holds 3,071 and 383
 
 
 def excerpt() -> Tuple[str, str]:
