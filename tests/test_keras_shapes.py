@@ -124,3 +124,20 @@ def test_a_subclassed_model_whose_first_layer_is_an_embedding_takes_token_ids():
     definition = load(f"{SHAPES}:subclassed_tokens")
     assert (definition.input_dtype, definition.vocabulary) == ("int32", VOCABULARY)
     assert definition.description.endswith("; a subclassed model is not tapped")
+
+
+def test_a_traced_steps_captured_constant_goes_on_the_mesh_replicated_where_dtensor_refuses_it(devices):
+    from tensorflow.experimental import dtensor
+
+    from dtensor_impl.captures import on_mesh
+
+    mesh = dtensor.create_mesh([("batch", 2)], devices=devices[:2])
+    weight = dtensor.DVariable(dtensor.copy_to_mesh(tf.ones([28]), dtensor.Layout.replicated(mesh, 1)))
+    constant = tf.constant(np.arange(3 * 28, dtype=np.float32).reshape(3, 28))  # 84 values: not auto-broadcast
+
+    def step():
+        return tf.reduce_sum(weight * constant[1])
+
+    with pytest.raises(tf.errors.UnimplementedError, match="got a regular tensor"):
+        tf.function(step)()
+    assert float(on_mesh(step)()) == float(np.sum(np.arange(28, 56)))
