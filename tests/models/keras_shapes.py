@@ -103,3 +103,23 @@ def batch_norm_base():
     base = keras.Sequential([keras.Input((28, 28)), *layers], name="base")
     inputs = keras.Input((28, 28))
     return keras.Model(inputs, keras.layers.Dense(10, name="head")(base(inputs)))
+
+
+class PooledTokens(keras.Model):
+    """Token ids whose Embedding is not its first layer: its input_spec names their dtype."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.pool = keras.layers.GlobalAveragePooling1D()
+        self.embed = keras.layers.Embedding(VOCABULARY, 8)
+        self.out = keras.layers.Dense(CLASSES)
+        self.input_spec = keras.InputSpec(dtype="int32", shape=(None, SEQUENCE))
+
+    def call(self, inputs):
+        return self.out(self.pool(self.embed(inputs)))
+
+
+def subclassed_input_spec():
+    model = PooledTokens()
+    model(keras.ops.zeros((1, SEQUENCE), "int32"))
+    return model
