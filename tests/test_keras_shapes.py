@@ -95,6 +95,13 @@ def test_a_recurrent_layer_trains_unrolled_the_same_maths_as_kerass_loop_and_say
     assert definition.cautions == ()  # its cell's dropout and recurrent_dropout are 0: it draws nothing
 
 
+def test_a_subclassed_recurrent_model_trains_unrolled_on_dtensor_in_float64_too(devices, tmp_path):
+    data = write_tokens(str(tmp_path / "tokens.npz"))
+    result = check_model(f"{SHAPES}:subclassed_lstm", meshes=("batch=2",), trainers=("dtensor",), devices=2,
+                         data=data, **FLOAT64)  # fmt: skip
+    assert result.ok and result.verdicts["dtensor batch=2"].verdict == "ok", result.summary()
+
+
 def test_a_recurrent_cell_that_drops_is_a_random_layer_caution():
     (caution,) = load(f"{SHAPES}:lstm_dropout").cautions
     assert caution.random and caution.text.startswith("lstm_cell: Keras LSTMCell draws from a seed state")

@@ -360,12 +360,13 @@ def unrolled_copy(model, keras, source: str, probe):
     """(the model every trainer computes with, what the header says of it): `model`, or with recurrent layers that
     Keras runs as a loop, a copy of it rebuilt with unroll=True holding its values (shared/model/keras_recurrent.py);
     UsageError in one line where the sequence has no fixed length."""
-    from shared.model.keras_recurrent import looping_layers, unknown_length, unroll_note
+    from shared.model.keras_recurrent import looping_layers, unknown_length, unroll, unroll_note
 
     looping = looping_layers(model, keras)
     if not looping:
         return model, []
-    copy = with_values(rebuilt(model, keras, source, "float32", unroll=True), model)
+    copy = with_values(rebuilt(model, keras, source, "float32"), model)
+    unroll(copy, keras)
     try:
         copy(probe, training=False)
     except ValueError as error:
@@ -376,7 +377,11 @@ def unrolled_copy(model, keras, source: str, probe):
 def float64_copy(model, keras, source: str):
     """The model rebuilt from its config with every float32 dtype float64 (its inputs' too), so that a float64 run
     computes in float64 end to end (Keras casts a layer's inputs to its dtype policy), holding `model`'s values."""
-    return with_values(rebuilt(model, keras, source, "float64"), model)
+    from shared.model.keras_recurrent import unroll
+
+    copy = with_values(rebuilt(model, keras, source, "float64"), model)
+    unroll(copy, keras)  # as `model` is (unrolled_copy): a subclassed model's config does not carry it
+    return copy
 
 
 def with_values(copy, model):
@@ -390,18 +395,14 @@ def with_values(copy, model):
     return copy
 
 
-def rebuilt(model, keras, source: str, dtype: str, unroll: bool = False):
+def rebuilt(model, keras, source: str, dtype: str):
     """A new model of the same layers and variable paths, rebuilt from `model`'s config without its compile settings
-    (under a strategy's scope: its variables), in float32 as it is or with every float32 dtype float64, with
-    `unroll` every recurrent layer unrolled; its values are its initializers', not `model`'s. UsageError in one line
-    when it cannot be rebuilt so."""
-    from shared.model.keras_recurrent import unrolled_config
-
+    (under a strategy's scope: its variables), in float32 as it is or with every float32 dtype float64; its values
+    are its initializers', not `model`'s. UsageError in one line when it cannot be rebuilt so."""
     custom = {type(layer).__name__: type(layer) for layer in keras_compat.flat_layers(model, include_self=True)}
     config = dict(keras.saving.serialize_keras_object(model))
     config.pop("compile_config", None)  # compiled under the strategy's scope, if at all (shared/training/keras_fit.py)
     floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
-    config = unrolled_config(config) if unroll else config
     if dtype == "float64":
         config = widened(config)
         keras.config.set_floatx("float64")  # a subclassed model's layers made in its __init__ take the global policy

@@ -19,13 +19,13 @@ def looping_layers(model, keras) -> list:
     ]
 
 
-def unrolled_config(node):
-    """A serialized Keras config with every recurrent layer's `unroll` True (a Bidirectional's inner layers too)."""
-    if isinstance(node, dict):
-        return {key: True if key == "unroll" else unrolled_config(value) for key, value in node.items()}
-    if isinstance(node, list):
-        return [unrolled_config(value) for value in node]
-    return node
+def unroll(model, keras) -> list:
+    """The recurrent layers of `model` (a copy the tool made) that ran as a loop, each now unrolled: a layer reads
+    its `unroll` when called, and a subclassed model's config (which remakes its layers) does not carry it."""
+    looping = looping_layers(model, keras)
+    for layer in looping:
+        layer.unroll = True
+    return looping
 
 
 def unroll_note(layers) -> str:

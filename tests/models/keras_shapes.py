@@ -70,6 +70,25 @@ class TokenClassifier(keras.Model):
         return self.out(self.pool(self.embed(inputs)))
 
 
+class RecurrentClassifier(keras.Model):
+    """A subclassed LSTM classifier: its config remakes its layers, so it does not carry an unroll the tool sets."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.embed = keras.layers.Embedding(VOCABULARY, 8)
+        self.lstm = keras.layers.LSTM(8)
+        self.out = keras.layers.Dense(CLASSES)
+
+    def call(self, inputs):
+        return self.out(self.lstm(self.embed(inputs)))
+
+
+def subclassed_lstm():
+    model = RecurrentClassifier()
+    model(keras.ops.zeros((1, SEQUENCE), "int32"))
+    return model
+
+
 def subclassed_tokens():
     model = TokenClassifier()
     model(keras.ops.zeros((1, SEQUENCE), "int32"))
