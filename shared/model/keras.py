@@ -176,7 +176,7 @@ def stateless_forward(model, keras, source: str, names, trainable_count: int, st
     computed, notes = unrolled_copy(model, keras, source, probe)
     wide = float64_copy(computed, keras, source)
     computes = {"float32": compute_for(computed, probe), "float64": compute_for(wide, probe)}
-    notes += [computes["float32"].untapped] if computes["float32"].untapped else []
+    notes += sorted({compute.untapped for compute in computes.values() if compute.untapped})
     kept = [(index, state[index], state[index].numpy()) for index in range(len(state)) if index not in running]
     trainable_names, running_names = names[:trainable_count], names[trainable_count:]
 
