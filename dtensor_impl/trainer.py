@@ -17,6 +17,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from dtensor_impl import combining, gathering, nccl, variables
+from dtensor_impl.captures import on_mesh
 from dtensor_impl.inputs import dataset_batches, pack_batch, packed_batches, padded_length
 from dtensor_impl.layouts import layout_plan
 from dtensor_impl.mesh import BATCH_AXIS, create_client_mesh, create_mesh, mesh_spec
@@ -65,13 +66,13 @@ def into_layout(value, variable):
     return dtensor.relayout(tf.cast(value, variable.dtype), variable.layout)
 
 
-@tf.function
+@on_mesh
 def compute_gradients(model, optimizer, x, y, example_weights):
     context = training_context(model, optimizer, x)
     return step.loss_and_gradients(model, x, y, label_count(y, example_weights), context, example_weights)[2]
 
 
-@tf.function
+@on_mesh
 def train_step(model, optimizer, x, y, example_weights):
     """One optimizer step on a global batch; returns (mean loss, correct count, gradients) before the update. The
     real-example count is summed from the weights on the devices, so it is global and the padded last batch needs
@@ -85,7 +86,7 @@ def train_step(model, optimizer, x, y, example_weights):
     return loss, correct_count(logits, y, example_weights), grads
 
 
-@tf.function
+@on_mesh
 def train_steps(model, optimizer, batches, record_state: bool = False, with_gradients: bool = False):
     """`train_step` on each packed (x, y, example_weights) of `batches` in turn, in one call.
 
@@ -104,14 +105,14 @@ def train_steps(model, optimizer, batches, record_state: bool = False, with_grad
     return losses, corrects, checksums, grads if with_gradients and len(batches) == 1 else []
 
 
-@tf.function
+@on_mesh
 def forward(model, x):
     """The model on the mesh in a traced function: eagerly, an op between a DTensor and a constant the forward
     makes (the GPT's causal mask) is refused."""
     return model(x)
 
 
-test_step = tf.function(step.test_sums)
+test_step = on_mesh(step.test_sums)
 
 
 # --- the trainer ----------------------------------------------------------------------------
@@ -326,7 +327,7 @@ class DTensorTrainer(Trainer):
         x_mesh, y_mesh, weights = pack_batch(x, y, self.mesh, self.pad_to)
         make_context = lambda: training_context(self.model, self.optimizer, x_mesh, record=True)  # noqa: E731
         return step.record_taps(
-            self.model, x_mesh, y_mesh, make_context, lambda value: to_numpy(value)[: len(y)], weights
+            self.model, x_mesh, y_mesh, make_context, lambda value: to_numpy(value)[: len(y)], weights, on_mesh
         )
 
     def step(self, x, y):

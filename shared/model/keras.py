@@ -11,7 +11,6 @@ a step's is (the layer's initial seed, the optimizer step). A float64 run comput
 model's config with every float32 dtype float64, from the float32 values widened. docs/keras.md.
 """
 
-import dataclasses
 import re
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -20,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.errors import UsageError
+from shared.model import keras_compat
 from shared.model.definition import (
     BATCH_AXIS,
     MESH_AXES,
@@ -34,6 +34,7 @@ from shared.model.definition import (
 from shared.model.keras_layouts import audit_layout_map, check_keys
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
+RATES = ("rate", "dropout", "recurrent_dropout")  # a random layer's rates: all 0, it draws nothing
 RANDOM_LAYER_HINT = "use shared.model.keras_layers.Dropout, which draws alike everywhere (docs/keras.md)"
 
 
@@ -90,42 +91,32 @@ def check_keras(source: str):
     return keras
 
 
-@dataclasses.dataclass
-class Compute:
-    """One dtype's Keras model, and the same layers with every top-level layer's output too (the replay's taps)."""
-
-    model: object
-    tapped: Optional[object]
-    tap_names: List[str]
-    tapped_trainable: List[int]  # tapped.trainable_variables[i] is model.trainable_variables[tapped_trainable[i]]
-    tapped_state: List[int]  # likewise for the non-trainable variables
-
-
 def keras_definition(result, source: str) -> ModelDefinition:
     """A built Keras model, or (model, layout_map), as a definition every trainer trains; UsageError in one line
     for one they could not."""
     keras = check_keras(source)
     model, layout_map = checked_model(result, source, keras)
     check_keys(layout_map, source)
-    input_shape, input_dtype = input_spec(model, source)
-    outputs = model(tf.zeros((2, *input_shape), input_dtype), training=False)
+    input_shape, input_dtype = input_spec(model, source, keras)
+    probe = tf.zeros((2, *input_shape), input_dtype)
+    outputs = model(probe, training=False)
     if not tf.is_tensor(outputs) or outputs.shape.rank < 2:
         raise UsageError(
             f"--model {source}: the model returns {describe_outputs(outputs)}; it must return one tensor of logits "
             f"[N, ..., classes]"
         )
     trainable, state = list(model.trainable_variables), list(model.non_trainable_variables)
-    seeds = [index for index, variable in enumerate(state) if is_seed_state(variable)]
-    running = [index for index in range(len(state)) if index not in seeds]
+    running = [index for index, variable in enumerate(state) if is_float(variable)]
     keras_variables = trainable + [state[index] for index in running]
     names = variable_names([variable.path for variable in keras_variables])
     parameters = int(sum(np.prod(variable.shape) for variable in keras_variables))
+    forward, notes = stateless_forward(model, keras, source, names, len(trainable), state, running, probe)
     return ModelDefinition(
         name=f"keras {model.name} {parameters} parameters",
         variables=definition_variables(keras_variables, names, layout_map, source),
-        forward=stateless_forward(model, keras, source, names, len(trainable), state, seeds, running),
+        forward=forward,
         flops_per_example=flops_per_example(model, input_shape, input_dtype, parameters),
-        description=describe(model, layout_map),
+        description="; ".join([describe(model, layout_map), *notes]),
         input_shape=input_shape,
         input_dtype=input_dtype,
         label_shape=tuple(outputs.shape[1:-1]),
@@ -180,17 +171,23 @@ def definition_variables(keras_variables, names, layout_map, source: str):
     )
 
 
-def stateless_forward(model, keras, source: str, names, trainable_count: int, state, seeds, running):
-    """The definition's forward: the model's stateless_call (or its float64 copy's) on the trainer's values, the
-    running statistics' new values handed to context.update, each seed state drawn from the context."""
-    computes = {"float32": compute_for(model, keras), "float64": compute_for(float64_copy(model, keras, source), keras)}
-    seed_values = [np.asarray(state[index].numpy(), np.int64) for index in seeds]
+def stateless_forward(model, keras, source: str, names, trainable_count: int, state, running, probe):
+    """(the definition's forward, what the header says of it): the model's stateless_call (or its float64 copy's)
+    on the trainer's values, the running statistics' new values handed to context.update, each seed state drawn
+    from the context, Keras's other non-float bookkeeping (an adapted Normalization's count) carried as it is."""
+    from shared.model.keras_compute import call_stateless, compute_for
+
+    computed, notes = unrolled_copy(model, keras, source, probe)
+    wide = float64_copy(computed, keras, source)
+    computes = {"float32": compute_for(computed, probe), "float64": compute_for(wide, probe)}
+    notes += sorted({compute.untapped for compute in computes.values() if compute.untapped})
+    kept = [(index, state[index], state[index].numpy()) for index in range(len(state)) if index not in running]
     trainable_names, running_names = names[:trainable_count], names[trainable_count:]
 
     def forward(values, inputs, context):
         compute = computes[values[names[0]].dtype.name]  # the float32 model, or its float64 copy
         non_trainable = dict(zip(running, (values[name] for name in running_names)))
-        non_trainable.update(zip(seeds, (seed_state(value, context) for value in seed_values)))
+        non_trainable.update((index, kept_state(variable, value, context)) for index, variable, value in kept)
         weights = [values[name] for name in trainable_names]
         logits, new_state = call_stateless(
             compute, weights, [non_trainable[i] for i in range(len(state))], inputs, context
@@ -199,44 +196,27 @@ def stateless_forward(model, keras, source: str, names, trainable_count: int, st
             context.update(name, new_state[index])
         return logits
 
-    return forward
+    return forward, notes
 
 
-def call_stateless(compute: Compute, weights, non_trainable, inputs, context):
-    """(logits, new non-trainable values in the model's order): the model's stateless_call, its Dropout layers
-    drawing through `context`; recording, through the tapped model, each top-level layer's output tapped."""
-    from shared.model.keras_layers import drawing_with
-
-    training = {"training": context.training} if getattr(compute.model, "_call_has_training_arg", True) else {}
-    with drawing_with(context):
-        if not (context.record and compute.tapped is not None):
-            return compute.model.stateless_call(weights, non_trainable, inputs, **training)
-        outputs, tapped_state = compute.tapped.stateless_call(
-            [weights[index] for index in compute.tapped_trainable],
-            [non_trainable[index] for index in compute.tapped_state],
-            inputs,
-            **training,
-        )
-    for name, output in zip(compute.tap_names, outputs[:-1], strict=True):
-        context.tap(name, output)
-    new_state = list(non_trainable)
-    for value, index in zip(tapped_state, compute.tapped_state, strict=True):
-        new_state[index] = value
-    return outputs[-1], new_state
+def kept_state(variable, initial: np.ndarray, context) -> tf.Tensor:
+    """A non-float Keras variable in this forward: a seed state drawn from the step (seed_state), any other (an
+    adapted Normalization's count) its value, as it is: Keras's bookkeeping, neither trained nor judged."""
+    return seed_state(initial, context) if is_seed_state(variable) else tf.constant(initial)
 
 
 def seed_state(initial: np.ndarray, context) -> tf.Tensor:
     """A Keras seed state in this forward: its initial [seed, counter], the counter moved on by the optimizer step
     (a training step draws from its own state, as Keras's counter would; the same on every trainer)."""
-    state = tf.constant(initial, tf.int64)
+    state = tf.constant(np.asarray(initial, np.int64), tf.int64)
     if not context.training or context.step is None:
         return state
     return state + tf.stack([tf.constant(0, tf.int64), tf.cast(context.step, tf.int64) * SEED_STRIDE])
 
 
-def input_spec(model, source: str) -> Tuple[Tuple[int, ...], str]:
+def input_spec(model, source: str, keras) -> Tuple[Tuple[int, ...], str]:
     """One example's input shape and dtype: a functional or Sequential model's Input, a subclassed model's build
-    shape (float32 inputs)."""
+    shape (and subclassed_input_dtype)."""
     inputs = getattr(model, "inputs", None) if not is_subclassed(model) else None
     if inputs is not None and len(inputs) != 1:
         raise UsageError(f"--model {source}: the model takes {len(inputs)} inputs; it must take one tensor per example")
@@ -249,7 +229,7 @@ def input_spec(model, source: str) -> Tuple[Tuple[int, ...], str]:
                 f"--model {source}: the Keras model {model.name} was built from {build!r}; build it from one "
                 f"input: keras.Input(shape), or call it once on an example batch"
             )
-        shape, dtype = tuple(build[1:]), "float32"
+        shape, dtype = tuple(build[1:]), subclassed_input_dtype(model, keras)
     if not shape or not all(isinstance(size, int) for size in shape):
         raise UsageError(
             f"--model {source}: the model's input is [N, {', '.join(str(size) for size in shape)}]; give every "
@@ -260,12 +240,22 @@ def input_spec(model, source: str) -> Tuple[Tuple[int, ...], str]:
     return shape, dtype
 
 
+def subclassed_input_dtype(model, keras) -> str:
+    """What Keras knows of a subclassed model's inputs (its build config holds only their shape): the dtype of an
+    input_spec it was given, int32 token ids when its first layer is an Embedding, else float32."""
+    spec = model.input_spec[0] if isinstance(model.input_spec, list) else model.input_spec
+    if getattr(spec, "dtype", None):
+        return str(spec.dtype)
+    first = model.layers[0] if model.layers else None
+    return "int32" if isinstance(first, keras.layers.Embedding) else "float32"
+
+
 def vocabulary(model, keras, input_dtype: str, source: str) -> Optional[int]:
     """Integer inputs: the token ids the model takes, its first Embedding's input_dim (data is checked against it
     before anything trains); None for float inputs."""
     if not input_dtype.startswith("int"):
         return None
-    layers = model._flatten_layers(include_self=False, recursive=True)
+    layers = keras_compat.flat_layers(model)
     embedding = next((layer for layer in layers if isinstance(layer, keras.layers.Embedding)), None)
     if embedding is None:
         raise UsageError(
@@ -283,7 +273,7 @@ def default_data(input_shape, input_dtype: str, label_shape) -> str:
 
 
 def is_subclassed(model) -> bool:
-    return type(model).__name__ not in ("Functional", "Sequential") and not hasattr(model, "_inputs_struct")
+    return type(model).__name__ not in ("Functional", "Sequential") and not keras_compat.has_graph(model)
 
 
 def describe_outputs(outputs) -> str:
@@ -293,14 +283,15 @@ def describe_outputs(outputs) -> str:
 
 
 def check_float32(model, source: str) -> None:
-    """Every variable float32 (the tool widens them for float64), every layer computing in its variables' dtype."""
+    """Every float variable float32 (the tool widens them for float64; Keras's non-float bookkeeping, a seed state or
+    an adapted Normalization's count, is carried as it is), every layer computing in its variables' dtype."""
     for variable in model.variables:
-        if not is_seed_state(variable) and variable.dtype != "float32":
+        if is_float(variable) and variable.dtype != "float32":
             raise UsageError(
                 f"--model {source}: variable {variable.path} is {variable.dtype}; build the model in float32 "
                 f"(--dtype float64 trains a float64 copy of it)"
             )
-    for layer in [*model._flatten_layers(include_self=False, recursive=True), model]:
+    for layer in [*keras_compat.flat_layers(model), model]:
         policy = getattr(layer, "dtype_policy", None)
         if (
             type(layer).__name__ != "InputLayer"
@@ -311,6 +302,10 @@ def check_float32(model, source: str) -> None:
                 f"--model {source}: layer {layer.name} computes in {policy.compute_dtype} (dtype policy "
                 f"{policy.name}); the tool trains one dtype for weights and computation: use float32"
             )
+
+
+def is_float(variable) -> bool:
+    return tf.as_dtype(variable.dtype).is_floating
 
 
 def is_seed_state(variable) -> bool:
@@ -372,17 +367,50 @@ def layout_for(layout_map, variable, source: str) -> Tuple[str, ...]:
     return layout if any(axis != UNSHARDED for axis in layout) else ()
 
 
+def unrolled_copy(model, keras, source: str, probe):
+    """(the model every trainer computes with, what the header says of it): `model`, or with recurrent layers that
+    Keras runs as a loop, a copy of it rebuilt with unroll=True holding its values (shared/model/keras_recurrent.py);
+    UsageError in one line where the sequence has no fixed length."""
+    from shared.model.keras_recurrent import looping_layers, unknown_length, unroll, unroll_note
+
+    looping = looping_layers(model, keras)
+    if not looping:
+        return model, []
+    copy = with_values(rebuilt(model, keras, source, "float32"), model)
+    unroll(copy, keras)
+    try:
+        copy(probe, training=False)
+    except ValueError as error:
+        raise unknown_length(looping, source, error) from None
+    return copy, [unroll_note(looping)]
+
+
 def float64_copy(model, keras, source: str):
     """The model rebuilt from its config with every float32 dtype float64 (its inputs' too), so that a float64 run
-    computes in float64 end to end (Keras casts a layer's inputs to its dtype policy)."""
-    return rebuilt(model, keras, source, "float64")
+    computes in float64 end to end (Keras casts a layer's inputs to its dtype policy), holding `model`'s values."""
+    from shared.model.keras_recurrent import unroll
+
+    copy = with_values(rebuilt(model, keras, source, "float64"), model)
+    unroll(copy, keras)  # as `model` is (unrolled_copy): a subclassed model's config does not carry it
+    return copy
+
+
+def with_values(copy, model):
+    """`copy` holding `model`'s values (widened where it is float64), and what its layers make of them when built
+    (finalize_state: an adapted Normalization's mean and variance are constants it computes from its variables)."""
+    for mine, theirs in zip(model.variables, copy.variables, strict=True):
+        theirs.assign(np.asarray(mine.numpy()).astype(theirs.dtype))
+    for layer in keras_compat.flat_layers(copy):
+        if hasattr(layer, "finalize_state"):
+            layer.finalize_state()
+    return copy
 
 
 def rebuilt(model, keras, source: str, dtype: str):
     """A new model of the same layers and variable paths, rebuilt from `model`'s config without its compile settings
     (under a strategy's scope: its variables), in float32 as it is or with every float32 dtype float64; its values
     are its initializers', not `model`'s. UsageError in one line when it cannot be rebuilt so."""
-    custom = {type(layer).__name__: type(layer) for layer in model._flatten_layers(include_self=True)}
+    custom = {type(layer).__name__: type(layer) for layer in keras_compat.flat_layers(model, include_self=True)}
     config = dict(keras.saving.serialize_keras_object(model))
     config.pop("compile_config", None)  # compiled under the strategy's scope, if at all (shared/training/keras_fit.py)
     floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
@@ -408,7 +436,7 @@ def rebuilt(model, keras, source: str, dtype: str):
     same = len(mine) == len(theirs) and all(
         tuple(a.shape) == tuple(b.shape) and a.trainable == b.trainable for a, b in zip(mine, theirs)
     )
-    wide = all(is_seed_state(v) or v.dtype == dtype for v in theirs)
+    wide = all(not is_float(v) or v.dtype == dtype for v in theirs)
     if not same or not wide:
         raise UsageError(
             f"--model {source}: the Keras model rebuilt from its config in {dtype} has other variables than it "
@@ -431,35 +459,6 @@ def widened(node):
     return node
 
 
-def compute_for(model, keras) -> Compute:
-    """`model` and, for a functional or Sequential one, a model of the same layers that also outputs each
-    top-level layer's output (a layer called more than once, or with other than one tensor out, is left out)."""
-    taps, names = [], []
-    if not is_subclassed(model):
-        for layer in model.layers:
-            if isinstance(layer, keras.layers.InputLayer):
-                continue
-            try:
-                output = layer.output
-            except (AttributeError, ValueError):
-                continue
-            if keras.backend.is_keras_tensor(output) and len(output.shape) >= 1:
-                taps.append(output)
-                names.append(layer.name)
-    if not taps:
-        return Compute(model, None, [], [], [])
-    tapped = keras.Model(model.inputs, [*taps, model.outputs[0]], name=f"{model.name}_taps")
-    trainable = {id(v): i for i, v in enumerate(model.trainable_variables)}
-    state = {id(v): i for i, v in enumerate(model.non_trainable_variables)}
-    return Compute(
-        model,
-        tapped,
-        names,
-        [trainable[id(v)] for v in tapped.trainable_variables],
-        [state[id(v)] for v in tapped.non_trainable_variables],
-    )
-
-
 def flops_per_example(model, input_shape, input_dtype, parameters: int) -> int:
     """Forward + backward: 3 times the forward's float operations as TensorFlow's profiler counts them on one
     example (matmuls, convolutions; an einsum it does not count); 6 per parameter when it counts none."""
@@ -476,7 +475,7 @@ def flops_per_example(model, input_shape, input_dtype, parameters: int) -> int:
 
 def describe(model, layout_map) -> str:
     kinds: Dict[str, int] = {}
-    for layer in model.layers if not is_subclassed(model) else model._flatten_layers(include_self=False):
+    for layer in model.layers if not is_subclassed(model) else keras_compat.flat_layers(model):
         if type(layer).__name__ != "InputLayer":
             kinds[type(layer).__name__] = kinds.get(type(layer).__name__, 0) + 1
     layers = ", ".join(f"{name}" + (f" x{count}" if count > 1 else "") for name, count in kinds.items())
@@ -489,13 +488,13 @@ def cautions(model, keras) -> Tuple[Caution, ...]:
     out alike)."""
     from shared.model.keras_layers import Dropout
 
-    layers = list(model._flatten_layers(include_self=False, recursive=True))
+    layers = keras_compat.flat_layers(model)
     unsynchronized = [
         layer.name
         for layer in layers
         if isinstance(layer, keras.layers.BatchNormalization) and not getattr(layer, "synchronized", False)
     ]
-    random = [layer for layer in layers if getattr(layer, "_seed_generators", None) and not isinstance(layer, Dropout)]
+    random = [layer for layer in layers if draws(layer) and not isinstance(layer, Dropout)]
     found = []
     if unsynchronized:
         found.append(
@@ -520,6 +519,13 @@ def cautions(model, keras) -> Tuple[Caution, ...]:
             )
         )
     return tuple(found) + output_cautions(model, keras)
+
+
+def draws(layer) -> bool:
+    """Whether a layer draws random numbers: it has a seed generator, and its rates (a Dropout's rate, an LSTM
+    cell's dropout and recurrent_dropout) are not all 0, at which Keras draws nothing."""
+    rates = [getattr(layer, name) for name in RATES if isinstance(getattr(layer, name, None), (int, float))]
+    return bool(keras_compat.seed_generators(layer)) and not (rates and not any(rates))
 
 
 def output_cautions(model, keras) -> Tuple[Caution, ...]:
@@ -549,7 +555,7 @@ def keras_saver(model, keras_variables, keras):
     plain Keras loads: a drop-in Dropout is saved as keras.layers.Dropout (the same at inference)."""
     from shared.model.keras_layers import Dropout
 
-    has_drop_in = any(isinstance(layer, Dropout) for layer in model._flatten_layers(include_self=False))
+    has_drop_in = any(isinstance(layer, Dropout) for layer in keras_compat.flat_layers(model))
 
     def save(weights: Sequence[np.ndarray], path: str) -> None:
         for variable, value in zip(keras_variables, weights, strict=True):

@@ -36,13 +36,15 @@ def tapped_gradients(model, x, y, count, context: ForwardContext, example_weight
     return names, values, tape.gradient(loss, values)
 
 
-def record_taps(model, x, y, make_context: Callable, to_host: Callable, example_weights=None) -> Taps:
+def record_taps(
+    model, x, y, make_context: Callable, to_host: Callable, example_weights=None, traced: Callable = tf.function
+) -> Taps:
     """The forward's tapped values and their gradients on the whole global batch x, y at the current state (no
     update), each to a host array by `to_host`: the reference's and DTensor's (MirroredStrategy joins its
-    replicas' `tapped_gradients`). `make_context()`: the trainer's recording training context."""
+    replicas' `tapped_gradients`). `make_context()`: the trainer's recording training context; `traced`: how the
+    trainer traces a step (DTensor: dtensor_impl.captures.on_mesh)."""
     names: List[str] = []
 
-    @tf.function
     def record():
         found, values, gradients = tapped_gradients(
             model, x, y, label_count(y, example_weights), make_context(), example_weights
@@ -50,7 +52,7 @@ def record_taps(model, x, y, make_context: Callable, to_host: Callable, example_
         names.extend(found)
         return values, gradients
 
-    values, gradients = record()
+    values, gradients = traced(record)()
     return host_taps(names, values, gradients, to_host)
 
 

@@ -1,0 +1,52 @@
+"""Keras's private attributes the tool reads, in one place: each where Keras 3 gives no public way, with the
+release it was checked on (Keras 3.15.1, TensorFlow 2.21), so that another release breaks here, loudly.
+"""
+
+from typing import Callable
+
+
+def flat_layers(model, include_self: bool = False) -> list:
+    """Every layer inside `model`, nested models' layers too (Keras 3.15.1: Layer._flatten_layers; model.layers
+    lists only the top level)."""
+    return list(model._flatten_layers(include_self=include_self, recursive=True))
+
+
+def call_takes_training(model) -> bool:
+    """Whether `model.call` takes `training` (Keras 3.15.1: Layer._call_has_training_arg), so that stateless_call
+    may be given it."""
+    return getattr(model, "_call_has_training_arg", True)
+
+
+def given_training(operation) -> bool:
+    """Whether a graph's node passes `training` to its operation, as Functional's operation_fn does (Keras 3.15.1:
+    Layer._call_context_args; a keras.ops node has none)."""
+    return "training" in getattr(operation, "_call_context_args", ())
+
+
+def has_graph(model) -> bool:
+    """Whether `model` is a graph of layers (a functional model, or a Sequential built from an Input); False for a
+    subclassed model (Keras 3.15.1: Functional._inputs_struct; Sequential._functional)."""
+    return graph_of(model) is not None
+
+
+def graph_of(model):
+    """The Functional whose call nodes `model` runs: itself, a Sequential's inner Functional, or None (a subclassed
+    model, a Sequential never built from a shape)."""
+    if type(model).__name__ == "Sequential":
+        return getattr(model, "_functional", None)
+    return model if hasattr(model, "_inputs_struct") and hasattr(model, "_nodes_by_depth") else None
+
+
+def run_graph(model, inputs, call_for: Callable[[object], Callable]):
+    """`model`'s call as Functional.call makes it, each node's operation called through `call_for(operation)`
+    (Keras 3.15.1: Functional._standardize_inputs, Function._run_through_graph and its operation_fn)."""
+    graph = graph_of(model)
+    flat = graph._standardize_inputs(inputs)
+    outputs = graph._run_through_graph(flat, operation_fn=call_for)
+    return outputs[0] if isinstance(outputs, (list, tuple)) and len(outputs) == 1 else outputs
+
+
+def seed_generators(layer) -> list:
+    """The SeedGenerators a layer draws from (Keras 3.15.1: Layer._seed_generators, which Keras's own random
+    layers fill when they make one)."""
+    return list(getattr(layer, "_seed_generators", None) or [])
