@@ -31,6 +31,7 @@ from shared.model.definition import (
     ModelDefinition,
     Variable,
 )
+from shared.model.keras_objective import call_with_losses, objective_fields, output_cautions
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
 RANDOM_LAYER_HINT = "use shared.model.keras_layers.Dropout, which draws alike everywhere (docs/keras.md)"
@@ -126,8 +127,7 @@ def keras_definition(result, source: str) -> ModelDefinition:
         description=describe(model, layout_map),
         input_shape=input_shape,
         input_dtype=input_dtype,
-        label_shape=tuple(outputs.shape[1:-1]),
-        classes=int(outputs.shape[-1]),
+        **objective_fields(model, keras, outputs, source),  # targets, labels and loss: the compiled ones
         vocabulary=vocabulary(model, keras, input_dtype, source),
         cautions=cautions(model, keras),
         save_as=keras_saver(model, keras_variables, keras),
@@ -206,8 +206,10 @@ def call_stateless(compute: Compute, weights, non_trainable, inputs, context):
     training = {"training": context.training} if getattr(compute.model, "_call_has_training_arg", True) else {}
     with drawing_with(context):
         if not (context.record and compute.tapped is not None):
-            return compute.model.stateless_call(weights, non_trainable, inputs, **training)
-        outputs, tapped_state = compute.tapped.stateless_call(
+            return call_with_losses(compute.model, context, weights, non_trainable, inputs, **training)
+        outputs, tapped_state = call_with_losses(
+            compute.tapped,
+            context,
             [weights[index] for index in compute.tapped_trainable],
             [non_trainable[index] for index in compute.tapped_state],
             inputs,
@@ -508,29 +510,7 @@ def cautions(model, keras) -> Tuple[Caution, ...]:
                 random=True,
             )
         )
-    return tuple(found) + output_cautions(model, keras)
-
-
-def output_cautions(model, keras) -> Tuple[Caution, ...]:
-    """The model's own losses and a softmax output: every trainer leaves them out alike."""
-    found = []
-    if model.losses:  # the probe call's: regularizers and add_loss
-        found.append(
-            Caution(
-                "the model adds losses of its own (a kernel_regularizer, an activity_regularizer, add_loss), which "
-                "no trainer here trains: the loss is the per-label softmax cross-entropy of its logits"
-            )
-        )
-    last = model.layers[-1] if model.layers else None
-    activation = getattr(getattr(last, "activation", None), "__name__", "")
-    if isinstance(last, keras.layers.Softmax) or activation == "softmax":
-        found.append(
-            Caution(
-                f"{last.name}: the model's output is a softmax, but the loss is the softmax cross-entropy of logits: "
-                f"remove the output's softmax"
-            )
-        )
-    return tuple(found)
+    return tuple(found) + output_cautions(model, keras, getattr(model, "loss", None))
 
 
 def keras_saver(model, keras_variables, keras):

@@ -35,6 +35,7 @@ def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], pro
             data.describe(),
             describe_model(definition_for(config)),
         ]
+        + describe_objective(definition_for(config), config)
         + describe_cautions(cautions_for(config, len(data.y_train)))
         + ([processes] if processes else [])
         + [describe_peak(config.device_type)]
@@ -87,6 +88,12 @@ def describe_model(definition) -> str:
         f"model: {definition.description or definition.name}; {definition.parameter_count():,} parameters, "
         f"{definition.flops_per_example / 1e6:.2f} MFLOP per example{per_token} (forward + backward)"
     )
+
+
+def describe_objective(definition, config) -> List[str]:
+    """What the trainers train against, where the model says more than the default loss (a compiled Keras model's
+    loss, its own losses, its optimizer set aside); --fit's line says it already."""
+    return [] if config.fit or not definition.objective else [f"objective: {definition.objective}"]
 
 
 def describe_cautions(cautions) -> List[str]:
