@@ -45,6 +45,8 @@ def test_a_compiled_regression_takes_float_targets_of_its_output_with_its_own_lo
     assert not definition.has_accuracy
     assert definition.objective.startswith("the compiled loss mse on float targets, per example, averaged over")
     assert "the compiled optimizer Adam(learning_rate=0.001) is set aside" in definition.objective
+    schedule = load(f"{MODELS}:cosine").objective  # never silently: the schedule set aside is named
+    assert "the compiled optimizer Adam(learning_rate=CosineDecay) is set aside: the optimizer above trains" in schedule
     binary = load(f"{MODELS}:binary")
     assert (binary.targets, binary.label_shape, binary.binary_threshold) == ("binary", (1,), 0.0)
     assert binary.loss_name == "BinaryCrossentropy(from_logits=True)"
@@ -54,18 +56,28 @@ def test_the_targets_are_checked_in_the_data_in_one_line_that_names_the_loss(tmp
     regression, binary = load(f"{MODELS}:regression"), load(f"{MODELS}:binary")
     taken = npz.labels("d.npz", "y_train", np.array([0.5, -2.0], np.float64), regression, "float64")
     assert taken.shape == (2, 1) and taken.dtype == np.float64  # [N] for one unit; float64 kept in a float64 run
-    for y, wrong, model in (
-        (np.zeros((2, 3), np.float32), "has shape [2, 3]; ", regression),
-        (np.array([0.0, np.nan]), "holds NaN or inf, first in example 1; ", regression),
-        (np.array([0, 2]), "holds 2 (example 1); ", binary),
+    for y, model, message in (
+        (
+            np.zeros((2, 3), np.float32),
+            regression,
+            "--data d.npz: y_train has shape [2, 3]; the loss mse takes float targets of the output's shape [N, 1]",
+        ),
+        (
+            np.array([0.0, np.nan]),
+            regression,
+            "--data d.npz: y_train holds NaN or inf, first in example 1; the loss mse takes float targets of the "
+            "output's shape [N, 1]",
+        ),
+        (
+            np.array([0, 2]),
+            binary,
+            "--data d.npz: y_train holds 2 (example 1); the loss BinaryCrossentropy(from_logits=True) takes 0/1 "
+            "labels of the output's shape [N, 1], each 0 to 1",
+        ),
     ):
         with pytest.raises(UsageError) as error:
             npz.labels("d.npz", "y_train", y, model)
-        what = "float targets" if model is regression else "0/1 labels"
-        each = ", each 0 to 1" if model is binary else ""
-        assert str(error.value) == (
-            f"--data d.npz: y_train {wrong}the loss {model.loss_name} takes {what} of the output's shape [N, 1]{each}"
-        )
+        assert str(error.value) == message
 
 
 def test_a_regression_on_mnist_is_refused_in_one_line():
