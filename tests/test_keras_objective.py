@@ -154,3 +154,26 @@ def test_a_regression_shows_its_loss_and_no_accuracy(data, tmp_path):
     )
     written = check_report(json.loads(report.read_text()))
     assert (written["model"]["targets"], written["model"]["loss"], written["model"]["classes"]) == ("values", "mse", 1)
+
+
+def linear_regression():
+    """An own-interface model of float targets: one unit, the default mean squared error."""
+    from shared.model.definition import ModelDefinition, Variable, truncated_normal
+
+    return ModelDefinition(
+        name="linear regression",
+        variables=(Variable("w", (8, 1), truncated_normal(0.5, 1)), Variable("b", (1,))),
+        forward=lambda variables, x: tf.matmul(x, variables["w"]) + variables["b"],
+        flops_per_example=6 * 9,
+        input_shape=(8,),
+        label_shape=(1,),
+        targets="values",
+    )
+
+
+def test_a_model_of_the_projects_interface_declares_float_targets_too(data):
+    result = check_model(linear_regression, meshes=("batch=4",), devices=4, data=data["values"], **UNEVEN)
+    assert result.ok, result.summary()
+    assert max(parity.max_abs_loss_diff for parity in result.parity.values()) < 1e-13
+    history = result.run.results["reference"].history
+    assert history.epochs[-1].train_accuracy == 0.0 and history.step_losses[0] > 0.1  # a squared error, no accuracy
