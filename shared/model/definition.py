@@ -90,6 +90,18 @@ class Variable:
 
 
 @dataclasses.dataclass(frozen=True)
+class OptimizerChoice:
+    """The optimizer a model asks for (a compiled Keras Adam or SGD), as the project's Adam or SGD trains it."""
+
+    name: str  # "adam" or "sgd"
+    learning_rate: object  # a float, or (the updates applied so far, an int64 tensor) -> this update's rate
+    description: str  # how the header names it: "Adam(learning_rate=CosineDecay(0.01, 100 steps))"
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-7
+
+
+@dataclasses.dataclass(frozen=True)
 class Caution:
     """What a trainer will compute differently from one device, and why, known from the model before anything trains
     (a Keras BatchNormalization without synchronized=True): in the header and the JSON, and in the reason of a
@@ -157,6 +169,9 @@ class ModelDefinition:
     # One line for the header and the report on what trains besides the forward: the loss (when it is not the
     # definition's own hook alone), the model's own losses, the optimizer its compile settings asked for; "" none.
     objective: str = ""
+    # The optimizer the model asks for (a compiled Keras Adam or SGD, its hyperparameters and schedule): it trains
+    # instead of --optimizer and --learning-rate; None: those.
+    optimizer: Optional[OptimizerChoice] = None
     default_data: str = "mnist"  # what --data auto/tfds/embedded load: "mnist" or "tiny_shakespeare"
     # Integer inputs: the token ids the model takes, 0..vocabulary-1 (its embedding's rows); data is checked against
     # it before anything trains (a token beyond it fails inside every trainer on a CPU and reads zeros on a GPU).

@@ -8,10 +8,10 @@ as the project does (shared/training/losses.py): the sum over the counted exampl
 uncompiled model keeps the softmax cross-entropy of its logits.
 """
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 from shared.errors import UsageError
-from shared.model.definition import Caution
+from shared.model.definition import Caution, OptimizerChoice
 
 BINARY_LOSSES = ("binary_crossentropy", "binary_focal_crossentropy")  # 0/1 labels of the output's shape
 CLASS_LOSSES = ("sparse_categorical_crossentropy",)  # class ids, the output's last axis the classes
@@ -95,6 +95,7 @@ def objective_fields(model, keras, outputs, source: str) -> dict:
         "loss": per_example(resolved, keras, name) if resolved is not None else None,
         "binary_threshold": 0.0 if from_logits(resolved, keras) else 0.5,
         "objective": describe_objective(model, name, targets),
+        "optimizer": optimizer_choice(model),
     }
     if targets == "classes" and fields["classes"] < 2:
         raise UsageError(
@@ -120,12 +121,36 @@ def describe_objective(model, loss_name: str, targets: str) -> str:
         )
         line += f"; plus the model's own losses, once a step: {', '.join(parts)}"
     optimizer = describe_optimizer(model)
-    if optimizer:
+    if optimizer and optimizer_choice(model) is not None:
+        line += f"; the compiled optimizer {optimizer} trains, as the project's {type(model.optimizer).__name__}"
+    elif optimizer:
         line += (
             f"; the compiled optimizer {optimizer} is set aside: the optimizer above trains (--optimizer, "
             f"--learning-rate; --fit trains with yours)"
         )
     return line
+
+
+# A compiled optimizer's settings that the project's Adam and SGD do not have: any of them set, it is set aside.
+NOT_CARRIED = ("weight_decay", "clipnorm", "global_clipnorm", "clipvalue", "loss_scale_factor")
+NOT_CARRIED_FLAGS = ("use_ema", "amsgrad", "nesterov", "momentum", "gradient_accumulation_steps")
+
+
+def optimizer_choice(model) -> Optional[OptimizerChoice]:
+    """A compiled Keras Adam or plain SGD as the project's optimizer trains it: its learning rate (a schedule
+    called on the updates applied so far, as Keras calls it on `iterations`), betas and epsilon; None for any
+    other optimizer or setting (the objective line says it is set aside)."""
+    optimizer = getattr(model, "optimizer", None) if getattr(model, "compiled", False) else None
+    kind = type(optimizer).__name__
+    if optimizer is None or kind not in ("Adam", "SGD") or type(optimizer).__module__.split(".")[0] != "keras":
+        return None
+    config = optimizer.get_config()
+    if any(config.get(key) is not None for key in NOT_CARRIED) or any(config.get(key) for key in NOT_CARRIED_FLAGS):
+        return None
+    rate = optimizer._learning_rate  # the schedule itself; learning_rate reads its value at the current step
+    learning_rate = rate if hasattr(rate, "get_config") else float(optimizer.learning_rate)
+    moments = {key: float(config[key]) for key in ("beta_1", "beta_2", "epsilon") if key in config}
+    return OptimizerChoice(kind.lower(), learning_rate, describe_optimizer(model), **moments)
 
 
 def describe_optimizer(model) -> str:
@@ -136,7 +161,9 @@ def describe_optimizer(model) -> str:
         return ""
     rate = getattr(optimizer, "_learning_rate", None)
     rate_text = type(rate).__name__ if hasattr(rate, "get_config") else f"{float(optimizer.learning_rate):g}"
-    return f"{type(optimizer).__name__}(learning_rate={rate_text})"
+    config = optimizer.get_config()
+    moments = "".join(f", {key}={config[key]:g}" for key in ("beta_1", "beta_2", "epsilon") if key in config)
+    return f"{type(optimizer).__name__}(learning_rate={rate_text}{moments})"
 
 
 def own_loss_counts(model) -> Tuple[int, int]:

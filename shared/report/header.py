@@ -72,8 +72,11 @@ def describe_training(config) -> str:
         if config.clip_global_norm
         else ""
     )
-    adam = f" ({config.adam} Adam)" if config.optimizer == "adam" else ""
-    return f"{config.optimizer} lr {config.learning_rate:g}{adam}{clipping}; {config.dtype}; seed {config.seed}{order}"
+    choice = definition_for(config).optimizer  # a compiled Keras Adam or SGD trains instead of --optimizer
+    name = choice.name if choice else config.optimizer
+    adam = f" ({config.adam} Adam)" if name == "adam" else ""
+    rate = f"the model's compiled {choice.description}" if choice else f"lr {config.learning_rate:g}"
+    return f"{name} {rate}{adam}{clipping}; {config.dtype}; seed {config.seed}{order}"
 
 
 def run_machine(config) -> Machine:
