@@ -143,6 +143,9 @@ def test_a_loss_of_the_examples_is_weighed_by_each_replicas_share(data, devices)
     assert result.ok, result.summary()
     assert result.parity["mirrored"].max_abs_loss_diff < 1e-13
     assert_first_losses_carry_the_penalty(result, data["classes"], "activity")
+    (caution,) = load(f"{MODELS}:activity").cautions  # DTensor's padding examples would count: said before training
+    assert caution.trainers == ("dtensor", "mirrored")
+    assert caution.text.startswith("the model adds losses computed from its examples (an activity regularizer")
 
 
 def test_a_regression_shows_its_loss_and_no_accuracy(data, tmp_path):
