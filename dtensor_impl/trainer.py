@@ -36,7 +36,7 @@ from shared.training import step
 from shared.training.batches import epoch_batches, equal_shape_runs
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
-from shared.training.losses import correct_count, label_count
+from shared.training.losses import label_count
 from shared.training.protocol import Trainer
 
 STEPS_PER_CALL = 4  # steps per train_steps call: one dispatch for several (docs/trainers.md, "Steps per call")
@@ -83,7 +83,7 @@ def train_step(model, optimizer, x, y, example_weights):
     with tf.name_scope(profile.UPDATE_SCOPE):
         model.apply_updates(context, into_layout)  # running statistics: once, from the global batch
         optimizer.apply_gradients(grads, model.trainable)
-    return loss, correct_count(logits, y, example_weights), grads
+    return loss, step.correct(model, logits, y, example_weights), grads
 
 
 @on_mesh

@@ -109,6 +109,7 @@ def build_optimizer(config: Config, model: Model, mesh: dtensor.Mesh):
             dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=(), dtype=tf.int64)
         ),
         clip_norm=config.clip_global_norm,
+        choice=model.definition.optimizer,  # a compiled Keras Adam or SGD
     )
 
 

@@ -28,7 +28,6 @@ from shared.training import step
 from shared.training.batches import batch_label_counts, epoch_batches
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
-from shared.training.losses import correct_count
 from shared.training.optim import apply_gradients_fused
 from shared.training.protocol import Trainer
 
@@ -77,7 +76,7 @@ def global_gradients(strategy, model, optimizer, pieces):
 
     def on_replica(x, y, global_count, start):
         context = training_context(model, optimizer, x, start)
-        return all_reduced(step.loss_and_gradients(model, x, y, global_count, context)[2])
+        return all_reduced(step.loss_and_gradients(model, x, y, global_count, context, piece=True)[2])
 
     return strategy.run(on_replica, args=pieces)
 
@@ -97,13 +96,13 @@ def train_step(strategy, model, optimizer, chunk, step_index=None, primary_model
     def on_replica(*replica_chunk):
         x, y, global_count, start = replica_chunk if step_index is None else piece(replica_chunk, step_index)
         context = training_context(model, optimizer, x, start)
-        logits, loss, grads = step.loss_and_gradients(model, x, y, global_count, context)
+        logits, loss, grads = step.loss_and_gradients(model, x, y, global_count, context, piece=True)
         model.apply_updates(context)  # running statistics: this replica's copy, from its own piece
         if primary_model is None:
             grads = all_reduced(grads)
             with tf.name_scope(profile.UPDATE_SCOPE):
                 apply_gradients_fused(optimizer, grads, model.trainable)  # XLA; this replica's copies
-        return loss, correct_count(logits, y), grads
+        return loss, step.correct(model, logits, y), grads
 
     losses, corrects, grads = strategy.run(on_replica, args=chunk)
     if primary_model is not None:
@@ -192,7 +191,7 @@ def record_taps(strategy, model, optimizer, pieces) -> Taps:
     def record():
         def on_replica(x, y, global_count, start):
             context = training_context(model, optimizer, x, start, record=True)
-            found, values, gradients = step.tapped_gradients(model, x, y, global_count, context)
+            found, values, gradients = step.tapped_gradients(model, x, y, global_count, context, piece=True)
             if not names:  # traced once per replica: the same taps
                 names.extend(found)
                 connected.extend(gradient is not None for gradient in gradients)

@@ -213,11 +213,12 @@ def test_from_the_command_line_a_dimension_the_model_axis_cannot_split_is_exit_2
     )
 
 
-def test_a_softmax_output_and_a_regularizer_are_said_before_anything_trains():
+def test_a_softmax_output_is_said_before_anything_trains_and_a_regularizer_trains():
     (caution,) = load(f"{MISTAKES}:softmax_output").cautions
     assert caution.trainers == () and caution.text.startswith("probabilities: the model's output is a softmax")
-    (caution,) = load(f"{MISTAKES}:regularized").cautions
-    assert caution.trainers == () and caution.text.startswith("the model adds losses of its own")
+    regularized = load(f"{MISTAKES}:regularized")  # every trainer adds its penalty (tests/test_keras_objective.py)
+    assert regularized.cautions == ()
+    assert regularized.objective.endswith("plus the model's own losses, once a step: 1 weight regularizer")
 
 
 @pytest.mark.extended

@@ -43,6 +43,11 @@ RESERVED_NAMES = frozenset(
     }
 )
 INPUT_DTYPES = ("float32", "int32", "int64")  # a float64 run widens float32 inputs; tokens stay integers
+# What a label is: "classes", an integer class id per label (the output's last axis its classes' logits); "binary",
+# 0 or 1 per output unit (one or several labels: a binary or multi-label classifier); "values", any float per output
+# unit (a regression). The last two are the output's shape, and their loss gives one value per example (and
+# position): it averages the output's last axis, as Keras's losses do (shared/training/losses.py).
+TARGETS = ("classes", "binary", "values")
 DEFAULT_DATA = ("mnist", "tiny_shakespeare")  # what --data auto/tfds/embedded loads for the model
 NAME_PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*|\d+)$")
 
@@ -82,6 +87,18 @@ class Variable:
     @property
     def split_dim(self) -> Optional[int]:
         return self.layout.index(MODEL_AXIS) if MODEL_AXIS in self.layout else None
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerChoice:
+    """The optimizer a model asks for (a compiled Keras Adam or SGD), as the project's Adam or SGD trains it."""
+
+    name: str  # "adam" or "sgd"
+    learning_rate: object  # a float, or (the updates applied so far, an int64 tensor) -> this update's rate
+    description: str  # how the header names it: "Adam(learning_rate=CosineDecay(0.01, 100 steps))"
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,12 +153,25 @@ class ModelDefinition:
     summarise_state: Callable[[Sequence[str], Sequence[str]], str] = summarise_named_state
     input_shape: Tuple[int, ...] = (784,)  # one example's input: MNIST flattened; (28, 28, 1) images; (64,) tokens
     input_dtype: str = "float32"  # "float32" (widened in a float64 run) or an integer dtype ("int32" tokens)
-    label_shape: Tuple[int, ...] = ()  # one example's labels: () one class; (64,) one per token
+    # One example's labels: () one class; (64,) one per token. "binary" and "values" targets: the output's shape
+    # without the batch, (1,) for one unit.
+    label_shape: Tuple[int, ...] = ()
     classes: int = 10  # logits per label; labels are 0..classes-1, or negative for a label that does not count
-    # (logits [..., classes], labels [...] with masked ones set to 0) -> the loss of every label [...]; None:
-    # softmax cross-entropy. Every trainer sums it over the global batch's unmasked labels and divides by their
-    # global count (shared/training/losses.py), so it must not average itself.
+    targets: str = "classes"  # what a label is: one of TARGETS
+    # "classes": (logits [..., classes], labels [...] with masked ones set to 0) -> the loss of every label [...];
+    # None: softmax cross-entropy. "binary" and "values": (outputs [N, *label_shape], targets of that shape) -> the
+    # loss of every example (and position) [N, *label_shape[:-1]]; None: the mean squared error over the last axis.
+    # Every trainer sums it over the global batch's counted labels and divides by their global count
+    # (shared/training/losses.py), so it must not average over the batch itself.
     loss: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
+    # "binary" targets: an output above it predicts 1, for the accuracy (0 for logits, 0.5 for probabilities).
+    binary_threshold: float = 0.0
+    # One line for the header and the report on what trains besides the forward: the loss (when it is not the
+    # definition's own hook alone), the model's own losses, the optimizer its compile settings asked for; "" none.
+    objective: str = ""
+    # The optimizer the model asks for (a compiled Keras Adam or SGD, its hyperparameters and schedule): it trains
+    # instead of --optimizer and --learning-rate; None: those.
+    optimizer: Optional[OptimizerChoice] = None
     default_data: str = "mnist"  # what --data auto/tfds/embedded load: "mnist" or "tiny_shakespeare"
     # Integer inputs: the token ids the model takes, 0..vocabulary-1 (its embedding's rows); data is checked against
     # it before anything trains (a token beyond it fails inside every trainer on a CPU and reads zeros on a GPU).
@@ -165,6 +195,22 @@ class ModelDefinition:
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes
         return tuple(sizes[dim] if isinstance(dim, str) else dim for dim in variable.shape)
+
+    @property
+    def output_shape(self) -> Tuple[int, ...]:
+        """One example's output: [*label_shape, classes] logits for class targets, else the labels' own shape."""
+        return (*self.label_shape, self.classes) if self.targets == "classes" else tuple(self.label_shape)
+
+    @property
+    def has_accuracy(self) -> bool:
+        """Whether the labels are classes (ids or binary) that an accuracy counts; a regression has none."""
+        return self.targets != "values"
+
+    @property
+    def loss_name(self) -> str:
+        if self.loss is not None:
+            return getattr(self.loss, "__name__", "the model's loss")
+        return "softmax cross-entropy" if self.targets == "classes" else "mean squared error"
 
     @property
     def names(self) -> List[str]:
@@ -371,11 +417,11 @@ def _check_example(definition: ModelDefinition, source: str) -> None:
             f"--model {source}: input_shape {list(definition.input_shape)} and label_shape "
             f"{list(definition.label_shape)} must be positive ints (one example's, without the batch)"
         )
-    if definition.input_dtype not in INPUT_DTYPES or not isinstance(definition.classes, int) or definition.classes < 2:
+    if definition.input_dtype not in INPUT_DTYPES:
         raise UsageError(
-            f"--model {source}: input_dtype {definition.input_dtype!r} and classes {definition.classes!r}: use one "
-            f"of {', '.join(INPUT_DTYPES)} and 2 classes or more"
+            f"--model {source}: input_dtype {definition.input_dtype!r}: use one of {', '.join(INPUT_DTYPES)}"
         )
+    _check_targets(definition, source)
     tokens = definition.input_dtype.startswith("int")
     if tokens != (definition.vocabulary is not None) or (
         tokens and (not isinstance(definition.vocabulary, int) or definition.vocabulary < 1)
@@ -390,6 +436,23 @@ def _check_example(definition: ModelDefinition, source: str) -> None:
         )
     if definition.default_data not in DEFAULT_DATA:
         raise UsageError(f"--model {source}: default_data {definition.default_data!r}: use {' or '.join(DEFAULT_DATA)}")
+
+
+def _check_targets(definition: ModelDefinition, source: str) -> None:
+    """What a label is: class ids of 2 classes or more, or binary or float targets of at least one output unit."""
+    if definition.targets not in TARGETS:
+        raise UsageError(f"--model {source}: targets {definition.targets!r}: use one of {', '.join(TARGETS)}")
+    if definition.targets == "classes":
+        if not isinstance(definition.classes, int) or definition.classes < 2:
+            raise UsageError(
+                f"--model {source}: classes {definition.classes!r} with class targets ({definition.loss_name}): "
+                f"a class id needs 2 classes or more; for one output unit declare targets='binary' or 'values'"
+            )
+    elif not definition.label_shape:
+        raise UsageError(
+            f"--model {source}: {definition.targets} targets with label_shape []: give the output's shape without "
+            f"the batch, (1,) for one unit"
+        )
 
 
 def _check_variable(definition: ModelDefinition, variable: Variable, source: str, seen: set) -> None:

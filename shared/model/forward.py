@@ -62,6 +62,7 @@ class ForwardContext:
         self.record = record  # keep the tapped values (the first-difference replay)
         self.updates: Dict[str, tf.Tensor] = {}  # variable name -> its new value, applied after the step
         self.taps: List[Tuple[str, tf.Tensor]] = []  # (name, value) in forward order, when recording
+        self.losses: List[tf.Tensor] = []  # the model's own scalar losses (a Keras model's regularizers, add_loss)
         self.random_calls = 0
 
     def dropout(self, x: tf.Tensor, rate: float) -> tf.Tensor:
@@ -87,6 +88,12 @@ class ForwardContext:
         """In training: the non-trainable variable `name` becomes `value` after this step (a moving mean)."""
         if self.training:
             self.updates[name] = value
+
+    def add_loss(self, value: tf.Tensor) -> None:
+        """A scalar the training loss adds once per global step (a weight penalty): every trainer adds it alike
+        (shared/training/losses.py, with_model_losses). Computed from the examples this forward sees, it is their
+        part of it: a MirroredStrategy replica's is weighed by its share of the global batch."""
+        self.losses.append(value)
 
     def tap(self, name: str, x: tf.Tensor) -> tf.Tensor:
         """x, named: when a verdict is MISMATCH the replay compares every tapped value and its gradient with the

@@ -32,6 +32,7 @@ from shared.model.definition import (
     Variable,
 )
 from shared.model.keras_layouts import audit_layout_map, check_keys
+from shared.model.keras_objective import objective_fields, output_cautions
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
 RATES = ("rate", "dropout", "recurrent_dropout")  # a random layer's rates: all 0, it draws nothing
@@ -119,8 +120,7 @@ def keras_definition(result, source: str) -> ModelDefinition:
         description="; ".join([describe(model, layout_map), *notes]),
         input_shape=input_shape,
         input_dtype=input_dtype,
-        label_shape=tuple(outputs.shape[1:-1]),
-        classes=int(outputs.shape[-1]),
+        **objective_fields(model, keras, outputs, source),  # targets, labels and loss: the compiled ones
         vocabulary=vocabulary(model, keras, input_dtype, source),
         default_data=default_data(input_shape, input_dtype, tuple(outputs.shape[1:-1])),
         cautions=cautions(model, keras),
@@ -518,7 +518,7 @@ def cautions(model, keras) -> Tuple[Caution, ...]:
                 random=True,
             )
         )
-    return tuple(found) + output_cautions(model, keras)
+    return tuple(found) + output_cautions(model, keras, getattr(model, "loss", None))
 
 
 def draws(layer) -> bool:
@@ -526,28 +526,6 @@ def draws(layer) -> bool:
     cell's dropout and recurrent_dropout) are not all 0, at which Keras draws nothing."""
     rates = [getattr(layer, name) for name in RATES if isinstance(getattr(layer, name, None), (int, float))]
     return bool(keras_compat.seed_generators(layer)) and not (rates and not any(rates))
-
-
-def output_cautions(model, keras) -> Tuple[Caution, ...]:
-    """The model's own losses and a softmax output: every trainer leaves them out alike."""
-    found = []
-    if model.losses:  # the probe call's: regularizers and add_loss
-        found.append(
-            Caution(
-                "the model adds losses of its own (a kernel_regularizer, an activity_regularizer, add_loss), which "
-                "no trainer here trains: the loss is the per-label softmax cross-entropy of its logits"
-            )
-        )
-    last = model.layers[-1] if model.layers else None
-    activation = getattr(getattr(last, "activation", None), "__name__", "")
-    if isinstance(last, keras.layers.Softmax) or activation == "softmax":
-        found.append(
-            Caution(
-                f"{last.name}: the model's output is a softmax, but the loss is the softmax cross-entropy of logits: "
-                f"remove the output's softmax"
-            )
-        )
-    return tuple(found)
 
 
 def keras_saver(model, keras_variables, keras):

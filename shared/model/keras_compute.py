@@ -34,7 +34,7 @@ def compute_for(model, probe) -> Compute:
     state = [variable.value for variable in model.non_trainable_variables]
     try:
         expected, _ = model.stateless_call(weights, state, probe, training=False)
-        found, _ = tapped_call(model, weights, state, probe, False, lambda name, value: value)
+        found, _, _ = tapped_call(model, weights, state, probe, False, lambda name, value: value)
     except Exception as error:  # noqa: BLE001 - any Keras error: the model trains, untapped
         return Compute(model, f"its graph does not run call by call ({type(error).__name__}): not tapped")
     if not np.array_equal(np.asarray(expected), np.asarray(found)):
@@ -50,20 +50,30 @@ def call_stateless(compute: Compute, weights, non_trainable, inputs, context):
     training = {"training": context.training} if keras_compat.call_takes_training(compute.model) else {}
     with drawing_with(context):
         if context.record and not compute.untapped:
-            return tapped_call(compute.model, weights, non_trainable, inputs, context.training, context.tap)
-        return compute.model.stateless_call(weights, non_trainable, inputs, **training)
+            outputs, new_state, losses = tapped_call(
+                compute.model, weights, non_trainable, inputs, context.training, context.tap
+            )
+        else:
+            outputs, new_state, losses = compute.model.stateless_call(
+                weights, non_trainable, inputs, return_losses=True, **training
+            )
+    for loss in losses:  # the model's own (regularizers, add_loss): added to the objective on every trainer
+        context.add_loss(loss)
+    return outputs, new_state
 
 
 def tapped_call(model, weights, non_trainable, inputs, training: bool, tap: Callable):
-    """What `model.stateless_call` returns, computed node by node: each call's output handed to `tap(name, value)`
-    in forward order."""
+    """What `model.stateless_call(..., return_losses=True)` returns, computed node by node: each call's output
+    handed to `tap(name, value)` in forward order."""
     import keras
 
     mapping = [*zip(model.trainable_variables, weights), *zip(model.non_trainable_variables, non_trainable)]
-    with keras.StatelessScope(state_mapping=mapping) as scope:
+    with keras.StatelessScope(state_mapping=mapping, collect_losses=True) as scope:
         outputs = run_calls(model, inputs, training, Tapper(tap), "")
+        losses = model.losses  # as stateless_call(..., return_losses=True) takes them
     new_state = [scope.get_current_value(variable) for variable in model.non_trainable_variables]
-    return outputs, [old if new is None else new for old, new in zip(non_trainable, new_state, strict=True)]
+    kept = [old if new is None else new for old, new in zip(non_trainable, new_state, strict=True)]
+    return outputs, kept, losses
 
 
 class Tapper:

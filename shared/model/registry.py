@@ -152,11 +152,13 @@ def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
             model.apply_updates(context)
         except Exception as error:  # noqa: BLE001 - the user's forward: any error is one line
             raise UsageError(f"--model {spec}: its forward raised {describe(error)} on {fed}") from None
-        want = (2, *definition.label_shape, definition.classes)
+        want = (2, *definition.output_shape)
         if tuple(logits.shape) != want:
+            classes = f", {definition.classes} classes" if definition.targets == "classes" else ""
             raise UsageError(
                 f"--model {spec}: its forward returned shape {list(logits.shape)} for {fed}; it must return "
-                f"logits {list(want)} (label_shape {list(definition.label_shape)}, {definition.classes} classes)"
+                f"{'logits' if classes else f'{definition.targets} outputs'} {list(want)} (label_shape "
+                f"{list(definition.label_shape)}{classes})"
             )
         gradients = tape.gradient(loss, model.trainable)
     missing = [

@@ -35,7 +35,9 @@ def model_facts(definition, cautions=None) -> dict:
         "input_dtype": definition.input_dtype,
         "label_shape": list(definition.label_shape),
         "classes": definition.classes,
-        "loss": getattr(definition.loss, "__name__", "the model's") if definition.loss else "softmax cross-entropy",
+        "targets": definition.targets,
+        "loss": definition.loss_name,
+        "objective": definition.objective,
         "variables": [
             {"name": variable.name, "shape": list(definition.shape(variable)), "layout": list(variable.layout)}
             for variable in definition.variables

@@ -37,6 +37,7 @@ def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], pro
             describe_model(definition_for(config)),
         ]
         + describe_layouts(config)
+        + describe_objective(definition_for(config), config)
         + describe_cautions(cautions_for(config, len(data.y_train)))
         + ([processes] if processes else [])
         + [describe_peak(config.device_type)]
@@ -73,8 +74,11 @@ def describe_training(config) -> str:
         if config.clip_global_norm
         else ""
     )
-    adam = f" ({config.adam} Adam)" if config.optimizer == "adam" else ""
-    return f"{config.optimizer} lr {config.learning_rate:g}{adam}{clipping}; {config.dtype}; seed {config.seed}{order}"
+    choice = definition_for(config).optimizer  # a compiled Keras Adam or SGD trains instead of --optimizer
+    name = choice.name if choice else config.optimizer
+    adam = f" ({config.adam} Adam)" if name == "adam" else ""
+    rate = f"the model's compiled {choice.description}" if choice else f"lr {config.learning_rate:g}"
+    return f"{name} {rate}{adam}{clipping}; {config.dtype}; seed {config.seed}{order}"
 
 
 def run_machine(config) -> Machine:
@@ -89,6 +93,12 @@ def describe_model(definition) -> str:
         f"model: {definition.description or definition.name}; {definition.parameter_count():,} parameters, "
         f"{definition.flops_per_example / 1e6:.2f} MFLOP per example{per_token} (forward + backward)"
     )
+
+
+def describe_objective(definition, config) -> List[str]:
+    """What the trainers train against, where the model says more than the default loss (a compiled Keras model's
+    loss, its own losses, its optimizer set aside); --fit's line says it already."""
+    return [] if config.fit or not definition.objective else [f"objective: {definition.objective}"]
 
 
 def describe_cautions(cautions) -> List[str]:

@@ -46,6 +46,7 @@ RESULT_HEADERS = [
 # One table of all twelve is ~180 columns: printed as two, "Results" and "Speed and memory", each
 # within shared.console.LINE_WIDTH; the trainer's name leads both.
 RESULT_COLUMNS = 7  # trainer, devices / mesh, collectives, losses and accuracies; the rest are speed and memory
+ACCURACY_COLUMNS = (4, 6)  # left out for a model whose labels are not classes (a regression: ModelDefinition.targets)
 BELOW_FLOOR = (
     f"-: no epoch after the first ran {MIN_MEASURED_SECONDS:g} s or more without tracing (the timing "
     f"floor, shared/measure/history.py);\n   use more --epochs or --train-examples"
@@ -156,9 +157,15 @@ def print_results(run, out) -> bool:
     """The results table, the speed and memory table and the GFLOP/s line; True when a figure was below the
     timing floor."""
     rows = result_rows(run)
+    shown = [
+        index
+        for index in range(RESULT_COLUMNS)
+        if index not in ACCURACY_COLUMNS or definition_for(run.config).has_accuracy
+    ]
     print("\nResults after the last epoch", file=out)
     print(
-        tabulate([row[:RESULT_COLUMNS] for row in rows], RESULT_HEADERS[:RESULT_COLUMNS], tablefmt="github"), file=out
+        tabulate([[row[i] for i in shown] for row in rows], [RESULT_HEADERS[i] for i in shown], tablefmt="github"),
+        file=out,
     )
     print(fit_width(collectives_line(run), indent=2), file=out)
     if clipping_line(run):

@@ -33,7 +33,10 @@ def epoch_batches(
 
 
 def example_label_counts(y: np.ndarray) -> np.ndarray:
-    """Each example's count of counted labels (0 or more): 1 for a classifier, its unmasked tokens for a sequence."""
+    """Each example's count of counted labels (0 or more): 1 for a classifier, its unmasked tokens for a sequence;
+    float targets: 1 (times its positions: each but the last axis)."""
+    if y.dtype.kind == "f":
+        return np.full(len(y), int(np.prod(y.shape[1:-1])), np.int64)
     return (y >= 0).reshape(len(y), -1).sum(1)
 
 

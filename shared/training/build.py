@@ -22,5 +22,6 @@ def build_model_and_optimizer(config: Config, make_variable=None):
         zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
         make_step=lambda: tf.Variable(0, dtype=tf.int64),
         clip_norm=config.clip_global_norm,
+        choice=definition.optimizer,  # a compiled Keras Adam or SGD
     )
     return model, optimizer

@@ -233,6 +233,12 @@ def load_data(
 def mnist_for(data: Dataset, definition: ModelDefinition) -> Dataset:
     """MNIST shaped as the model takes it ([N, 28, 28, 1] for a CNN), or one line saying why it cannot be."""
     shape = tuple(definition.input_shape)
+    if definition.targets != "classes":
+        raise UsageError(
+            f"model {definition.name} is trained with the loss {definition.loss_name} on {definition.targets} "
+            f"targets [N, {', '.join(map(str, definition.label_shape))}], not MNIST's class ids; give its data with "
+            f"--data FILE.npz"
+        )
     if int(np.prod(shape)) != IMAGE_PIXELS or definition.label_shape != () or definition.classes < NUM_CLASSES:
         raise UsageError(
             f"model {definition.name} takes inputs {list(shape)} {definition.input_dtype} with labels "

@@ -3,8 +3,10 @@
 The file holds x_train, y_train, x_test and y_test: inputs [N, *input_shape] (float inputs as float32 or
 float64, token inputs as integers 0 to the model's vocabulary - 1) and labels [N, *label_shape] as integers,
 0 to classes - 1, or negative for a label that does not count (a padded position); each split needs one that
-counts. float64 inputs stay float64 in a float64 run and are narrowed in a float32 run, which the data's
-reason (the header's data line) says. Anything else is one line naming the array; numbers only: a file
+counts. A model of "binary" or "values" targets (a compiled Keras regression or binary classifier) takes labels
+of its output's shape instead ([N] for one unit too): finite numbers, 0 to 1 for binary ones. float64 inputs and
+targets stay float64 in a float64 run and are narrowed in a float32 run, which the data's reason (the header's
+data line) says. Anything else is one line naming the array; numbers only: a file
 of pickled objects is refused, never loaded.
 """
 
@@ -32,11 +34,11 @@ def load(
     for split, requested in (("train", train_examples), ("test", test_examples)):
         x = inputs(path, f"x_{split}", arrays[f"x_{split}"], definition, dtype)
         narrowed = narrowed or (arrays[f"x_{split}"].dtype == np.float64 and x.dtype == np.float32)
-        y = labels(path, f"y_{split}", arrays[f"y_{split}"], definition)
+        y = labels(path, f"y_{split}", arrays[f"y_{split}"], definition, dtype)
         if len(x) != len(y):
             raise UsageError(f"--data {path}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
         x, y = take(split, x, y, requested, len(y), path)
-        if not (y >= 0).any():
+        if y.dtype.kind != "f" and not (y >= 0).any():
             raise UsageError(
                 f"--data {path}: no label of the {len(y)} y_{split} examples used counts (each is negative), so "
                 f"its mean loss would divide by zero; give the split labels 0-{definition.classes - 1}"
@@ -108,7 +110,10 @@ def inputs(path: str, key: str, x: np.ndarray, definition, run_dtype: str = "flo
     return x.astype(dtype)
 
 
-def labels(path: str, key: str, y: np.ndarray, definition) -> np.ndarray:
+def labels(path: str, key: str, y: np.ndarray, definition, run_dtype: str = "float32") -> np.ndarray:
+    """The labels as the model's targets take them: class ids, or (binary, values) floats of its output's shape."""
+    if getattr(definition, "targets", "classes") != "classes":
+        return targets(path, key, y, definition, run_dtype)
     want = tuple(definition.label_shape)
     if y.ndim < 1 or tuple(y.shape[1:]) != want:
         raise UsageError(
@@ -125,3 +130,26 @@ def labels(path: str, key: str, y: np.ndarray, definition) -> np.ndarray:
             f"classes, 0-{definition.classes - 1} (a negative label does not count)"
         )
     return y.astype(np.int64)
+
+
+def targets(path: str, key: str, y: np.ndarray, definition, run_dtype: str) -> np.ndarray:
+    """Binary or float targets of the output's shape ([N] for one unit), finite, 0 to 1 where binary; float64
+    kept in a float64 run, float32 otherwise."""
+    want = tuple(definition.label_shape)
+    what = "0/1 labels" if definition.targets == "binary" else "float targets"
+    expects = f"the loss {definition.loss_name} takes {what} of the output's shape [N, {', '.join(map(str, want))}]"
+    if want == (1,) and y.ndim == 1:
+        y = y.reshape(-1, 1)
+    if y.ndim < 1 or tuple(y.shape[1:]) != want:
+        raise UsageError(f"--data {path}: {key} has shape {list(y.shape)}; {expects}")
+    if y.dtype.kind not in "iufb":
+        raise UsageError(f"--data {path}: {key} is {y.dtype}; {expects}")
+    flat = y.reshape(len(y), -1).astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(flat).all(axis=1))
+    if bad.size:
+        raise UsageError(f"--data {path}: {key} holds NaN or inf, first in example {bad[0]}; {expects}")
+    outside = np.flatnonzero(((flat < 0) | (flat > 1)).any(axis=1)) if definition.targets == "binary" else []
+    if len(outside):
+        value = flat[outside[0]][(flat[outside[0]] < 0) | (flat[outside[0]] > 1)][0]
+        raise UsageError(f"--data {path}: {key} holds {value:g} (example {outside[0]}); {expects}, each 0 to 1")
+    return y.astype(np.float64 if y.dtype == np.float64 and run_dtype == "float64" else np.float32)

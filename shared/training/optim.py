@@ -71,6 +71,14 @@ def clipped(optimizer, grads):
     return grads
 
 
+def rate_at(learning_rate, updates_before, dtype):
+    """The update's learning rate: a float as it is, or a schedule's value at the updates applied before it (a
+    Keras LearningRateSchedule's `step`), in the weights' dtype."""
+    if callable(learning_rate):
+        return tf.cast(learning_rate(updates_before), dtype)
+    return learning_rate
+
+
 class SGD(tf.Module):
     """Plain SGD; `step` counts its updates (what dropout's numbers are drawn from, as Adam's)."""
 
@@ -83,10 +91,10 @@ class SGD(tf.Module):
             self.clipped = make_step()
 
     def apply_gradients(self, grads, variables):
-        step = self.step.read_value() + 1
+        before = self.step.read_value()
         for grad, var in zip(clipped(self, dense(grads)), variables):
-            var.assign_sub(self.learning_rate * grad)
-        self.step.assign(step)
+            var.assign_sub(rate_at(self.learning_rate, before, var.dtype) * grad)
+        self.step.assign(before + 1)
 
 
 class Adam(tf.Module):
@@ -104,9 +112,11 @@ class Adam(tf.Module):
         make_step: Callable,
         formulation: str = "fixed",
         clip_norm: Optional[float] = None,
+        moments: Sequence[float] = (ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON),
     ):
         super().__init__()
         self.learning_rate = learning_rate
+        self.moments = tuple(moments)  # beta_1, beta_2, epsilon
         self.formulation = formulation
         self.m: List[tf.Variable] = [zeros_like(var) for var in variables]
         self.v: List[tf.Variable] = [zeros_like(var) for var in variables]
@@ -123,8 +133,9 @@ class Adam(tf.Module):
         # Read the step once, write it last: DTensor would re-read a stale value after a write.
         step = self.step.read_value() + 1
         for grad, var, m, v in zip(grads, variables, self.m, self.v):
+            rate = rate_at(self.learning_rate, step - 1, var.dtype)
             decrease, new_m, new_v = adam_update(
-                grad, m.read_value(), v.read_value(), tf.cast(step, var.dtype), self.learning_rate
+                grad, m.read_value(), v.read_value(), tf.cast(step, var.dtype), rate, *self.moments
             )
             m.assign(new_m)
             v.assign(new_v)
@@ -164,10 +175,17 @@ def make_optimizer(
     zeros_like: Callable,
     make_step: Callable,
     clip_norm: Optional[float] = None,
+    choice=None,
 ):
+    """The run's optimizer: `name` at `learning_rate`, or the model's own `choice` (ModelDefinition.optimizer: a
+    compiled Keras Adam or SGD, its hyperparameters and schedule)."""
+    if choice is not None:
+        name, learning_rate = choice.name, choice.learning_rate
     if name == "sgd":
         return SGD(learning_rate, make_step, clip_norm)
-    return Adam(variables, learning_rate, zeros_like, make_step, adam_formulation, clip_norm)  # "adam" (Config checks)
+    moments = (choice.beta_1, choice.beta_2, choice.epsilon) if choice is not None else None
+    extra = {"moments": moments} if moments else {}
+    return Adam(variables, learning_rate, zeros_like, make_step, adam_formulation, clip_norm, **extra)
 
 
 def clipping_record(optimizer) -> Optional[str]:

@@ -22,7 +22,7 @@ from shared.training.batches import epoch_batches, step_chunks
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
 from shared.training.keras_fit import KerasFitTrainer
-from shared.training.losses import correct_count, host_label_count, label_count
+from shared.training.losses import host_label_count, label_count
 from shared.training.optim import apply_gradients_fused
 from shared.training.protocol import Trainer, TrainerSpec
 
@@ -45,7 +45,7 @@ def train_step(model, optimizer, x, y):
     with tf.name_scope(profile.UPDATE_SCOPE):
         model.apply_updates(context)  # running statistics, from the batch the forward saw
         apply_gradients_fused(optimizer, grads, model.trainable)  # the update compiled by XLA
-    return loss, correct_count(logits, y)
+    return loss, step.correct(model, logits, y)
 
 
 @tf.function

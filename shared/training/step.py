@@ -12,25 +12,42 @@ from shared.measure.checksums import state_checksums
 from shared.measure.memory import DeviceMemory, located_bytes, tally
 from shared.measure.taps import Taps
 from shared.model.forward import ForwardContext
-from shared.training.losses import correct_count, label_count, loss_sum, mean_loss
+from shared.training.losses import correct_count, label_count, loss_sum, mean_loss, with_model_losses
 from shared.training.optim import dense
 
 
-def loss_and_gradients(model, x, y, count, context: ForwardContext, example_weights=None):
+def loss_and_gradients(model, x, y, count, context: ForwardContext, example_weights=None, piece: bool = False):
     """In a traced function: (logits, the loss of x, y over the global `count` of counted labels, its gradients
-    for model.trainable, dense). On one piece of the global batch the loss and gradients are that piece's share."""
+    for model.trainable, dense). `piece`: x, y are one piece of the global batch (a MirroredStrategy replica's),
+    whose loss and gradients are that piece's share."""
     with tf.GradientTape() as tape:
         with tf.name_scope(profile.FORWARD_SCOPE):  # the scopes name the step's parts for --profile
             logits = model(x, context)
-            loss = mean_loss(logits, y, count, example_weights, model.definition.loss)
+            loss = training_loss(model, logits, y, count, context, example_weights, piece)
     return logits, loss, dense(tape.gradient(loss, model.trainable))
 
 
-def tapped_gradients(model, x, y, count, context: ForwardContext, example_weights=None):
+def training_loss(model, logits, y, count, context: ForwardContext, example_weights=None, piece: bool = False):
+    """The one objective every trainer differentiates: the mean of the model's per-label loss over the global
+    `count`, plus the model's own losses (`context.add_loss`) once per global step: a piece adds its share of them,
+    its counted labels / the global count."""
+    loss = mean_loss(logits, y, count, example_weights, model.definition.loss)
+    share = None
+    if piece and context.losses:  # in the loss's dtype: float32's rounding of the shares would move a float64 sum
+        share = tf.cast(label_count(y, example_weights), loss.dtype) / tf.cast(count, loss.dtype)
+    return with_model_losses(loss, context.losses, share)
+
+
+def correct(model, logits, y, example_weights=None):
+    """The step's correct count (shared/training/losses.py correct_count) for the model's targets."""
+    return correct_count(logits, y, example_weights, model.definition)
+
+
+def tapped_gradients(model, x, y, count, context: ForwardContext, example_weights=None, piece: bool = False):
     """In a traced function, `context` recording: (tap names, tapped values, the loss's gradient of each, None
     where none flows), the values in forward order."""
     with tf.GradientTape() as tape:
-        loss = mean_loss(model(x, context), y, count, example_weights, model.definition.loss)
+        loss = training_loss(model, model(x, context), y, count, context, example_weights, piece)
     names = [name for name, _ in context.taps]
     values = [value for _, value in context.taps]
     return names, values, tape.gradient(loss, values)
@@ -94,7 +111,7 @@ def shaped_like(gradients, zeros) -> list:
 def test_sums(model, x, y, example_weights=None):
     """(summed loss, correct count) of a test batch, at the current weights, in inference."""
     logits = model(x)
-    return loss_sum(logits, y, example_weights, model.definition.loss), correct_count(logits, y, example_weights)
+    return loss_sum(logits, y, example_weights, model.definition.loss), correct(model, logits, y, example_weights)
 
 
 def evaluate(trainer, x: np.ndarray, y: np.ndarray, counted_labels: int) -> Tuple[float, float]:
