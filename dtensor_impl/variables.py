@@ -62,6 +62,7 @@ def build_model(
     plan: Optional[LayoutPlan] = None,
     gather: bool = False,
     seed: int = 0,
+    compute_dtype: Optional[str] = None,
 ) -> Model:
     """The model's variables as DVariables holding `values`, each in its planned layout on `mesh`.
 
@@ -89,6 +90,7 @@ def build_model(
         lambda value, variable: dtensor.DVariable(on_mesh(value, layouts[variable.name]), trainable=variable.trainable),
         all_gathered if gathered else None,
         seed,
+        compute_dtype,  # a mixed policy's: each weight, sharded or gathered, cast where the forward reads it
     )
 
 
@@ -107,6 +109,7 @@ def build_optimizer(config: Config, model: Model, mesh: dtensor.Mesh):
             dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=(), dtype=tf.int64)
         ),
         clip_norm=config.clip_global_norm,
+        loss_scaled=config.dtype == "mixed_float16",
     )
 
 

@@ -12,6 +12,7 @@ from shared.measure.checksums import state_checksums
 from shared.measure.memory import DeviceMemory, located_bytes, tally
 from shared.measure.taps import Taps
 from shared.model.forward import ForwardContext
+from shared.training.loss_scale import scaled, unscaled
 from shared.training.losses import correct_count, label_count, loss_sum, mean_loss
 from shared.training.optim import dense
 
@@ -23,7 +24,8 @@ def loss_and_gradients(model, x, y, count, context: ForwardContext, example_weig
         with tf.name_scope(profile.FORWARD_SCOPE):  # the scopes name the step's parts for --profile
             logits = model(x, context)
             loss = mean_loss(logits, y, count, example_weights, model.definition.loss)
-    return logits, loss, dense(tape.gradient(loss, model.trainable))
+            backward_from = scaled(loss, context.loss_scale)  # mixed_float16: loss_scale.py
+    return logits, loss, unscaled(dense(tape.gradient(backward_from, model.trainable)), context.loss_scale)
 
 
 def tapped_gradients(model, x, y, count, context: ForwardContext, example_weights=None):
