@@ -244,6 +244,7 @@ def build_models(strategy, config: Config, update: str):
                 [weight.numpy() for weight in primary_model.weights],
                 make_variable,
                 seed=config.seed,
+                compute_dtype=primary_model.compute_dtype,  # a mixed policy's: the replicas compute in it
             )
         return model, optimizer, primary_model
     with strategy.scope():

@@ -72,7 +72,21 @@ def describe_training(config) -> str:
         else ""
     )
     adam = f" ({config.adam} Adam)" if config.optimizer == "adam" else ""
-    return f"{config.optimizer} lr {config.learning_rate:g}{adam}{clipping}; {config.dtype}; seed {config.seed}{order}"
+    dtype = describe_dtype(config)
+    return f"{config.optimizer} lr {config.learning_rate:g}{adam}{clipping}; {dtype}; seed {config.seed}{order}"
+
+
+def describe_dtype(config) -> str:
+    """The run's dtype; a mixed policy's compute dtype, and on CPUs that its kernels there are not a GPU's."""
+    if config.compute_dtype == config.weight_dtype:
+        return config.dtype
+    loss_scaling = ", dynamic loss scaling" if config.dtype == "mixed_float16" else ""
+    where = (
+        f"; on CPUs {config.compute_dtype} kernels are not a GPU's: its speeds do not carry over"
+        if config.device_type == "CPU"
+        else ""
+    )
+    return f"{config.dtype} ({config.compute_dtype} compute, float32 weights and loss{loss_scaling}{where})"
 
 
 def run_machine(config) -> Machine:

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Optional
 
-SCHEMA_VERSION = "2.6"
+SCHEMA_VERSION = "2.7"
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report.schema.json")
 
 
