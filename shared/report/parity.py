@@ -85,9 +85,10 @@ def parity_title(run) -> str:
     explained = next((v.float64 for v in run.verdicts.values() if v.float64 is not None), None)
     if explained is not None:
         title += (
-            f"\nfloat32 failed, so the reference and {', '.join(n for n in run.float64_histories if n != 'reference')} "
-            f"were rerun in float64 ({run.explain_seconds:.1f} s):\n"
-            f"{describe_tolerances('float64', explained.tolerances)}"
+            f"\n{first.dtype} failed, so the reference and "
+            f"{', '.join(n for n in run.float64_histories if n != 'reference')} "
+            f"were rerun in {explained.dtype} ({run.explain_seconds:.1f} s):\n"
+            f"{describe_tolerances(explained.dtype, explained.tolerances)}"
         )
     return title
 
