@@ -16,7 +16,7 @@ from shared.model.mlp import mlp
 from shared.model.registry import definition_for
 from shared.training.loss_scale import GROWTH_STEPS, loss_scale_of, loss_scale_record
 from shared.training.optim import SGD, Adam
-from tests.cli import SMALL, read_report, run_compare
+from tests.cli import SMALL, read_report, run_compare, run_here
 
 MIXED_SMALL = dict(train_examples=512, test_examples=256, epochs=1, devices=2, trainer_process="shared")
 
@@ -135,6 +135,21 @@ def test_each_mixed_policy_is_judged_at_four_epsilon_of_its_compute_dtype(policy
     assert bounds["loss"].atol == bounds["loss"].rtol == tolerance and bounds["weight"].atol == 10 * tolerance
 
 
+def test_a_mixed_float16_difference_beyond_its_tolerance_is_fp16_noise_in_the_last_line(tmp_path):
+    report_path = tmp_path / "report.json"
+    result = run_here(
+        *SMALL, "--hidden", "64,32", "--dtype", "mixed_float16", "--tolerance", "1e-9", "--json", str(report_path)
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert result.stdout.rstrip().endswith("PARITY OK (fp16 noise: dtensor, mirrored)")
+    report = read_report(report_path)
+    assert {name: entry["verdict"] for name, entry in report["parity"].items()} == {
+        "dtensor": "fp16 noise",
+        "mirrored": "fp16 noise",
+    }
+    assert report["config"]["dtype"] == "mixed_float16" and report["trainers"]["dtensor"]["skipped_steps"] == 0
+
+
 def test_a_mixed_difference_beyond_its_tolerance_is_bf16_noise_when_float32_agrees():
     result = check_model(
         "mlp", meshes=("batch=2",), hidden=(64, 32), dtype="mixed_bfloat16", tolerance=1e-9, **MIXED_SMALL
@@ -142,8 +157,10 @@ def test_a_mixed_difference_beyond_its_tolerance_is_bf16_noise_when_float32_agre
     assert result.ok, result.summary()
     for name, verdict in result.verdicts.items():
         assert verdict.verdict == "bf16 noise", (name, verdict.line())
-        assert "mixed_bfloat16 (bfloat16 compute) left its tolerance at step" in verdict.reason
-        assert "float32 agrees on all 4 steps" in verdict.reason
+        step = verdict.float32_left_tolerance_step
+        assert verdict.summary == (
+            f"mixed_bfloat16 (bfloat16 compute) left its tolerance at step {step}; float32 agrees on all 4 steps"
+        )
 
 
 def test_the_tutorial_adam_stays_a_mismatch_in_mixed_bfloat16(tmp_path):
