@@ -11,6 +11,7 @@ from shared.api import check_model
 from shared.config import Config
 from shared.errors import UsageError
 from shared.judge.parity import tolerances
+from shared.model.blocks import attention
 from shared.model.definition import Model, ModelDefinition, Variable
 from shared.model.mlp import mlp
 from shared.model.registry import definition_for
@@ -192,3 +193,19 @@ def test_a_keras_model_in_a_mixed_dtype_is_refused_in_one_line():
         "--dtype mixed_float16 with a Keras model (--model examples/keras_cnn.py:keras_cnn) is not yet supported; "
         "use --dtype float32 or float64"
     )
+
+
+def test_the_causal_mask_stays_finite_in_float16():
+    """1e9 is float16's infinity: the GPT's masked scores were inf - inf = NaN before the mask was capped."""
+    width, heads, head_dim = 4, 2, 2
+    names = ("query", "key", "value")
+    v = {f"b/{name}": tf.ones([width, heads, head_dim], tf.float16) * 0.1 for name in names}
+    v.update({f"b/{name}_bias": tf.zeros([heads, head_dim], tf.float16) for name in names})
+    v.update(
+        {
+            "b/output": tf.ones([heads, head_dim, width], tf.float16) * 0.1,
+            "b/output_bias": tf.zeros([width], tf.float16),
+        }
+    )
+    out = attention(v, "b/", tf.ones([1, 3, width], tf.float16), causal=True)
+    assert out.dtype == tf.float16 and bool(tf.reduce_all(tf.math.is_finite(out)))
