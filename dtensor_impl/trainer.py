@@ -36,6 +36,7 @@ from shared.training import step
 from shared.training.batches import epoch_batches, equal_shape_runs
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
+from shared.training.loss_scale import loss_scale_of, mixed_compute
 from shared.training.losses import label_count
 from shared.training.protocol import Trainer
 
@@ -58,7 +59,8 @@ def steps_per_call(device_type: str, step_operations: int = 0) -> int:
 
 def training_context(model, optimizer, x, record: bool = False):
     """The forward's context in a step: x is the global batch in DTensor's global view (its padding examples last)."""
-    return model.training_context(optimizer.step, tf.range(x.shape[0], dtype=tf.int64), record)
+    positions = tf.range(x.shape[0], dtype=tf.int64)
+    return model.training_context(optimizer.step, positions, record, loss_scale_of(optimizer))
 
 
 def into_layout(value, variable):
@@ -135,7 +137,7 @@ class DTensorTrainer(Trainer):
         self.pad_to = config.batch_size if self.definition.independent_examples else 0  # a short batch: inputs.py
         status(f"dtensor on {self.placement}: placing the variables")
         self.plan = layout_plan(config, self.spec)  # a width an axis does not divide gets zero units
-        values = self.definition.pad(self.definition.initial_values(config.seed, config.dtype), self.plan.sizes)
+        values = self.definition.pad(self.definition.initial_values(config.seed, config.weight_dtype), self.plan.sizes)
         # Why the forward all-gathers the weights split on the batch axis, or why DTensor's expansion computes with
         # them ("" each where it does not): build, choose_forward.
         self.gathered, self.expanded = self.build(values, config.sharded_forward)
@@ -170,7 +172,14 @@ class DTensorTrainer(Trainer):
         """The model and optimizer on the mesh; returns (why the forward all-gathers the weights split on the batch
         axis: `forward` "gather" asked for it, or what choose_forward found for "auto"; why DTensor's expansion
         computes with them), "" for each that does not."""
-        self.model = build_model(self.definition, values, self.mesh, self.plan, seed=self.config.seed)
+        self.model = build_model(
+            self.definition,
+            values,
+            self.mesh,
+            self.plan,
+            seed=self.config.seed,
+            compute_dtype=mixed_compute(self.config),
+        )
         self.optimizer = build_optimizer(self.config, self.model, self.mesh)
         if not any(BATCH_AXIS in spec for spec in self.plan.specs):
             return "", ""
@@ -190,7 +199,15 @@ class DTensorTrainer(Trainer):
         return found
 
     def gathering_model(self, values: Sequence[np.ndarray]):
-        model = build_model(self.definition, values, self.mesh, self.plan, gather=True, seed=self.config.seed)
+        model = build_model(
+            self.definition,
+            values,
+            self.mesh,
+            self.plan,
+            gather=True,
+            seed=self.config.seed,
+            compute_dtype=mixed_compute(self.config),
+        )
         return model, build_optimizer(self.config, model, self.mesh)
 
     def choose_forward(self, values: Sequence[np.ndarray]) -> Tuple[str, str]:

@@ -63,6 +63,7 @@ def build_model(
     plan: Optional[LayoutPlan] = None,
     gather: bool = False,
     seed: int = 0,
+    compute_dtype: Optional[str] = None,
 ) -> Model:
     """The model's variables as DVariables holding `values`, each in its planned layout on `mesh`.
 
@@ -90,6 +91,7 @@ def build_model(
         lambda value, variable: dtensor.DVariable(on_mesh(value, layouts[variable.name]), trainable=variable.trainable),
         all_gathered if gathered else None,
         seed,
+        compute_dtype=compute_dtype,  # a mixed policy's: each weight, sharded or gathered, cast where read
         output=whole_classes(mesh),
     )
 
@@ -110,6 +112,7 @@ def build_optimizer(config: Config, model: Model, mesh: dtensor.Mesh):
         ),
         clip_norm=config.clip_global_norm,
         choice=model.definition.optimizer,  # a compiled Keras Adam or SGD
+        loss_scaled=config.dtype == "mixed_float16",
     )
 
 

@@ -28,6 +28,7 @@ from shared.training import step
 from shared.training.batches import batch_label_counts, epoch_batches
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
+from shared.training.loss_scale import loss_scale_of
 from shared.training.optim import apply_gradients_fused
 from shared.training.protocol import Trainer
 
@@ -49,7 +50,7 @@ def update_mode(config: Config) -> str:
 def training_context(model, optimizer, x, start, record: bool = False):
     """The forward's context on a replica: its examples sit at start.. in the global batch."""
     positions = start + tf.range(tf.shape(x, out_type=tf.int64)[0])
-    return model.training_context(optimizer.step, positions, record)
+    return model.training_context(optimizer.step, positions, record, loss_scale_of(optimizer))
 
 
 def all_reduced(grads):
@@ -242,6 +243,7 @@ def build_models(strategy, config: Config, update: str):
                 [weight.numpy() for weight in primary_model.weights],
                 make_variable,
                 seed=config.seed,
+                compute_dtype=primary_model.compute_dtype,  # a mixed policy's: the replicas compute in it
             )
         return model, optimizer, primary_model
     with strategy.scope():

@@ -24,6 +24,9 @@ FIT_TRAINERS = ("reference", "mirrored")  # --fit's: model.fit on one device, an
 BUILT_IN_MODELS = ("mlp", "vit", "gpt")
 SHARDED_FORWARDS = ("auto", "gather", "expand")  # --sharded-forward: DTensor's forward of batch-split weights
 TUTORIAL_HIDDEN = (700, 500)  # the MLP's hidden layers, --hidden's default (None)
+# --dtype's mixed policies (Keras's names) -> the dtype the forward and backward compute in; weights, optimizer
+# state, the loss and the gradients' combining stay float32 (docs/parity.md, "Mixed precision").
+MIXED_COMPUTE = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 # --help's groups; the fields' order is their order, and the options' order within each.
 WHERE = "what trains where"
 MODEL = "the model"
@@ -159,9 +162,11 @@ class Config:
     dtype: str = option(
         "float32",
         "of weights, Adam slots and losses; float64 starts from the float32 initial values widened, "
-        "and its parity is judged on every step with far tighter tolerances (docs/parity.md)",
+        "and its parity is judged on every step with far tighter tolerances; mixed_bfloat16 and mixed_float16 "
+        "compute the forward and backward in bfloat16 or float16 from float32 weights, mixed_float16 with "
+        "dynamic loss scaling (docs/parity.md)",
         RUN,
-        choices=("float32", "float64"),
+        choices=("float32", "float64", *MIXED_COMPUTE),
     )
     shuffle: bool = option(False, "reshuffle the training set every epoch from --seed", RUN)  # the tutorial does not
 
@@ -375,6 +380,16 @@ class Config:
         if self.fit and self.trainers == TRAINER_NAMES:  # --fit's default trainers: Keras has no DTensor model.fit
             object.__setattr__(self, "trainers", FIT_TRAINERS)
         check(self)
+
+    @property
+    def weight_dtype(self) -> str:
+        """The dtype of the weights, optimizer state and losses: float32 under a mixed policy."""
+        return "float32" if self.dtype in MIXED_COMPUTE else self.dtype
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the forward and backward compute in."""
+        return MIXED_COMPUTE.get(self.dtype, self.dtype)
 
     def replace(self, **changes) -> "Config":
         return dataclasses.replace(self, **changes)

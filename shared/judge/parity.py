@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from shared.judge.mixed import MIXED_TOLERANCE
 from shared.measure.history import History
 
 
@@ -36,7 +37,7 @@ class Tolerance:
 # learning rate 1e4), below 1e-12 at the default 1e-3; 1e-7 sits 100x above the first and 1e5
 # below the smallest real difference seen (0.02). The state checksums (sum |x| of values from
 # 1e-16 to 1e5) are judged relatively only.
-DEFAULT_TOLERANCE = {"float32": 1e-4, "float64": 1e-7}
+DEFAULT_TOLERANCE = {"float32": 1e-4, "float64": 1e-7, **MIXED_TOLERANCE}  # mixed: 4 epsilon (judge/mixed.py)
 WEIGHT_TOLERANCE_FACTOR = 10
 
 

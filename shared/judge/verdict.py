@@ -3,7 +3,9 @@
 `ok` within the run's tolerances; `float noise` when float32 failed and the reference and this
 trainer rerun in float64 from the same start agree; `MISMATCH` when float64 disagrees too (or the
 run was float64), naming the first step and what differs there; `diverged` when a loss went NaN
-or infinite (no rerun). compare.py exits 0 for ok and float noise, 1 otherwise. The rerun costs
+or infinite (no rerun). A mixed run's failure is rerun in float32 (then float64) the same way: `bf16
+noise` or `fp16 noise` when it agrees (shared/judge/mixed.py). compare.py exits 0 for ok and the noise
+verdicts, 1 otherwise. The rerun costs
 about as long as the float32 run of those trainers (docs/parity.md).
 """
 
@@ -11,6 +13,7 @@ import dataclasses
 from typing import Dict, List, Optional, Sequence
 
 from shared.judge.first_difference import FirstDifference
+from shared.judge.mixed import NOISE, left_tolerance, noise_verdict, rerun_dtype, skip_difference
 from shared.judge.parity import Parity, check_parity, describe_first, describe_later, first_non_finite_step
 from shared.measure.history import History
 
@@ -34,7 +37,7 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return self.verdict in (OK, FLOAT_NOISE)
+        return self.verdict in (OK, FLOAT_NOISE, *NOISE.values())
 
     def line(self) -> str:
         """e.g. "ok", "MISMATCH at step 0: loss; ...", "float noise: float32 left its tolerance at ..."."""
@@ -108,27 +111,30 @@ def where_float32_left(parity: Parity, figures: bool = True) -> str:
     table's columns show those, so its summary and the rerun's log line leave them out)."""
     step = parity.first_loss_step_beyond
     if step is not None:
-        return f"float32 left its tolerance at step {step}" + (
+        return f"{left_tolerance(parity.dtype)} left its tolerance at step {step}" + (
             f" (loss diff up to {parity.max_abs_loss_diff:.2g} at step {parity.loss_diff_step}, "
             f"rel {parity.max_rel_loss_diff:.2g})"
             if figures
             else ""
         )
     if "first-step gradients" in parity.differing:
-        return "float32 left its tolerance in the first-step gradients" + (
+        return f"{left_tolerance(parity.dtype)} left its tolerance in the first-step gradients" + (
             f" (diff {parity.max_abs_grad_diff:.2g})" if figures else ""
         )
-    return "float32 left its tolerance in the final weights" + (
+    return f"{left_tolerance(parity.dtype)} left its tolerance in the final weights" + (
         f" (diff {parity.max_abs_weight_diff:.2g})" if figures else ""
     )
 
 
-def explained(float32: Parity, float64: Parity, summarise) -> Verdict:
-    """float noise or MISMATCH, from the float64 rerun's parity."""
+def explained(float32: Parity, float64: Parity, summarise, between: Optional[Parity] = None) -> Verdict:
+    """float noise (bf16 noise, fp16 noise) or MISMATCH, from the wider rerun's parity (`float64`: float32's for a
+    mixed run; `between`: a mixed run's float32 rerun that left its tolerance too, before this float64 one)."""
     if float64.ok:
-        agrees = f"float64 agrees on all {float64.steps} steps"
+        agrees = f"{float64.dtype} agrees on all {float64.steps} steps"
+        if between is not None:
+            agrees = f"{where_float32_left(between, figures=False)} too; {agrees}"
         return Verdict(
-            FLOAT_NOISE,
+            noise_verdict(float32.dtype),
             f"{where_float32_left(float32)}; {agrees} "
             f"(max loss diff {float64.max_abs_loss_diff:.2g}, final weights "
             f"{float64.max_abs_weight_diff:.2g})",
@@ -139,8 +145,8 @@ def explained(float32: Parity, float64: Parity, summarise) -> Verdict:
     verdict = mismatch(
         float64,
         summarise,
-        f"in float64; {where_float32_left(float32)}",
-        f"in float64; {where_float32_left(float32, figures=False)}",
+        f"in {float64.dtype}; {where_float32_left(float32)}",
+        f"in {float64.dtype}; {where_float32_left(float32, figures=False)}",
     )
     verdict.float32_left_tolerance_step = float32.first_loss_step_beyond
     verdict.float64 = float64
@@ -153,6 +159,10 @@ class Judgement:
     # float32 failures that a float64 run of the reference and of them would explain: `explain` decides them
     needs_float64: List[str] = dataclasses.field(default_factory=list)
     float64_histories: Dict[str, History] = dataclasses.field(default_factory=dict)  # those runs', "reference" too
+    # A mixed run's: the dtype the trainers in needs_float64 rerun in next (float32, then float64), and each one's
+    # float32 rerun parity when that left its tolerance too.
+    rerun_dtype: str = "float64"
+    between: Dict[str, Parity] = dataclasses.field(default_factory=dict)
     explain_seconds: float = 0.0  # wall time of the float64 rerun; 0 without one
 
 
@@ -179,11 +189,14 @@ def judge(
     failing = []
     for name, check in parity.items():
         own_step = first_non_finite_step(histories[name])
+        skips = skip_difference(histories[name].skipped_steps, reference.skipped_steps)
         if own_step is not None or reference_step is not None:
             verdicts[name] = diverged(histories[name], own_step, reference_step, check)
+        elif skips:  # mixed_float16: one decision per step, taken from the combined gradient, as the reference's
+            verdicts[name] = Verdict(MISMATCH, skips, differing=["skipped steps"])
         elif check.ok:
             verdicts[name] = Verdict(OK)
-        elif check.dtype != "float32":
+        elif rerun_dtype(check.dtype) is None:
             verdicts[name] = mismatch(check, summarise)
         else:
             failing.append(name)
@@ -192,12 +205,12 @@ def judge(
         for name in failing:
             verdicts[name] = mismatch(parity[name], summarise, f"float32, not rerun in float64: {why_not}")
         failing = []
-    return Judgement(verdicts, failing)
+    return Judgement(verdicts, failing, rerun_dtype=rerun_dtype(config.dtype) or "float64")
 
 
-def rerun_line(name: str, parity: Parity) -> str:
-    """What the run logs before it reruns `name` in float64 to explain its float32 failure."""
-    return f"{name}: {where_float32_left(parity, figures=False)}; rerunning reference and {name} in float64 to explain"
+def rerun_line(name: str, parity: Parity, dtype: str = "float64") -> str:
+    """What the run logs before it reruns `name` in `dtype` to explain its failure."""
+    return f"{name}: {where_float32_left(parity, figures=False)}; rerunning reference and {name} in {dtype} to explain"
 
 
 def explain(judgement: Judgement, parity: Dict[str, Parity], reruns: Dict, summarise, seconds: float) -> None:
@@ -208,28 +221,40 @@ def explain(judgement: Judgement, parity: Dict[str, Parity], reruns: Dict, summa
         name: result.history for name, result in reruns.items() if result.history is not None
     }
     reference64 = reruns["reference"].history
+    wider = []
     for name in judgement.needs_float64:
         judgement.verdicts[name] = explain_one(
-            parity[name], reruns[name], reference64, reruns["reference"].error, summarise
+            parity[name], reruns[name], reference64, reruns["reference"].error, summarise, judgement.between.get(name)
         )
-    judgement.needs_float64 = []
+        rerun = judgement.verdicts[name].float64
+        if judgement.rerun_dtype == "float32" and rerun is not None and not rerun.ok:  # float32 noisy itself
+            judgement.between[name] = rerun
+            wider.append(name)
+    judgement.needs_float64 = wider
+    judgement.rerun_dtype = "float64"
 
 
 def explain_one(
-    float32: Parity, rerun_result, reference64: Optional[History], reference_error: str, summarise
+    float32: Parity,
+    rerun_result,
+    reference64: Optional[History],
+    reference_error: str,
+    summarise,
+    between: Optional[Parity] = None,
 ) -> Verdict:
     """The verdict on one trainer from its float64 rerun (a result with .history and .error)."""
+    wider = "float64" if between is not None else rerun_dtype(float32.dtype)
     if reference64 is None or rerun_result.history is None:
         error = reference_error if reference64 is None else rerun_result.error
-        return mismatch(float32, summarise, f"float32; the float64 rerun failed: {error}")
+        return mismatch(float32, summarise, f"{float32.dtype}; the {wider} rerun failed: {error}")
     float64 = check_parity(rerun_result.history, reference64)
     for history in (rerun_result.history, reference64):
         step = first_non_finite_step(history)
         if step is not None:
             return mismatch(
-                float32, summarise, f"float32; the float64 rerun of {history.trainer} diverged at step {step}"
+                float32, summarise, f"{float32.dtype}; the {wider} rerun of {history.trainer} diverged at step {step}"
             )
-    return explained(float32, float64, summarise)
+    return explained(float32, float64, summarise, between)
 
 
 def names_of(verdicts: Dict[str, Verdict], verdict: str) -> Sequence[str]:

@@ -40,7 +40,8 @@ class History:
     memory_per_device: list = dataclasses.field(
         default_factory=list
     )  # [shared.measure.memory.DeviceMemory], after training
-    dtype: str = "float32"  # of the weights, slots and losses (--dtype)
+    dtype: str = "float32"  # of the weights, slots and losses (--dtype), or the mixed policy
+    skipped_steps: Optional[int] = None  # mixed_float16: steps its loss scaling skipped (non-finite gradient)
     # float64 runs only (shared/measure/checksums.py): [variables] float64 checksums of the training state
     # that each step starts from, then of the final state (steps + 1 entries), and what each row is.
     step_state_checksums: List[np.ndarray] = dataclasses.field(default_factory=list)

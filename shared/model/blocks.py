@@ -55,7 +55,7 @@ def attention(v, prefix, x, causal: bool = False):
     if causal:  # a large negative score above the diagonal: its softmax weight is 0
         length = tf.shape(x)[1]
         future = 1.0 - tf.linalg.band_part(tf.ones([length, length], scores.dtype), -1, 0)
-        scores -= future * tf.constant(1e9, scores.dtype)
+        scores -= future * tf.constant(min(1e9, scores.dtype.max / 2), scores.dtype)  # float16's max is 65504
     context = tf.einsum("nhpq,nqhk->nphk", tf.nn.softmax(scores, axis=-1), values)
     return tf.einsum("nphk,hkd->npd", context, v[f"{prefix}output"]) + v[f"{prefix}output_bias"]
 

@@ -318,9 +318,13 @@ class Model(tf.Module):
         gather=None,
         seed: int = 0,
         output=None,
+        compute_dtype: Optional[str] = None,
     ):
         super().__init__()
         self.definition = definition
+        # A mixed policy's (Config.compute_dtype): the forward reads its weights and inputs cast to it and hands back
+        # float32 logits, so the loss and every gradient of a weight are float32; None: the weights' own dtype.
+        self.compute_dtype = compute_dtype
         self.seed = seed  # the run's: what dropout's numbers are drawn from (shared/model/forward.py)
         # gather(weight, variable) -> the value the forward computes with (DTensor: a weight split on the batch
         # axis, all-gathered there, as FSDP does); None: the weight itself.
@@ -359,19 +363,28 @@ class Model(tf.Module):
         weights = self.weights
         if self._gather is not None:
             weights = [self._gather(weight, variable) for weight, variable in zip(weights, self.definition.variables)]
+        compute = tf.as_dtype(self.compute_dtype or weights[0].dtype)
+        if compute != weights[0].dtype:  # the cast's gradient is the float32 gradient of the weight
+            weights = [tf.cast(weight, compute) if weight.dtype.is_floating else weight for weight in weights]
         if tf.as_dtype(inputs.dtype).is_floating:  # float32 inputs into a float64 model: widened exactly, per batch
-            inputs = tf.cast(inputs, weights[0].dtype)
+            inputs = tf.cast(inputs, compute)
         named = dict(zip(self.definition.names, weights))
         if self.definition.takes_context:
-            logits = self.definition.forward(named, inputs, context or ForwardContext())
+            context = context or ForwardContext()
+            context.compute_dtype = tf.as_dtype(compute)
+            logits = self.definition.forward(named, inputs, context)
         else:
             logits = self.definition.forward(named, inputs)
+        if self.compute_dtype is not None:
+            logits = tf.cast(logits, tf.float32)  # the loss in float32
         return logits if self._output is None else self._output(logits)
 
-    def training_context(self, step, positions, record: bool = False) -> ForwardContext:
+    def training_context(self, step, positions, record: bool = False, loss_scale=None) -> ForwardContext:
         """The context of a training step: the run's seed, the optimizer's step before the update, each example's
-        position in the global batch."""
-        return ForwardContext(training=True, seed=self.seed, step=step, positions=positions, record=record)
+        position in the global batch; `loss_scale`: mixed_float16's (shared/training/loss_scale.py), else None."""
+        context = ForwardContext(training=True, seed=self.seed, step=step, positions=positions, record=record)
+        context.loss_scale = loss_scale
+        return context
 
     def apply_updates(self, context: ForwardContext, relayout=None) -> None:
         """Assign the running statistics the forward asked for (`relayout(value, variable)`: into its layout)."""

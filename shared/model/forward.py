@@ -43,7 +43,8 @@ def uniform_like(x: tf.Tensor, positions: tf.Tensor, key: tf.Tensor) -> tf.Tenso
 
 
 class ForwardContext:
-    """One forward pass's requests: `training`, `dropout`, `update` (running statistics) and `tap`.
+    """One forward pass's requests: `training`, `dropout`, `update` (running statistics) and `tap`; what it computes
+    in: `compute_dtype`.
 
     A trainer makes one per forward: `training` with the run's seed, the optimizer's step (before the update)
     and each example's position in the global batch; evaluation and serving make a default one.
@@ -64,6 +65,10 @@ class ForwardContext:
         self.taps: List[Tuple[str, tf.Tensor]] = []  # (name, value) in forward order, when recording
         self.losses: List[tf.Tensor] = []  # the model's own scalar losses (a Keras model's regularizers, add_loss)
         self.random_calls = 0
+        # The dtype the forward computes in (float32 weights cast to bfloat16 or float16 under a mixed --dtype), set
+        # by the model before it calls the forward: a forward making its own tensors makes them in it.
+        self.compute_dtype: tf.DType = tf.float32
+        self.loss_scale: Optional[tf.Tensor] = None  # mixed_float16: what the trainer multiplies the loss by
 
     def dropout(self, x: tf.Tensor, rate: float) -> tf.Tensor:
         """x with each element zeroed at `rate` and the rest scaled by 1 / (1 - rate), in training only; the same

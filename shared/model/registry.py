@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
-from shared.config import BUILT_IN_MODELS, TUTORIAL_HIDDEN
+from shared.config import BUILT_IN_MODELS, MIXED_COMPUTE, TUTORIAL_HIDDEN
 from shared.errors import UsageError, installed, one_line
 from shared.model.definition import Model, ModelDefinition, check_definition
 from shared.model.gpt import gpt
@@ -50,7 +50,13 @@ def register(definition, source: str, seed: int = 0) -> str:
 def definition_for(config) -> ModelDefinition:
     """The run's model: config.model with config.hidden (the MLP's only), config.dropout (the built-in ones') and
     config.seed (a Keras model's initial values)."""
-    return load(config.model, config.hidden, config.dropout, config.seed)
+    definition = load(config.model, config.hidden, config.dropout, config.seed)
+    if definition.keras_model is not None and config.dtype in MIXED_COMPUTE:  # the Keras path is being reworked
+        raise UsageError(
+            f"--dtype {config.dtype} with a Keras model (--model {config.model}) is not yet supported; "
+            f"use --dtype float32 or float64"
+        )
+    return definition
 
 
 @functools.lru_cache(maxsize=None)

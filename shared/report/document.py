@@ -60,7 +60,7 @@ def compute_facts(run) -> dict:
     return {
         "flops_per_example": flops,
         "matmul_peak_gflops": run.matmul_peak_gflops,
-        "matmul_peak_dtype": run.config.dtype,
+        "matmul_peak_dtype": run.config.compute_dtype,
         "achieved_gflops": achieved,
         "yardstick_gflops": measured[0],
         "yardstick": measured[1],
@@ -131,6 +131,7 @@ def trainer_dict(result, train_examples: int, link_gbps) -> dict:
         "peak_memory_rise_mb": result.peak_memory_rise_mb,
         "memory_per_device": [dataclasses.asdict(record) for record in history.memory_per_device],
         "details": history.details,
+        "skipped_steps": history.skipped_steps,  # mixed_float16's loss scaling; None in other dtypes
         "final_weights": digests(history),  # shared/judge/digest.py: what --baseline compares
         "collectives": profile_report.implementation_dict(history.collectives),
         "step_profile": profile_report.profile_dict(history.step_profile),  # --profile

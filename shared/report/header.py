@@ -78,7 +78,21 @@ def describe_training(config) -> str:
     name = choice.name if choice else config.optimizer
     adam = f" ({config.adam} Adam)" if name == "adam" else ""
     rate = f"the model's compiled {choice.description}" if choice else f"lr {config.learning_rate:g}"
-    return f"{name} {rate}{adam}{clipping}; {config.dtype}; seed {config.seed}{order}"
+    dtype = describe_dtype(config)
+    return f"{name} {rate}{adam}{clipping}; {dtype}; seed {config.seed}{order}"
+
+
+def describe_dtype(config) -> str:
+    """The run's dtype; a mixed policy's compute dtype, and on CPUs that its kernels there are not a GPU's."""
+    if config.compute_dtype == config.weight_dtype:
+        return config.dtype
+    loss_scaling = ", dynamic loss scaling" if config.dtype == "mixed_float16" else ""
+    where = (
+        f"; on CPUs {config.compute_dtype} kernels are not a GPU's: its speeds do not carry over"
+        if config.device_type == "CPU"
+        else ""
+    )
+    return f"{config.dtype} ({config.compute_dtype} compute, float32 weights and loss{loss_scaling}{where})"
 
 
 def run_machine(config) -> Machine:

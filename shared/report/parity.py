@@ -4,7 +4,9 @@ last line, and the JSON report's `parity` and `float64_rerun` entries (shared/ju
 import dataclasses
 from typing import List, Optional
 
+from shared.config import MIXED_COMPUTE
 from shared.judge.digest import digests
+from shared.judge.mixed import noise_verdict
 from shared.judge.verdict import DIVERGED, FLOAT_NOISE
 
 PARITY_HEADERS = [
@@ -85,19 +87,22 @@ def parity_title(run) -> str:
     explained = next((v.float64 for v in run.verdicts.values() if v.float64 is not None), None)
     if explained is not None:
         title += (
-            f"\nfloat32 failed, so the reference and {', '.join(n for n in run.float64_histories if n != 'reference')} "
-            f"were rerun in float64 ({run.explain_seconds:.1f} s):\n"
-            f"{describe_tolerances('float64', explained.tolerances)}"
+            f"\n{first.dtype} failed, so the reference and "
+            f"{', '.join(n for n in run.float64_histories if n != 'reference')} "
+            f"were rerun in {explained.dtype} ({run.explain_seconds:.1f} s):\n"
+            f"{describe_tolerances(explained.dtype, explained.tolerances)}"
         )
     return title
 
 
 def last_line(run, passed: bool) -> str:
-    """PARITY OK or PARITY FAILED, naming the trainers whose float32 difference was float noise, or that diverged."""
-    noise = [name for name, v in run.verdicts.items() if v.verdict == FLOAT_NOISE]
+    """PARITY OK or PARITY FAILED, naming the trainers whose float32 (or mixed) difference was float noise (bf16 or
+    fp16 noise), or that diverged."""
+    kind = noise_verdict(run.config.dtype) if run.config.dtype in MIXED_COMPUTE else FLOAT_NOISE
+    noise = [name for name, v in run.verdicts.items() if v.verdict == kind]
     diverged = [name for name, v in run.verdicts.items() if v.verdict == DIVERGED]
     if passed:
-        return "PARITY OK" + (f" (float noise: {', '.join(noise)})" if noise else "")
+        return "PARITY OK" + (f" ({kind}: {', '.join(noise)})" if noise else "")
     return "PARITY FAILED" + (f" (diverged: {', '.join(diverged)})" if diverged else "")
 
 

@@ -103,4 +103,4 @@ def matmul_peak_for(run: RunResult) -> Optional[float]:
     train_examples = len(run.data.y_train)
     if not any(throughput(result.history, train_examples) for result in run.results.values() if not result.failed):
         return None
-    return matmul_peak_gflops(run.devices[0], dtype=run.config.dtype)
+    return matmul_peak_gflops(run.devices[0], dtype=run.config.compute_dtype)

@@ -8,6 +8,7 @@ trainers need a float64 run; only this module trains them.
 """
 
 import dataclasses
+import functools
 import itertools
 import threading
 import time
@@ -217,10 +218,11 @@ def untimed_on_error(made: Callable[[], object]) -> Optional[object]:
         return None
 
 
-def float64_config(config: Config) -> Config:
-    """The run again in float64, quietly: no epoch lines, checkpoints, export or profile; float64's own tolerances."""
+def float64_config(config: Config, dtype: str = "float64") -> Config:
+    """The run again in float64 (or `dtype`: a mixed run's float32 rerun), quietly: no epoch lines, checkpoints,
+    export or profile; that dtype's own tolerances."""
     return config.replace(
-        dtype="float64", quiet=True, checkpoint_dir=None, export=None, tolerance=None, profile=False, link_gbps=None
+        dtype=dtype, quiet=True, checkpoint_dir=None, export=None, tolerance=None, profile=False, link_gbps=None
     )
 
 
@@ -246,11 +248,11 @@ def pinned_entry(entry: Entry, results: Dict[str, TrainerResult]) -> Entry:
     return dataclasses.replace(entry, config=trainer_spec(entry.trainer).pinned(entry.config, result.history))
 
 
-def train_float64(train: Train, entry: Entry, control: RunControl = PLAIN_RUN) -> TrainerResult:
-    """An entry's float64 run: a trainer that cannot run in float64 here (TensorFlow 2.12's DTensor)
+def train_float64(train: Train, entry: Entry, control: RunControl = PLAIN_RUN, dtype: str = "float64") -> TrainerResult:
+    """An entry's float64 run (or `dtype`'s): a trainer that cannot run in float64 here (TensorFlow 2.12's DTensor)
     fails its rerun with the reason, after the float32 run has trained; no exit 2."""
     try:
-        return train(entry, float64_config(entry.config), control)
+        return train(entry, float64_config(entry.config, dtype), control)
     except UsageError as error:
         return TrainerResult(entry.key, error=str(error))
 
@@ -367,22 +369,29 @@ def timed_control(config: Config, timed: bool, evaluate: bool = True) -> RunCont
 
 def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: Train, log, lanes=()) -> None:
     """The float64 reruns the judge asks for, of the reference and each trainer whose float32 parity failed (those
-    on `lanes`, two at a time, where the run has them), and the judge's verdicts from them."""
-    if not judgement.needs_float64:
-        return
+    on `lanes`, two at a time, where the run has them), and the judge's verdicts from them. A mixed run's failures
+    rerun in float32 first, and those whose float32 rerun fails too in float64 (shared/judge/mixed.py)."""
+    while judgement.needs_float64:
+        rerun_wider(config, judgement, parity, entries, train, log, lanes)
+
+
+def rerun_wider(config: Config, judgement, parity, entries: Sequence[Entry], train: Train, log, lanes=()) -> None:
+    """One round of `explain`: the reference and judgement.needs_float64 in judgement.rerun_dtype, then the verdicts."""
+    dtype, between = judgement.rerun_dtype, judgement.between
     for key in judgement.needs_float64:
-        log(verdict.rerun_line(key, parity[key]))
+        log(verdict.rerun_line(key, between.get(key, parity[key]), dtype))
     started = time.perf_counter()
     wanted = [entry for entry in entries if entry.key in judgement.needs_float64]
     reruns = {}
+    rerun = functools.partial(train_float64, dtype=dtype)
 
     def rerun_the_reference(beside_lanes: bool) -> None:  # by this thread, while the lanes rerun the others
-        reruns[entries[0].key] = train_float64(train, entries[0], RunControl(progress_bar=not beside_lanes))
+        reruns[entries[0].key] = rerun(train, entries[0], RunControl(progress_bar=not beside_lanes))
 
-    on_lanes = side_by_side(wanted, lanes, PLAIN_RUN, train_float64, rerun_the_reference)
-    reruns.update((entry.key, on_lanes.get(entry.key) or train_float64(train, entry)) for entry in wanted)
+    on_lanes = side_by_side(wanted, lanes, PLAIN_RUN, rerun, rerun_the_reference)
+    reruns.update((entry.key, on_lanes.get(entry.key) or rerun(train, entry)) for entry in wanted)
     seconds = time.perf_counter() - started
-    log(f"float64 rerun of reference, {', '.join(judgement.needs_float64)}: {seconds:.1f} s")
+    log(f"{dtype} rerun of reference, {', '.join(judgement.needs_float64)}: {seconds:.1f} s")
     verdict.explain(judgement, parity, reruns, definition_for(config).summarise_state, seconds)
 
 

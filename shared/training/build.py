@@ -6,6 +6,7 @@ import tensorflow as tf
 from shared.config import Config
 from shared.model.definition import Model
 from shared.model.registry import definition_for
+from shared.training.loss_scale import mixed_compute
 from shared.training.optim import make_optimizer
 
 
@@ -13,7 +14,8 @@ def build_model_and_optimizer(config: Config, make_variable=None):
     """The run's model from the shared initial values and its optimizer, all as plain tf.Variables:
     under `strategy.scope()` MirroredVariables, under `tf.device` placed there (`make_variable`: Model's)."""
     definition = definition_for(config)
-    model = Model(definition, definition.initial_values(config.seed, config.dtype), make_variable, seed=config.seed)
+    values = definition.initial_values(config.seed, config.weight_dtype)
+    model = Model(definition, values, make_variable, seed=config.seed, compute_dtype=mixed_compute(config))
     optimizer = make_optimizer(
         config.optimizer,
         config.adam,
@@ -23,5 +25,6 @@ def build_model_and_optimizer(config: Config, make_variable=None):
         make_step=lambda: tf.Variable(0, dtype=tf.int64),
         clip_norm=config.clip_global_norm,
         choice=definition.optimizer,  # a compiled Keras Adam or SGD
+        loss_scaled=config.dtype == "mixed_float16",
     )
     return model, optimizer

@@ -18,6 +18,7 @@ from shared.training.batches import batch_slices, epoch_batches
 from shared.training.checkpoint import TrainingState
 from shared.training.data import Dataset
 from shared.training.export import export_trainer
+from shared.training.loss_scale import loss_scale_record, skipped_steps
 from shared.training.losses import host_label_count
 from shared.training.optim import clipping_record
 from shared.training.protocol import Progress, RunControl, Trainer
@@ -127,6 +128,9 @@ def finish(trainer: Trainer, config: Config, data: Dataset, history: History, co
     clipping = clipping_record(trainer.optimizer)
     if clipping:
         history.details["clipping"] = clipping
+    history.skipped_steps = skipped_steps(trainer.optimizer)
+    if history.skipped_steps is not None:
+        history.details["loss scaling"] = loss_scale_record(trainer.optimizer)
     trainer.finish(history)
     definition = trainer.model.definition
     export_trainer(

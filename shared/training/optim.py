@@ -17,6 +17,8 @@ from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
+from shared.training.loss_scale import DynamicLossScale, all_finite, kept
+
 ADAM_BETA_1 = 0.9
 ADAM_BETA_2 = 0.999
 ADAM_EPSILON = 1e-7
@@ -79,22 +81,41 @@ def rate_at(learning_rate, updates_before, dtype):
     return learning_rate
 
 
+def screened(optimizer, grads):
+    """mixed_float16: (the combined gradient with zeros for a skipped step's, whether the step is taken), the loss
+    scale updated by Keras's rules (shared/training/loss_scale.py); (grads, None) without loss scaling."""
+    if optimizer.loss_scale is None:
+        return grads, None
+    finite = all_finite(grads)
+    optimizer.loss_scale.update(finite)
+    return [kept(finite, grad, tf.zeros_like(grad)) for grad in grads], finite
+
+
+def counted_step(step, finite):
+    """The step count after this update: one more, unless loss scaling skipped it."""
+    return step if finite is None else step - 1 + tf.cast(finite, step.dtype)
+
+
 class SGD(tf.Module):
     """Plain SGD; `step` counts its updates (what dropout's numbers are drawn from, as Adam's)."""
 
-    def __init__(self, learning_rate: float, make_step: Callable, clip_norm: Optional[float] = None):
+    def __init__(
+        self, learning_rate: float, make_step: Callable, clip_norm: Optional[float] = None, loss_scaled: bool = False
+    ):
         super().__init__()
         self.learning_rate = learning_rate
         self.step = make_step()
         self.clip_norm = clip_norm
         if clip_norm is not None:
             self.clipped = make_step()
+        self.loss_scale = DynamicLossScale(make_step) if loss_scaled else None
 
     def apply_gradients(self, grads, variables):
         before = self.step.read_value()
-        for grad, var in zip(clipped(self, dense(grads)), variables):
+        grads, finite = screened(self, dense(grads))  # a skipped step's zeros leave every weight as it is
+        for grad, var in zip(clipped(self, grads), variables):
             var.assign_sub(rate_at(self.learning_rate, before, var.dtype) * grad)
-        self.step.assign(before + 1)
+        self.step.assign(counted_step(before + 1, finite))
 
 
 class Adam(tf.Module):
@@ -113,6 +134,7 @@ class Adam(tf.Module):
         formulation: str = "fixed",
         clip_norm: Optional[float] = None,
         moments: Sequence[float] = (ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON),
+        loss_scaled: bool = False,
     ):
         super().__init__()
         self.learning_rate = learning_rate
@@ -125,32 +147,35 @@ class Adam(tf.Module):
         if clip_norm is not None:
             self.clipped = make_step()
         self.tutorial_t = 1.0  # the tutorial's Python-float step count (only for "tutorial")
+        self.loss_scale = DynamicLossScale(make_step) if loss_scaled else None
 
     def apply_gradients(self, grads, variables):
-        grads = clipped(self, dense(grads))
+        grads, finite = screened(self, dense(grads))  # mixed_float16: `finite` False skips the step
+        grads = clipped(self, grads)
         if self.formulation == "tutorial":
-            return self._apply_as_tutorial(grads, variables)
+            return self._apply_as_tutorial(grads, variables, finite)
         # Read the step once, write it last: DTensor would re-read a stale value after a write.
         step = self.step.read_value() + 1
         for grad, var, m, v in zip(grads, variables, self.m, self.v):
             rate = rate_at(self.learning_rate, step - 1, var.dtype)
-            decrease, new_m, new_v = adam_update(
-                grad, m.read_value(), v.read_value(), tf.cast(step, var.dtype), rate, *self.moments
-            )
-            m.assign(new_m)
-            v.assign(new_v)
-            var.assign_sub(decrease)
-        self.step.assign(step)
+            old_m, old_v = m.read_value(), v.read_value()
+            decrease, new_m, new_v = adam_update(grad, old_m, old_v, tf.cast(step, var.dtype), rate, *self.moments)
+            m.assign(kept(finite, new_m, old_m))
+            v.assign(kept(finite, new_v, old_v))
+            var.assign_sub(kept(finite, decrease, tf.zeros_like(decrease)))
+        self.step.assign(counted_step(step, finite))
 
-    def _apply_as_tutorial(self, grads, variables):
-        """The tutorial's Adam.apply_gradients, kept verbatim in substance (see the module docstring)."""
+    def _apply_as_tutorial(self, grads, variables, finite=None):
+        """The tutorial's Adam.apply_gradients, kept verbatim in substance (see the module docstring); `finite`
+        False (mixed_float16's skipped step) keeps the slots as they were."""
         beta_1, beta_2, ep = ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON
         for i, (d_var, var) in enumerate(zip(grads, variables)):
-            self.m[i].assign(beta_1 * self.m[i] + (1 - beta_1) * d_var)
-            self.v[i].assign(beta_2 * self.v[i] + (1 - beta_2) * tf.square(d_var))
+            self.m[i].assign(kept(finite, beta_1 * self.m[i] + (1 - beta_1) * d_var, self.m[i]))
+            self.v[i].assign(kept(finite, beta_2 * self.v[i] + (1 - beta_2) * tf.square(d_var), self.v[i]))
             m_dvar_bc = self.m[i] / (1 - (beta_1**self.tutorial_t))  # read after assign
             v_dvar_bc = self.v[i] / (1 - (beta_2**self.tutorial_t))
-            var.assign_sub(self.learning_rate * (m_dvar_bc / (tf.sqrt(v_dvar_bc) + ep)))
+            decrease = self.learning_rate * (m_dvar_bc / (tf.sqrt(v_dvar_bc) + ep))
+            var.assign_sub(kept(finite, decrease, tf.zeros_like(decrease)))
         self.tutorial_t += 1.0  # Python float: runs at trace time only
 
 
@@ -176,16 +201,20 @@ def make_optimizer(
     make_step: Callable,
     clip_norm: Optional[float] = None,
     choice=None,
+    loss_scaled: bool = False,
 ):
     """The run's optimizer: `name` at `learning_rate`, or the model's own `choice` (ModelDefinition.optimizer: a
-    compiled Keras Adam or SGD, its hyperparameters and schedule)."""
+    compiled Keras Adam or SGD, its hyperparameters and schedule); `loss_scaled`: mixed_float16's dynamic loss
+    scaling (shared/training/loss_scale.py)."""
     if choice is not None:
         name, learning_rate = choice.name, choice.learning_rate
     if name == "sgd":
-        return SGD(learning_rate, make_step, clip_norm)
+        return SGD(learning_rate, make_step, clip_norm, loss_scaled)
     moments = (choice.beta_1, choice.beta_2, choice.epsilon) if choice is not None else None
     extra = {"moments": moments} if moments else {}
-    return Adam(variables, learning_rate, zeros_like, make_step, adam_formulation, clip_norm, **extra)
+    return Adam(
+        variables, learning_rate, zeros_like, make_step, adam_formulation, clip_norm, loss_scaled=loss_scaled, **extra
+    )
 
 
 def clipping_record(optimizer) -> Optional[str]:

@@ -22,6 +22,7 @@ from shared.training.batches import epoch_batches, step_chunks
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
 from shared.training.keras_fit import KerasFitTrainer
+from shared.training.loss_scale import loss_scale_of
 from shared.training.losses import host_label_count, label_count
 from shared.training.optim import apply_gradients_fused
 from shared.training.protocol import Trainer, TrainerSpec
@@ -29,7 +30,8 @@ from shared.training.protocol import Trainer, TrainerSpec
 
 def training_context(model, optimizer, x, record: bool = False):
     """The forward's context in a step: every example of x is the global batch's, in order."""
-    return model.training_context(optimizer.step, tf.range(tf.shape(x, out_type=tf.int64)[0]), record)
+    positions = tf.range(tf.shape(x, out_type=tf.int64)[0])
+    return model.training_context(optimizer.step, positions, record, loss_scale_of(optimizer))
 
 
 @tf.function

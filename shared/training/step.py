@@ -12,6 +12,7 @@ from shared.measure.checksums import state_checksums
 from shared.measure.memory import DeviceMemory, located_bytes, tally
 from shared.measure.taps import Taps
 from shared.model.forward import ForwardContext
+from shared.training.loss_scale import scaled, unscaled
 from shared.training.losses import correct_count, label_count, loss_sum, mean_loss, with_model_losses
 from shared.training.optim import dense
 
@@ -24,7 +25,8 @@ def loss_and_gradients(model, x, y, count, context: ForwardContext, example_weig
         with tf.name_scope(profile.FORWARD_SCOPE):  # the scopes name the step's parts for --profile
             logits = model(x, context)
             loss = training_loss(model, logits, y, count, context, example_weights, piece)
-    return logits, loss, dense(tape.gradient(loss, model.trainable))
+            backward_from = scaled(loss, context.loss_scale)  # mixed_float16: loss_scale.py
+    return logits, loss, unscaled(dense(tape.gradient(backward_from, model.trainable)), context.loss_scale)
 
 
 def training_loss(model, logits, y, count, context: ForwardContext, example_weights=None, piece: bool = False):

@@ -1,0 +1,211 @@
+"""--dtype mixed_bfloat16 / mixed_float16: float32 weights, the forward and backward in the low precision, the loss
+and the combining in float32; mixed_float16's dynamic loss scaling; the mixed tolerances and their float32 rerun."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from shared.api import check_model
+from shared.config import Config
+from shared.errors import UsageError
+from shared.judge.parity import tolerances
+from shared.model.blocks import attention
+from shared.model.definition import Model, ModelDefinition, Variable
+from shared.model.mlp import mlp
+from shared.model.registry import definition_for
+from shared.training.loss_scale import GROWTH_STEPS, loss_scale_of, loss_scale_record
+from shared.training.optim import SGD, Adam
+from tests.cli import SMALL, read_report, run_compare, run_here
+
+MIXED_SMALL = dict(train_examples=512, test_examples=256, epochs=1, devices=2, trainer_process="shared")
+
+
+def test_the_forward_computes_in_bfloat16_from_float32_weights_and_hands_back_float32_logits():
+    definition = mlp((16,))
+    values = definition.initial_values(seed=3)
+    model = Model(definition, values, compute_dtype="bfloat16")
+    x = tf.constant(np.random.default_rng(0).random((4, 784)), tf.float32)
+    with tf.GradientTape() as tape:
+        logits = model(x)
+        total = tf.reduce_sum(logits)
+    gradients = tape.gradient(total, model.trainable)
+    low = [tf.cast(value, tf.bfloat16) for value in values]
+    hidden = tf.nn.relu(tf.matmul(tf.cast(x, tf.bfloat16), low[0]) + low[1])
+    expected = tf.cast(tf.matmul(hidden, low[2]) + low[3], tf.float32)
+    assert logits.dtype == tf.float32 and all(g.dtype == tf.float32 for g in gradients)
+    assert all(weight.dtype == tf.float32 for weight in model.weights)
+    np.testing.assert_array_equal(logits.numpy(), expected.numpy())  # bit for bit: the same bfloat16 ops
+    float32 = Model(definition, values)(x).numpy()
+    assert 1e-4 < np.max(np.abs(float32 - logits.numpy())) < 0.1  # bfloat16's rounding, not float32's
+
+
+def test_a_forward_that_takes_a_context_is_told_its_compute_dtype():
+    seen = []
+
+    def forward(variables, x, context):
+        seen.append(context.compute_dtype)
+        return tf.matmul(x, variables["w"])
+
+    definition = ModelDefinition("told", (Variable("w", (3, 2)),), forward, 12, input_shape=(3,), classes=2)
+    Model(definition, definition.initial_values(0), compute_dtype="float16")(tf.ones([1, 3]))
+    Model(definition, definition.initial_values(0))(tf.ones([1, 3]))
+    assert seen == [tf.float16, tf.float32]
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_every_trainer_and_mesh_matches_the_mixed_reference_within_its_tolerance(policy):
+    result = check_model("mlp", meshes=("batch=2", "batch=1,model=2"), hidden=(64, 32), dtype=policy, **MIXED_SMALL)
+    assert result.ok, result.summary()
+    assert {name: v.verdict for name, v in result.verdicts.items()} == dict.fromkeys(
+        ("dtensor batch=2", "dtensor batch=1,model=2", "mirrored"), "ok"
+    )
+    for name, trainer in result.run.results.items():
+        assert trainer.history.dtype == policy, name
+        assert trainer.history.skipped_steps == (0 if policy == "mixed_float16" else None), name
+    assert max(parity.max_abs_loss_diff for parity in result.parity.values()) < tolerances(policy)["loss"].atol
+
+
+def test_sharded_weights_compute_in_bfloat16_too():
+    result = check_model(
+        "mlp", meshes=("batch=2",), hidden=(64, 32), dtype="mixed_bfloat16", shard_weights=True, **MIXED_SMALL
+    )
+    assert result.ok, result.summary()
+
+
+def loss_scaled_optimizer(make, weights):
+    step = lambda: tf.Variable(0, dtype=tf.int64)  # noqa: E731
+    if make is SGD:
+        return SGD(0.1, step, loss_scaled=True)
+    return Adam(weights, 0.1, lambda v: tf.Variable(tf.zeros_like(v)), step, loss_scaled=True)
+
+
+@pytest.mark.parametrize("make", [SGD, Adam])
+def test_a_non_finite_gradient_skips_the_step_and_halves_the_scale_as_keras_does(make):
+    weights = [tf.Variable([1.0, 1.0])]
+    optimizer = loss_scaled_optimizer(make, weights)
+    assert float(loss_scale_of(optimizer)) == 2.0**15
+    optimizer.apply_gradients([tf.constant([1.0, 1.0])], weights)
+    taken = weights[0].numpy().copy()
+    slots = [slot[0].numpy().copy() for slot in (optimizer.m, optimizer.v)] if make is Adam else []
+    optimizer.apply_gradients([tf.constant([np.inf, 1.0])], weights)
+    np.testing.assert_array_equal(weights[0].numpy(), taken)  # skipped: weights unchanged
+    assert float(loss_scale_of(optimizer)) == 2.0**14 and int(optimizer.step.numpy()) == 1
+    for slot, before in zip((getattr(optimizer, "m", None), getattr(optimizer, "v", None)), slots):
+        np.testing.assert_array_equal(slot[0].numpy(), before)  # skipped: Adam's slots unchanged, finite
+    assert loss_scale_record(optimizer) == "loss scale 16384, 1 of 2 steps skipped (non-finite gradient)"
+
+
+def test_the_scale_doubles_after_2000_finite_steps_in_a_row():
+    weights = [tf.Variable([1.0])]
+    optimizer = loss_scaled_optimizer(SGD, weights)
+
+    @tf.function
+    def steps(count):
+        for _ in tf.range(count):
+            optimizer.apply_gradients([tf.constant([0.0])], weights)
+
+    steps(GROWTH_STEPS - 1)
+    assert float(loss_scale_of(optimizer)) == 2.0**15
+    steps(1)
+    assert float(loss_scale_of(optimizer)) == 2.0**16 and int(optimizer.loss_scale.finite_steps.numpy()) == 0
+
+
+def overflowing():
+    """An MLP whose logits are multiplied by 3000: at the scale 2**15 its float16 backward overflows, so loss
+    scaling halves the scale and skips steps until the gradient is finite."""
+    definition = mlp((32,))
+
+    def forward(variables, images, context):
+        return definition.forward(variables, images, context) * tf.constant(3000.0, context.compute_dtype)
+
+    return dataclasses.replace(definition, forward=forward, name="overflowing mlp 784-32-10")
+
+
+def test_every_trainer_skips_the_steps_the_reference_skips_on_the_combined_gradient():
+    result = check_model(overflowing, meshes=("batch=2",), dtype="mixed_float16", learning_rate=1e-5, **MIXED_SMALL)
+    skipped = {name: trainer.history.skipped_steps for name, trainer in result.run.results.items()}
+    assert skipped["reference"] > 0 and set(skipped.values()) == {skipped["reference"]}, skipped
+    assert result.ok, result.summary()
+
+
+@pytest.mark.parametrize("policy,tolerance", [("mixed_bfloat16", 2.0**-6), ("mixed_float16", 2.0**-9)])
+def test_each_mixed_policy_is_judged_at_four_epsilon_of_its_compute_dtype(policy, tolerance):
+    bounds = tolerances(policy)
+    assert bounds["loss"].atol == bounds["loss"].rtol == tolerance and bounds["weight"].atol == 10 * tolerance
+
+
+def test_a_mixed_float16_difference_beyond_its_tolerance_is_fp16_noise_in_the_last_line(tmp_path):
+    report_path = tmp_path / "report.json"
+    result = run_here(
+        *SMALL, "--hidden", "64,32", "--dtype", "mixed_float16", "--tolerance", "1e-9", "--json", str(report_path)
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert result.stdout.rstrip().endswith("PARITY OK (fp16 noise: dtensor, mirrored)")
+    report = read_report(report_path)
+    assert {name: entry["verdict"] for name, entry in report["parity"].items()} == {
+        "dtensor": "fp16 noise",
+        "mirrored": "fp16 noise",
+    }
+    assert report["config"]["dtype"] == "mixed_float16" and report["trainers"]["dtensor"]["skipped_steps"] == 0
+
+
+def test_a_mixed_difference_beyond_its_tolerance_is_bf16_noise_when_float32_agrees():
+    result = check_model(
+        "mlp", meshes=("batch=2",), hidden=(64, 32), dtype="mixed_bfloat16", tolerance=1e-9, **MIXED_SMALL
+    )
+    assert result.ok, result.summary()
+    for name, verdict in result.verdicts.items():
+        assert verdict.verdict == "bf16 noise", (name, verdict.line())
+        step = verdict.float32_left_tolerance_step
+        assert verdict.summary == (
+            f"mixed_bfloat16 (bfloat16 compute) left its tolerance at step {step}; float32 agrees on all 4 steps"
+        )
+
+
+def test_the_tutorial_adam_stays_a_mismatch_in_mixed_bfloat16(tmp_path):
+    report_path = tmp_path / "report.json"
+    result = run_compare(
+        *SMALL,
+        "--train-examples",
+        "512",
+        "--trainers",
+        "dtensor",
+        "--adam",
+        "tutorial",
+        "--dtype",
+        "mixed_bfloat16",
+        "--json",
+        str(report_path),
+        env={"DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION": "1"},
+    )
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert read_report(report_path)["parity"]["dtensor"]["verdict"] == "MISMATCH"
+    assert "float32 rerun of reference, dtensor" in result.stdout  # then float64's: the tutorial's stale reads
+    assert "float64 rerun of reference, dtensor" in result.stdout
+
+
+def test_a_keras_model_in_a_mixed_dtype_is_refused_in_one_line():
+    with pytest.raises(UsageError) as refused:
+        definition_for(Config(model="examples/keras_cnn.py:keras_cnn", dtype="mixed_float16"))
+    assert str(refused.value) == (
+        "--dtype mixed_float16 with a Keras model (--model examples/keras_cnn.py:keras_cnn) is not yet supported; "
+        "use --dtype float32 or float64"
+    )
+
+
+def test_the_causal_mask_stays_finite_in_float16():
+    """1e9 is float16's infinity: the GPT's masked scores were inf - inf = NaN before the mask was capped."""
+    width, heads, head_dim = 4, 2, 2
+    names = ("query", "key", "value")
+    v = {f"b/{name}": tf.ones([width, heads, head_dim], tf.float16) * 0.1 for name in names}
+    v.update({f"b/{name}_bias": tf.zeros([heads, head_dim], tf.float16) for name in names})
+    v.update(
+        {
+            "b/output": tf.ones([heads, head_dim, width], tf.float16) * 0.1,
+            "b/output_bias": tf.zeros([width], tf.float16),
+        }
+    )
+    out = attention(v, "b/", tf.ones([1, 3, width], tf.float16), causal=True)
+    assert out.dtype == tf.float16 and bool(tf.reduce_all(tf.math.is_finite(out)))
