@@ -8,7 +8,7 @@ update mode: its spec's `variants`); one that cannot run is skipped with the tra
 the main run trained is taken from it. Each is judged against the main run's reference (which computes
 the same run at any count) and timed beside it, round by round (shared/run/timing.py: the machine's
 speed drifts within minutes). The fastest DTensor mesh and the faster approach are marked by ratio.
-Measurements and costs: docs/throughput.md.
+What the figures mean: docs/throughput.md; measurements and costs: docs/measurements.md.
 """
 
 import dataclasses
