@@ -50,7 +50,7 @@ def test_a_jobs_error_is_raised_in_its_turn_and_the_other_job_finishes():
         outcomes[0].result()
 
 
-def test_meanwhile_runs_here_while_the_lanes_run_their_jobs_and_what_it_raises_is_raised():
+def test_meanwhile_runs_here_while_the_lanes_run_their_jobs_and_what_it_raises_is_raised(monkeypatch):
     both_started = threading.Barrier(2, timeout=WAIT_S)  # returns only if the job and `meanwhile` run at once
     here = []
 
@@ -64,7 +64,9 @@ def test_meanwhile_runs_here_while_the_lanes_run_their_jobs_and_what_it_raises_i
     def failing():
         raise ValueError("the reference failed to start")
 
-    # queued stops the trainer processes then, at once: a real one, started and busy loading TensorFlow.
+    # queued stops the trainer processes then, at once: a real one, started and busy loading TensorFlow (alone in
+    # the registry: other tests' kept processes are not this test's to stop).
+    monkeypatch.setattr(worker, "_processes", {})
     process = worker.trainer_process({"LANES_TEST": "1"}, Config(), 1).started().process
     with pytest.raises(ValueError, match="the reference failed to start"):
         queued([lambda lane: lane], ["a"], meanwhile=failing)

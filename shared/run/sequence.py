@@ -383,7 +383,7 @@ def rerun_wider(config: Config, judgement, parity, entries: Sequence[Entry], tra
     started = time.perf_counter()
     wanted = [entry for entry in entries if entry.key in judgement.needs_float64]
     reruns = {}
-    rerun = functools.partial(train_float64, dtype=dtype)
+    rerun = train_float64 if dtype == "float64" else functools.partial(train_float64, dtype=dtype)
 
     def rerun_the_reference(beside_lanes: bool) -> None:  # by this thread, while the lanes rerun the others
         reruns[entries[0].key] = rerun(train, entries[0], RunControl(progress_bar=not beside_lanes))
