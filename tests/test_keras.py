@@ -198,17 +198,19 @@ def test_a_keras_model_no_trainer_could_train_is_one_line(name):
         load(f"{MISTAKES}:{name}")
 
 
-def test_from_the_command_line_a_dimension_the_model_axis_cannot_split_is_exit_2():
-    result = run_here(
-        "--model", f"{MISTAKES}:indivisible", "--data", "embedded", "--devices", "4", "--mesh", "batch=1,model=4"
-    )
+@pytest.mark.parametrize(
+    "model, key",
+    [(f"{MISTAKES}:indivisible", "out/kernel"), ("tests/models/keras_layouts.py:indivisible_by_pattern", "out/k.*")],
+)
+def test_from_the_command_line_a_dimension_the_model_axis_cannot_split_is_exit_2_naming_the_key(model, key):
+    result = run_here("--model", model, "--data", "embedded", "--devices", "4", "--mesh", "batch=1,model=4")
     assert result.returncode == 2
     assert (
         result.stderr.strip()
         .splitlines()[-1]
         .endswith(
             "variable out/kernel dimension 1 (10) does not divide over the model axis of 4, and the model allows no "
-            "padding for it; use a model axis of 1, 2, 5, 10, or None for dimension 1 in LayoutMap key 'out/kernel'"
+            f"padding for it; use a model axis of 1, 2, 5, 10, or None for dimension 1 in LayoutMap key '{key}'"
         )
     )
 

@@ -127,22 +127,6 @@ def test_the_reports_bytes_per_device_are_what_dtensors_variables_hold(tmp_path)
     assert held == {report["model"]["layouts"]["weight_bytes_per_device"]} == {110_120}
 
 
-def test_a_pattern_key_whose_axis_does_not_divide_a_dimension_is_one_line_naming_it():
-    result = run_here(
-        "--model", "tests/models/keras_layouts.py:indivisible_by_pattern", "--data", "embedded", "--devices", "4",
-        "--mesh", "batch=1,model=4",
-    )  # fmt: skip
-    assert result.returncode == 2
-    assert (
-        result.stderr.strip()
-        .splitlines()[-1]
-        .endswith(
-            "variable out/kernel dimension 1 (10) does not divide over the model axis of 4, and the model allows no "
-            "padding for it; use a model axis of 1, 2, 5, 10, or None for dimension 1 in LayoutMap key 'out/k.*'"
-        )
-    )
-
-
 def test_a_key_that_is_no_regular_expression_is_one_line_naming_it():
     """Keras's own lookup raised re.error from inside it, a traceback (exit 3) before."""
     with pytest.raises(UsageError) as refused:
