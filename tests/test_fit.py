@@ -143,3 +143,22 @@ def test_a_metric_with_no_float64_kernel_computes_on_a_float32_cast_and_fails_no
     check = check_model(f"{FLOAT64}:top_k_metric", fit=True, devices=2, dtype="float64", **SMALL_FIT)
     assert check.errors == {} and check.verdicts["mirrored"].verdict == OK, check.errors
     assert check.parity["mirrored"].max_abs_loss_diff <= 1e-12
+
+
+@pytest.mark.parametrize("function, kind", [("binary", "binary"), ("regression", "values")])
+def test_fit_counts_the_accuracy_the_projects_trainers_count(tmp_path, devices, function, kind):
+    """--fit's accuracy is the project's: a binary output above its threshold (a sparse categorical accuracy
+    before: a one-unit output's arg-max is always 0, test_acc 26 on this data), none (0) for a regression; the
+    same figures as the project's own reference training the compiled model in float64 (the same weights)."""
+    from tests.models.keras_objectives import write_data
+
+    data_path = write_data(str(tmp_path / f"{kind}.npz"), kind)
+    options = dict(model=f"tests/models/keras_objectives.py:{function}", data=data_path, dtype="float64", epochs=2)
+    options.update(batch_size=64, trainers=("reference",), quiet=True)
+    histories = []
+    for fit in (True, False):
+        config = Config(fit=fit, **options)
+        histories.append(registry.fit("reference", config, load_run_data(config), devices[:1]))
+    for fitted, own in zip(*(history.epochs for history in histories), strict=True):
+        assert 0 <= fitted.test_accuracy <= 1 and (kind == "binary" or fitted.test_accuracy == 0)
+        assert (fitted.train_accuracy, fitted.test_accuracy) == (own.train_accuracy, own.test_accuracy)

@@ -134,9 +134,9 @@ def compile_like(model, definition, config: Config) -> None:
     keras.config.set_floatx(config.dtype)  # Keras's losses and metrics compute in floatx unless told otherwise
     try:
         arguments = tool_compile(config, keras) if settings is None else in_run_dtype(settings, config.dtype, keras)
-        metrics = arguments.get("metrics")
-        if metrics is None or isinstance(metrics, (list, tuple)):
-            arguments["metrics"] = [*(metrics or []), keras.metrics.SparseCategoricalAccuracy(name=ACCURACY)]
+        metrics, accuracy = arguments.get("metrics"), accuracy_metric(definition, keras)
+        if accuracy is not None and (metrics is None or isinstance(metrics, (list, tuple))):
+            arguments["metrics"] = [*(metrics or []), accuracy]
         model.compile(**arguments)
     except Exception as error:  # noqa: BLE001 - the user's compile settings: any error is one line
         raise UsageError(
@@ -145,6 +145,16 @@ def compile_like(model, definition, config: Config) -> None:
         ) from None
     finally:
         keras.config.set_floatx(floatx)
+
+
+def accuracy_metric(definition, keras):
+    """The tool's accuracy as a Keras metric, counting what shared/training/losses.py correct_count counts: the
+    arg-max class, a binary output above its threshold, None for a regression (no accuracy)."""
+    if definition.targets == "classes":
+        return keras.metrics.SparseCategoricalAccuracy(name=ACCURACY)
+    if definition.targets == "binary":
+        return keras.metrics.BinaryAccuracy(name=ACCURACY, threshold=definition.binary_threshold)
+    return None
 
 
 def fit_model(definition, config: Config, strategy=None):
@@ -177,7 +187,7 @@ def step_recorder(meter, counts: Sequence[int], state: Optional[list]):
 
         def on_train_batch_end(self, batch, logs=None):
             count = counts[batch]
-            correct = float(logs.get(ACCURACY, float("nan"))) * count
+            correct = float(logs.get(ACCURACY, 0.0)) * count  # none: a regression, no accuracy
             meter.add(float(logs["loss"]), correct, count, self.checksums)
 
     return StepRecorder()
@@ -242,7 +252,7 @@ class KerasFitTrainer(Trainer):
     def test_step(self, batch):
         x, y = batch
         logits = self.model.keras(x, training=False)
-        return loss_sum(logits, y, None, self.definition.loss), correct_count(logits, y)
+        return loss_sum(logits, y, None, self.definition.loss), correct_count(logits, y, None, self.definition)
 
     def state(self):
         return state_variables(self.model, self.optimizer)
