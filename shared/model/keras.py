@@ -53,9 +53,7 @@ def prepare_keras(seed: int) -> bool:
     """Before a user's function builds a Keras model: Keras's name counters cleared (so layer names, and so
     variable paths, are the same in every process) and its seeds set; False where no Keras 3 is imported."""
     keras = sys.modules.get("keras")
-    if keras is None or not getattr(keras, "__version__", "0").split(".")[0].isdigit():
-        return False
-    if int(keras.__version__.split(".")[0]) < 3:
+    if keras is None or keras_compat.major_version(keras) < 3:
         return False
     keras.utils.clear_session(free_memory=False)
     keras.utils.set_random_seed(seed)
@@ -67,7 +65,7 @@ def keras_2_hint() -> str:
     written for Keras 3 fails there on the first name Keras 2 lacks; "" otherwise."""
     keras = sys.modules.get("keras")
     version = getattr(keras, "__version__", "")
-    if not version or not version.split(".")[0].isdigit() or int(version.split(".")[0]) >= 3:
+    if keras is None or not 0 < keras_compat.major_version(keras) < 3:
         return ""
     return (
         f"; this is Keras {version} (TensorFlow {tf.__version__} brings Keras 2), and Keras models need Keras 3: "
@@ -79,8 +77,7 @@ def check_keras(source: str):
     """Keras 3 on the TensorFlow backend, or UsageError in one line that says which release to use."""
     import keras
 
-    major = int(keras.__version__.split(".")[0])
-    if major < 3:
+    if keras_compat.major_version(keras) < 3:
         raise UsageError(
             f"--model {source}: the model is Keras {keras.__version__} (TensorFlow {tf.__version__} brings Keras 2); "
             f"Keras models need Keras 3: use TensorFlow 2.16 or later (pip install 'tensorflow>=2.16')"
@@ -345,7 +342,7 @@ def layout_for(layout_map, variable, source: str) -> Tuple[str, ...]:
         ) from None
     if found is None:
         return ()
-    key = next((key for key in layout_map.keys() if layout_map._layout_map[key] is found), variable.path)
+    key = keras_compat.layout_map_key(layout_map, found) or variable.path
     axes = tuple(found.axes)
     wrong = [axis for axis in axes if axis is not None and axis not in MESH_AXES]
     if wrong:
@@ -489,11 +486,7 @@ def cautions(model, keras) -> Tuple[Caution, ...]:
     from shared.model.keras_layers import Dropout
 
     layers = keras_compat.flat_layers(model)
-    unsynchronized = [
-        layer.name
-        for layer in layers
-        if isinstance(layer, keras.layers.BatchNormalization) and not getattr(layer, "synchronized", False)
-    ]
+    unsynchronized = unsynchronized_batch_norms(layers, keras)
     random = [layer for layer in layers if draws(layer) and not isinstance(layer, Dropout)]
     found = []
     if unsynchronized:
@@ -519,6 +512,15 @@ def cautions(model, keras) -> Tuple[Caution, ...]:
             )
         )
     return tuple(found) + output_cautions(model, keras, getattr(model, "loss", None))
+
+
+def unsynchronized_batch_norms(layers, keras) -> List[str]:
+    """The names of Keras BatchNormalization layers that normalise each replica's piece on its own."""
+    return [
+        layer.name
+        for layer in layers
+        if isinstance(layer, keras.layers.BatchNormalization) and not getattr(layer, "synchronized", False)
+    ]
 
 
 def draws(layer) -> bool:

@@ -2,7 +2,7 @@
 release it was checked on (Keras 3.15.1, TensorFlow 2.21), so that another release breaks here, loudly.
 """
 
-from typing import Callable
+from typing import Callable, Optional, Tuple
 
 
 def flat_layers(model, include_self: bool = False) -> list:
@@ -50,3 +50,35 @@ def seed_generators(layer) -> list:
     """The SeedGenerators a layer draws from (Keras 3.15.1: Layer._seed_generators, which Keras's own random
     layers fill when they make one)."""
     return list(getattr(layer, "_seed_generators", None) or [])
+
+
+def major_version(keras) -> int:
+    """The installed Keras's major release, 0 where its version string does not start with a number."""
+    head = str(getattr(keras, "__version__", "0")).split(".")[0]
+    return int(head) if head.isdigit() else 0
+
+
+def layout_map_key(layout_map, layout) -> Optional[str]:
+    """The key of `layout_map` whose value is `layout` (Keras 3.15.1: LayoutMap._layout_map, the dict behind it;
+    LayoutMap[path] gives the layout a path matches, not the key that matched)."""
+    return next((key for key in layout_map.keys() if layout_map._layout_map[key] is layout), None)
+
+
+def loss_arguments(loss) -> dict:
+    """The keyword arguments a LossFunctionWrapper gives its function, from_logits among them (Keras 3.15.1:
+    LossFunctionWrapper._fn_kwargs)."""
+    return dict(getattr(loss, "_fn_kwargs", None) or {})
+
+
+def learning_rate_of(optimizer):
+    """An optimizer's learning rate as compiled: a schedule itself, or the variable (Keras 3.15.1:
+    BaseOptimizer._learning_rate; `learning_rate` reads a schedule's value at the current step)."""
+    return optimizer._learning_rate
+
+
+def adam_slots(optimizer) -> Optional[Tuple[list, list]]:
+    """An Adam's first and second moments in the variables' order, None for another optimizer (Keras 3.15.1:
+    Adam._momentums and Adam._velocities)."""
+    if not (hasattr(optimizer, "_momentums") and hasattr(optimizer, "_velocities")):
+        return None
+    return list(optimizer._momentums), list(optimizer._velocities)

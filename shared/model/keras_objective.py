@@ -11,6 +11,7 @@ uncompiled model keeps the softmax cross-entropy of its logits.
 from typing import Optional, Tuple
 
 from shared.errors import UsageError
+from shared.model import keras_compat
 from shared.model.definition import Caution, OptimizerChoice
 
 BINARY_LOSSES = ("binary_crossentropy", "binary_focal_crossentropy")  # 0/1 labels of the output's shape
@@ -53,7 +54,7 @@ def function_name(resolved, keras) -> str:
 
 def from_logits(resolved, keras) -> bool:
     if hasattr(resolved, "fn") and isinstance(resolved, keras.losses.Loss):
-        return bool(resolved._fn_kwargs.get("from_logits", False))
+        return bool(keras_compat.loss_arguments(resolved).get("from_logits", False))
     return False  # a loss function by name takes Keras's default, probabilities
 
 
@@ -138,7 +139,7 @@ def optimizer_choice(model) -> Optional[OptimizerChoice]:
     config = optimizer.get_config()
     if any(config.get(key) is not None for key in NOT_CARRIED) or any(config.get(key) for key in NOT_CARRIED_FLAGS):
         return None
-    rate = optimizer._learning_rate  # the schedule itself; learning_rate reads its value at the current step
+    rate = keras_compat.learning_rate_of(optimizer)
     learning_rate = rate if hasattr(rate, "get_config") else float(optimizer.learning_rate)
     moments = {key: float(config[key]) for key in ("beta_1", "beta_2", "epsilon") if key in config}
     return OptimizerChoice(kind.lower(), learning_rate, describe_optimizer(model), **moments)

@@ -22,8 +22,9 @@ from shared.config import Config
 from shared.errors import UsageError
 from shared.measure import profile, traffic
 from shared.measure.checksums import state_checksums, state_variables
+from shared.model import keras_compat
 from shared.model.definition import Caution
-from shared.model.keras import is_seed_state, rebuilt
+from shared.model.keras import draws, is_seed_state, rebuilt, unsynchronized_batch_norms
 from shared.model.registry import definition_for
 from shared.training.batches import epoch_batches, without_autotune
 from shared.training.keras_compile import in_run_dtype
@@ -66,9 +67,9 @@ class FitOptimizer(tf.Module):
         super().__init__()
         self.keras = keras_optimizer
         self.clip_norm = None  # --clip-global-norm's: Keras's own clipping is the compile settings'
-        if hasattr(keras_optimizer, "_momentums") and hasattr(keras_optimizer, "_velocities"):  # Keras's Adam
-            self.m = [slot.value for slot in keras_optimizer._momentums]
-            self.v = [slot.value for slot in keras_optimizer._velocities]
+        slots = keras_compat.adam_slots(keras_optimizer)
+        if slots is not None:  # Keras's Adam
+            self.m, self.v = ([slot.value for slot in moments] for moments in slots)
 
     @property
     def variables(self) -> list:
@@ -328,13 +329,9 @@ def fit_cautions(config: Config, train_examples: int) -> Tuple[Caution, ...]:
 
 def layer_cautions(model, keras) -> Tuple[Caution, ...]:
     """Keras's own BatchNormalization and random layers (a drop-in Dropout is Keras's Dropout in model.fit)."""
-    layers = list(model._flatten_layers(include_self=False, recursive=True))
+    layers = keras_compat.flat_layers(model)
     found = []
-    unsynchronized = [
-        layer.name
-        for layer in layers
-        if isinstance(layer, keras.layers.BatchNormalization) and not getattr(layer, "synchronized", False)
-    ]
+    unsynchronized = unsynchronized_batch_norms(layers, keras)
     if unsynchronized:
         found.append(
             Caution(
@@ -344,7 +341,7 @@ def layer_cautions(model, keras) -> Tuple[Caution, ...]:
                 ("mirrored",),
             )
         )
-    random = [layer.name for layer in layers if getattr(layer, "_seed_generators", None)]
+    random = [layer.name for layer in layers if draws(layer)]
     if random:
         found.append(
             Caution(
