@@ -50,3 +50,29 @@ def seed_generators(layer) -> list:
     """The SeedGenerators a layer draws from (Keras 3.15.1: Layer._seed_generators, which Keras's own random
     layers fill when they make one)."""
     return list(getattr(layer, "_seed_generators", None) or [])
+
+
+def inputs_by_name(model) -> dict:
+    """A functional model's inputs by name: a dict of Inputs by its keys, a list by each Input's layer name (what
+    keras.Input(name=...) sets), in the model's order (Keras 3.15.1: Functional._inputs_struct, KerasTensor.
+    _keras_history; a list's KerasTensors are named keras_tensor, keras_tensor_1 unless given a name, and its call
+    matches a dict by those)."""
+    struct = graph_of(model)._inputs_struct
+    if isinstance(struct, dict):
+        return dict(struct)
+    return {tensor._keras_history[0].name: tensor for tensor in model.inputs}
+
+
+def takes_dict(model) -> bool:
+    """Whether a functional model's inputs are a dict of Inputs, else a list (Keras 3.15.1: _inputs_struct)."""
+    return isinstance(graph_of(model)._inputs_struct, dict)
+
+
+def calls_taking(tensor) -> list:
+    """(operation, its outputs) of each call in a graph that takes the KerasTensor `tensor`: every call of the
+    operation that made it, so a layer called twice is followed from both (Keras 3.15.1: KerasTensor._keras_history,
+    Operation._outbound_nodes, Node.outputs)."""
+    history = getattr(tensor, "_keras_history", None)
+    if history is None:
+        return []
+    return [(node.operation, list(node.outputs)) for node in history[0]._outbound_nodes]
