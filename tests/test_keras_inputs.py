@@ -46,6 +46,17 @@ def test_token_ids_and_a_padding_mask_match_one_device_in_float64_on_every_train
         assert parity.max_abs_loss_diff <= 1e-12 and parity.max_abs_weight_diff <= 1e-12, result.summary()
 
 
+def test_dtensor_dataset_input_lays_out_each_named_input_on_the_batch_axis(tmp_path):
+    """--dtensor-input dataset: DTensorDataset takes a dict of layouts, one per input; the remainder batch packed."""
+    data = write_tokens(tmp_path / "tokens.npz")
+    result = check_model(
+        f"{MODELS}:masked_tokens", trainers=("dtensor",), meshes=("batch=8",), devices=8, data=data,
+        dtensor_input="dataset", **FLOAT64,
+    )  # fmt: skip
+    assert result.ok, result.summary()
+    assert result.parity["dtensor batch=8"].max_abs_loss_diff <= 1e-12
+
+
 def test_two_float_inputs_of_other_shapes_match_one_device_in_float64(tmp_path):
     result = check_model(
         f"{MODELS}:two_floats", devices=4, meshes=("batch=4",), data=write_floats(tmp_path / "f.npz"), **FLOAT64
@@ -86,6 +97,9 @@ def test_each_input_is_its_own_array_of_the_npz(tmp_path):
     assert data.x_test["token_ids"].shape == data.x_test["padding_mask"].shape == (96, LENGTH)
     mask = data.x_train["padding_mask"]
     assert mask.dtype == np.int32 and set(np.unique(mask)) == {0, 1}
+    as_bool = loaded(write_tokens(tmp_path / "bool.npz", x_train_padding_mask=mask.astype(bool)))
+    np.testing.assert_array_equal(as_bool.x_train["padding_mask"], mask)  # a bool mask is taken as 0/1 int32
+    assert as_bool.x_train["padding_mask"].dtype == np.int32
 
 
 OUT_OF_RANGE = np.full((290, LENGTH), 3, np.int32)
