@@ -5,13 +5,16 @@ shared/training/npz_inputs.py, shared/training/batch_inputs.py)."""
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 keras = pytest.importorskip("keras", minversion="3", reason="Keras models need Keras 3")
 
 from shared.api import check_model  # noqa: E402 - after the skip: these need Keras 3
 from shared.config import Config  # noqa: E402
 from shared.errors import UsageError  # noqa: E402
-from shared.model.named_inputs import NamedInput  # noqa: E402
+from shared.model.definition import Model  # noqa: E402
+from shared.model.forward import ForwardContext  # noqa: E402
+from shared.model.named_inputs import NamedInput, example_batch  # noqa: E402
 from shared.model.registry import load  # noqa: E402
 from shared.training.data import load_run_data  # noqa: E402
 from tests.cli import run_here  # noqa: E402
@@ -57,12 +60,29 @@ def test_dtensor_dataset_input_lays_out_each_named_input_on_the_batch_axis(tmp_p
     assert result.parity["dtensor batch=8"].max_abs_loss_diff <= 1e-12
 
 
-def test_two_float_inputs_of_other_shapes_match_one_device_in_float64(tmp_path):
-    result = check_model(
-        f"{MODELS}:two_floats", devices=4, meshes=("batch=4",), data=write_floats(tmp_path / "f.npz"), **FLOAT64
-    )
+@pytest.mark.parametrize(
+    "model, write, mesh",
+    [("two_floats", write_floats, "batch=4"), ("backbone_with_head", write_tokens, "batch=2,model=2")],
+)
+def test_two_float_inputs_and_a_backbone_of_two_inputs_under_a_head_match_one_device_in_float64(
+    tmp_path, model, write, mesh
+):
+    result = check_model(f"{MODELS}:{model}", devices=4, meshes=(mesh,), data=write(tmp_path / "data.npz"), **FLOAT64)
     assert result.ok, result.summary()
     assert max(parity.max_abs_loss_diff for parity in result.parity.values()) <= 1e-12, result.summary()
+
+
+def test_a_backbone_of_two_inputs_under_a_head_is_tapped_inside_and_its_mask_is_no_token_input():
+    """The backbone is called with the dict: its graph is run call by call (its layers' taps under its name), and
+    the mask that it takes beside the token ids reaches no Embedding inside it."""
+    definition = load(f"{MODELS}:backbone_with_head")
+    assert [named.vocabulary for named in definition.inputs] == [VOCABULARY, None]
+    model = Model(definition, definition.initial_values(0))
+    context = ForwardContext(training=True, step=tf.constant(0, tf.int64), record=True)
+    logits = model(example_batch(definition, 3), context)
+    taps = [name for name, _ in context.taps]
+    assert taps[-3:] == ["backbone/dense", "backbone", "head"] and "backbone/embed" in taps
+    np.testing.assert_array_equal(logits, model(example_batch(definition, 3), ForwardContext(training=True)))
 
 
 def test_a_first_difference_is_named_from_each_trainers_taps_of_a_model_of_two_inputs(tmp_path):

@@ -69,10 +69,22 @@ def takes_dict(model) -> bool:
 
 
 def calls_taking(tensor) -> list:
-    """(operation, its outputs) of each call in a graph that takes the KerasTensor `tensor`: every call of the
-    operation that made it, so a layer called twice is followed from both (Keras 3.15.1: KerasTensor._keras_history,
-    Operation._outbound_nodes, Node.outputs)."""
+    """(operation, its outputs, the Inputs of its own graph that `tensor` feeds: [] for a layer) of each call in a
+    graph that takes the KerasTensor `tensor`: every call of the operation that made it, so a layer called twice is
+    followed from both (Keras 3.15.1: KerasTensor._keras_history, Operation._outbound_nodes, Node.outputs,
+    Node.arguments.keras_tensors: the call's tensors flat, a dict's by key as its graph's Inputs flatten)."""
+    import keras
+
     history = getattr(tensor, "_keras_history", None)
     if history is None:
         return []
-    return [(node.operation, list(node.outputs)) for node in history[0]._outbound_nodes]
+    found = []
+    for node in history[0]._outbound_nodes:
+        graph, fed = graph_of(node.operation), []
+        if graph is not None:
+            given, inner = node.arguments.keras_tensors, keras.tree.flatten(graph._inputs_struct)
+            fed = (
+                [mine for theirs, mine in zip(given, inner) if theirs is tensor] if len(given) == len(inner) else inner
+            )
+        found.append((node.operation, list(node.outputs), fed))
+    return found

@@ -28,16 +28,14 @@ def embedding_vocabulary(tensor, keras) -> Optional[int]:
     model's too), each path followed up to its first Embedding; None when none does (a mask)."""
     vocabularies, seen, frontier = [], set(), [tensor]
     while frontier:
-        for operation, outputs in keras_compat.calls_taking(frontier.pop()):
+        for operation, outputs, fed in keras_compat.calls_taking(frontier.pop()):
             if isinstance(operation, keras.layers.Embedding):
                 vocabularies.append(int(operation.input_dim))
                 continue
-            if id(operation) in seen:
-                continue
-            seen.add(id(operation))
-            if keras_compat.has_graph(operation):  # a model used as a layer: on through its own graph
-                frontier.extend(operation.inputs)
-            frontier.extend(outputs)
+            frontier.extend(fed)  # a model used as a layer: on through its own graph, from the Inputs fed
+            if id(operation) not in seen:
+                seen.add(id(operation))
+                frontier.extend(outputs)
     return min(vocabularies) if vocabularies else None
 
 

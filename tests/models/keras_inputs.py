@@ -77,3 +77,22 @@ def write_floats(path, train=290, test=96, seed=0):
         arrays[f"y_{split}"] = rng.integers(0, CLASSES, count)
     np.savez(path, **arrays)
     return str(path)
+
+
+def backbone_with_head():
+    """A keras-hub-style backbone of {"token_ids", "padding_mask"} called as a layer under a classification head, on
+    Inputs named as the backbone's."""
+
+    def inputs():
+        return {
+            "token_ids": keras.Input((LENGTH,), dtype="int32", name="token_ids"),
+            "padding_mask": keras.Input((LENGTH,), dtype="int32", name="padding_mask"),
+        }
+
+    inner = inputs()
+    embedded = keras.layers.Embedding(VOCABULARY, 16, name="embed")(inner["token_ids"])
+    mask = keras.ops.expand_dims(keras.ops.cast(inner["padding_mask"], embedded.dtype), -1)
+    pooled = keras.ops.sum(embedded * mask, axis=1) / keras.ops.maximum(keras.ops.sum(mask, axis=1), 1.0)
+    backbone = keras.Model(inner, keras.layers.Dense(16, activation="relu", name="dense")(pooled), name="backbone")
+    outer = inputs()
+    return keras.Model(outer, keras.layers.Dense(CLASSES, name="head")(backbone(outer)))
