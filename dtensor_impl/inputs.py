@@ -15,6 +15,7 @@ from tensorflow.experimental import dtensor
 from dtensor_impl.mesh import BATCH_AXIS, batch_layout
 from shared.config import Config
 from shared.errors import UsageError
+from shared.training import batch_inputs
 from shared.training.batches import epoch_batches, epoch_order, without_autotune
 from shared.training.data import Dataset
 from shared.training.losses import host_label_count
@@ -27,16 +28,20 @@ def padded_length(examples: int, batch_shards: int, at_least: int = 0) -> int:
     return -(-max(examples, at_least) // batch_shards) * batch_shards
 
 
-def pad_batch(x: np.ndarray, y: np.ndarray, batch_shards: int, at_least: int = 0):
-    """(x, y, example_weights), padded with zero-weight examples to padded_length."""
+def pad_batch(x, y: np.ndarray, batch_shards: int, at_least: int = 0):
+    """(x, y, example_weights), padded with zero-weight examples to padded_length (x: each input alike)."""
     real = len(y)
     padded = padded_length(real, batch_shards, at_least)
     weights = np.zeros(padded, np.float32)
     weights[:real] = 1.0
     if padded != real:
-        x = np.concatenate([x, np.zeros((padded - real, *x.shape[1:]), x.dtype)])
-        y = np.concatenate([y, np.zeros((padded - real, *y.shape[1:]), y.dtype)])
+        x = batch_inputs.each(lambda array: zero_padded(array, padded), x)
+        y = zero_padded(y, padded)
     return x, y, weights
+
+
+def zero_padded(array: np.ndarray, length: int) -> np.ndarray:
+    return np.concatenate([array, np.zeros((length - len(array), *array.shape[1:]), array.dtype)])
 
 
 def shard_to_mesh(array: np.ndarray, layout: dtensor.Layout):
@@ -53,7 +58,9 @@ def pack_batch(x: np.ndarray, y: np.ndarray, mesh: dtensor.Mesh, pad_to: int = 0
     """A global batch as (x, y, example_weights) DTensors sharded on the batch axis, padded to divide, and to at
     least `pad_to` examples (a short batch to the full batch's shape)."""
     arrays = pad_batch(x, y, mesh.dim_size(BATCH_AXIS), pad_to)
-    return tuple(shard_to_mesh(array, batch_layout(mesh, array.ndim)) for array in arrays)
+    return tuple(
+        batch_inputs.each(lambda array: shard_to_mesh(array, batch_layout(mesh, array.ndim)), part) for part in arrays
+    )
 
 
 def packed_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mesh, pad_to: int = 0) -> Iterator[Tuple]:
@@ -75,14 +82,14 @@ def dataset_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mes
     if full_count:
         index = order[:full_count]
         examples = tf.data.Dataset.from_tensor_slices(  # full batches: every example weighs 1
-            (data.x_train[index], data.y_train[index], np.ones(full_count, np.float32))
+            (batch_inputs.take(data.x_train, index), data.y_train[index], np.ones(full_count, np.float32))
         )
         examples = examples.with_options(without_autotune())
         batches = dtensor.DTensorDataset(
             examples,
             mesh=mesh,
             layouts=(
-                batch_layout(mesh, data.x_train.ndim),
+                batch_inputs.each(lambda array: batch_layout(mesh, array.ndim), data.x_train),
                 batch_layout(mesh, data.y_train.ndim),
                 batch_layout(mesh, 1),
             ),
@@ -98,7 +105,7 @@ def dataset_batches(data: Dataset, config: Config, epoch: int, mesh: dtensor.Mes
         del iterator  # stops its per-device input pipelines before the remainder trains
     if full_count < len(order):
         index = order[full_count:]
-        yield pack_batch(data.x_train[index], data.y_train[index], mesh, pad_to), len(index)
+        yield pack_batch(batch_inputs.take(data.x_train, index), data.y_train[index], mesh, pad_to), len(index)
 
 
 def check_input_mode(dtensor_input: str, mesh_device_count: int, device_type: str) -> None:

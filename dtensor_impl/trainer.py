@@ -32,7 +32,7 @@ from shared.measure.memory import short_device
 from shared.measure.taps import Taps
 from shared.model.definition import MODEL_AXIS
 from shared.model.registry import definition_for
-from shared.training import step
+from shared.training import batch_inputs, step
 from shared.training.batches import epoch_batches, equal_shape_runs
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
@@ -59,7 +59,7 @@ def steps_per_call(device_type: str, step_operations: int = 0) -> int:
 
 def training_context(model, optimizer, x, record: bool = False):
     """The forward's context in a step: x is the global batch in DTensor's global view (its padding examples last)."""
-    positions = tf.range(x.shape[0], dtype=tf.int64)
+    positions = tf.range(batch_inputs.first(x).shape[0], dtype=tf.int64)
     return model.training_context(optimizer.step, positions, record, loss_scale_of(optimizer))
 
 
@@ -356,16 +356,16 @@ class DTensorTrainer(Trainer):
         batches = packed_batches if self.config.dtensor_input == "pack" else dataset_batches
         items = iter(batches(self.data, self.config, epoch, self.mesh, self.pad_to))
         opening = next(items)
-        first_shape = opening[0][0].shape
+        first_shape = batch_inputs.first(opening[0][0]).shape
         grads = self.call([opening], meter, record_state)
         if first:
             self.first_grads = grads  # read back after the epoch: first_call_gradients
         if self.steps_per_call is None:
             self.steps_per_call = steps_per_call(self.device_type, self.traced_operations(record_state))
-        for group in equal_shape_runs(items, lambda item: item[0][0].shape, self.steps_per_call):
+        for group in equal_shape_runs(items, lambda item: batch_inputs.first(item[0][0]).shape, self.steps_per_call):
             # A short run of full batches goes one step a call, the first call's shape: each call length traces
             # (the MLP's 2-step call at batch=1,model=8 traced for 4.2 s of a 20 s first epoch, 2 cores, load 11).
-            full = len(group) == self.steps_per_call or group[0][0][0].shape != first_shape
+            full = len(group) == self.steps_per_call or batch_inputs.first(group[0][0][0]).shape != first_shape
             for calls in [group] if full else [[item] for item in group]:
                 self.call(calls, meter, record_state)
 
@@ -433,8 +433,9 @@ class DTensorTrainer(Trainer):
 
     def predict_logits(self, x: np.ndarray) -> np.ndarray:
         """Logits for host inputs, computed on the mesh: what --export checks its SavedModel against."""
-        inputs, _, _ = pack_batch(x, np.zeros(len(x), np.int64), self.mesh)
-        return to_numpy(forward(self.model, inputs))[: len(x)]
+        count = len(batch_inputs.first(x))
+        inputs, _, _ = pack_batch(x, np.zeros(count, np.int64), self.mesh)
+        return to_numpy(forward(self.model, inputs))[:count]
 
     def begin(self, start_epoch: int):
         if self.config.restore and self.checkpointed[0] is not self.model:  # restored into the host copy

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from shared.measure import profile
+from shared.training import batch_inputs
 from shared.training.batches import batch_slices, epoch_batches, example_label_counts, without_autotune
 
 
@@ -54,7 +55,7 @@ def replica_chunks(
 
 
 def distribute_batches(
-    strategy, x: np.ndarray, y: np.ndarray, batch_size: int, epochs: Sequence[int], shuffle: bool = False, seed: int = 0
+    strategy, x, y: np.ndarray, batch_size: int, epochs: Sequence[int], shuffle: bool = False, seed: int = 0
 ):
     """The global batches of `epochs` as one distributed dataset: per epoch, each replica's pieces of
     every step, (x [steps, P, ...], y [steps, P, ...], sizes [steps], global counts [steps], starts [steps]).
@@ -77,10 +78,11 @@ def distribute_batches(
         local = slice(
             input_context.input_pipeline_id * local_replicas, (input_context.input_pipeline_id + 1) * local_replicas
         )
-        images, labels = tf.constant(x), tf.constant(y)
+        images, labels = batch_inputs.each(tf.constant, x), tf.constant(y)
 
         def take_chunk(index, size, global_count, start):
-            return tf.gather(images, index), tf.gather(labels, index), size, global_count, start
+            pieces = batch_inputs.each(lambda inputs: tf.gather(inputs, index), images)
+            return pieces, tf.gather(labels, index), size, global_count, start
 
         chunks = tuple(
             array[:, local].reshape(-1, *array.shape[2:]) for array in (indices, sizes, global_counts, starts)
@@ -109,7 +111,8 @@ def piece(chunk, step):
     """In replica context: this replica's (x, y, global count, start in the global batch) of step `step`."""
     x, y, sizes, global_counts, starts = chunk
     with tf.name_scope(profile.INPUT_SCOPE):  # the scopes name the step's parts for --profile
-        return x[step, : sizes[step]], y[step, : sizes[step]], global_counts[step], starts[step]
+        x = batch_inputs.take(x, (step, slice(None, sizes[step])))
+        return x, y[step, : sizes[step]], global_counts[step], starts[step]
 
 
 def distribute_pieces(strategy, count: int, piece_of: Callable):
@@ -124,13 +127,13 @@ def distribute_pieces(strategy, count: int, piece_of: Callable):
     return strategy.experimental_distribute_values_from_function(value)
 
 
-def replica_values(strategy, x: np.ndarray, y: np.ndarray):
+def replica_values(strategy, x, y: np.ndarray):
     """One global batch as every replica's (x, y, global count, start) piece, as the training pipeline cuts it."""
     count = int(example_label_counts(y).sum())
 
     def piece_of(first, last):
         return (
-            tf.constant(x[first:last]),
+            batch_inputs.each(tf.constant, batch_inputs.take(x, slice(first, last))),
             tf.constant(y[first:last]),
             tf.constant(count, tf.int64),
             tf.constant(first, tf.int64),

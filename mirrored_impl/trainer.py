@@ -24,7 +24,7 @@ from shared.measure.history import History
 from shared.measure.taps import Taps
 from shared.measure.traffic import Implementation
 from shared.model.definition import Model
-from shared.training import step
+from shared.training import batch_inputs, step
 from shared.training.batches import batch_label_counts, epoch_batches
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
@@ -49,7 +49,7 @@ def update_mode(config: Config) -> str:
 
 def training_context(model, optimizer, x, start, record: bool = False):
     """The forward's context on a replica: its examples sit at start.. in the global batch."""
-    positions = start + tf.range(tf.shape(x, out_type=tf.int64)[0])
+    positions = start + tf.range(tf.shape(batch_inputs.first(x), out_type=tf.int64)[0])
     return model.training_context(optimizer.step, positions, record, loss_scale_of(optimizer))
 
 
@@ -154,7 +154,7 @@ def test_step(strategy, model, pieces):
     step: every batch of a split has the same shapes, so every worker traces it once (their collectives match)."""
 
     def on_replica(x, y, size):
-        return step.test_sums(model, x[:size], y[:size])
+        return step.test_sums(model, batch_inputs.take(x, slice(None, size)), y[:size])
 
     loss_sums, corrects = strategy.run(on_replica, args=pieces)
     return strategy.reduce(SUM, loss_sums, axis=None), strategy.reduce(SUM, corrects, axis=None)
@@ -167,7 +167,11 @@ def forward(strategy, model, pieces):
 
 def predict_logits(strategy, model, x: np.ndarray) -> np.ndarray:
     """Logits for host inputs, each replica computing its contiguous piece: what --export checks against."""
-    pieces = distribute_pieces(strategy, len(x), lambda first, last: tf.constant(x[first:last]))
+    pieces = distribute_pieces(
+        strategy,
+        len(batch_inputs.first(x)),
+        lambda first, last: batch_inputs.each(tf.constant, batch_inputs.take(x, slice(first, last))),
+    )
     logits = forward(strategy, model, pieces)
     return np.concatenate([part.numpy() for part in strategy.experimental_local_results(logits)])
 
@@ -254,16 +258,16 @@ def build_models(strategy, config: Config, update: str):
 # --- the trainer ----------------------------------------------------------------------------
 
 
-def test_piece(x: np.ndarray, y: np.ndarray, width: int) -> Callable:
+def test_piece(x, y: np.ndarray, width: int) -> Callable:
     """distribute_pieces's piece_of for a test batch: a replica's (x, y) padded to `width` examples, and its size."""
 
     def piece_of(first, last):
         padding = [(0, width - (last - first))]
-        return (
-            tf.constant(np.pad(x[first:last], padding + [(0, 0)] * (x.ndim - 1))),
-            tf.constant(np.pad(y[first:last], padding + [(0, 0)] * (y.ndim - 1))),
-            tf.constant(last - first, tf.int32),
-        )
+
+        def padded(array):
+            return tf.constant(np.pad(array[first:last], padding + [(0, 0)] * (array.ndim - 1)))
+
+        return batch_inputs.each(padded, x), padded(y), tf.constant(last - first, tf.int32)
 
     return piece_of
 

@@ -147,7 +147,6 @@ def test_the_drop_in_dropout_is_kerass_outside_the_tool_and_names_no_random_op_i
 BAD = {
     "never_called": r"the Keras model subclassed is not built; start it with keras.Input\(shape\), or call it once "
     r"on an example batch$",
-    "two_inputs": r"the model takes 2 inputs; it must take one tensor per example$",
     "two_outputs": r"the model returns list of 2 outputs; it must return one tensor of logits \[N, ..., classes\]$",
     "data_axis": r"LayoutMap key 'hidden/kernel' names the axis 'data'; a mesh here has the axes 'batch' and 'model' "
     r"\(None: unsharded\)$",
@@ -163,6 +162,15 @@ BAD = {
     "tokens_without_embedding": r"the model takes int32 inputs but has no Embedding layer to say how many token ids it "
     r"takes; embed the ids with keras.layers.Embedding, or take float inputs$",
 }
+
+
+def test_a_model_of_two_inputs_takes_one_array_per_input_named_as_keras_named_them():
+    """Refused before issue 59; its data is x_train_<name> and x_test_<name> for each (tests/test_keras_inputs.py)."""
+    definition = load(f"{MISTAKES}:two_inputs")
+    assert [(named.name, named.shape, named.dtype) for named in definition.inputs] == [
+        ("input_layer", (392,), "float32"),
+        ("input_layer_1", (392,), "float32"),
+    ]
 
 
 def test_a_token_models_vocabulary_is_its_embeddings():

@@ -43,7 +43,12 @@ def arrays_sha256(arrays: Sequence[np.ndarray]) -> str:
 
 def data_sha256(data) -> str:
     """The images and labels a run trained and tested on (a shared.training.data.Dataset)."""
-    return arrays_sha256([data.x_train, data.y_train, data.x_test, data.y_test])
+    return arrays_sha256([*flat(data.x_train), data.y_train, *flat(data.x_test), data.y_test])
+
+
+def flat(x) -> list:
+    """One input's array, or a model of several named inputs' arrays by name (a dict)."""
+    return [x[name] for name in sorted(x)] if isinstance(x, dict) else [x]
 
 
 def digest(name: str, array) -> dict:

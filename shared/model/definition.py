@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from shared.errors import UsageError
 from shared.model.forward import ForwardContext, takes_context
+from shared.model.named_inputs import INPUT_DTYPES, NamedInput, check_inputs
 
 MODEL_AXIS = "model"
 BATCH_AXIS = "batch"  # a mesh's data axis: a weight named on it is split over the data-parallel devices (FSDP)
@@ -42,7 +43,6 @@ RESERVED_NAMES = frozenset(
         "with_name_scope",
     }
 )
-INPUT_DTYPES = ("float32", "int32", "int64")  # a float64 run widens float32 inputs; tokens stay integers
 # What a label is: "classes", an integer class id per label (the output's last axis its classes' logits); "binary",
 # 0 or 1 per output unit (one or several labels: a binary or multi-label classifier); "values", any float per output
 # unit (a regression). The last two are the output's shape, and their loss gives one value per example (and
@@ -191,6 +191,10 @@ class ModelDefinition:
     # A Keras model's LayoutMap, audited (shared/model/keras_layouts.py LayoutAudit): which key laid out which
     # variable, the keys that matched none; None for a model without one.
     layout_audit: Optional[object] = None
+    # A model of several named inputs (shared/model/named_inputs.py): each one's shape, dtype and vocabulary; its
+    # forward takes a dict {name: [N, *shape]} and its data one array per input. input_shape and input_dtype are
+    # then its first input's. (): one input, input_shape and input_dtype.
+    inputs: Tuple[NamedInput, ...] = ()
 
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes
@@ -366,7 +370,9 @@ class Model(tf.Module):
         compute = tf.as_dtype(self.compute_dtype or weights[0].dtype)
         if compute != weights[0].dtype:  # the cast's gradient is the float32 gradient of the weight
             weights = [tf.cast(weight, compute) if weight.dtype.is_floating else weight for weight in weights]
-        if tf.as_dtype(inputs.dtype).is_floating:  # float32 inputs into a float64 model: widened exactly, per batch
+        if self.definition.inputs:  # several named inputs: each float one widened as one input is
+            inputs = {name: widened(value, compute) for name, value in inputs.items()}
+        elif tf.as_dtype(inputs.dtype).is_floating:  # float32 inputs into a float64 model: widened exactly, per batch
             inputs = tf.cast(inputs, compute)
         named = dict(zip(self.definition.names, weights))
         if self.definition.takes_context:
@@ -397,6 +403,11 @@ class Model(tf.Module):
             target.assign(relayout(value, target) if relayout else tf.cast(value, target.dtype))
 
 
+def widened(value, compute):
+    """A float input cast to the dtype the forward computes in; an integer one (token ids, a mask) as it is."""
+    return tf.cast(value, compute) if tf.as_dtype(value.dtype).is_floating else value
+
+
 def _trackable(node):
     """A name tree as tf.Module attributes: digit keys 0..n-1 become a list, others a sub-module."""
     if not isinstance(node, dict):
@@ -424,6 +435,8 @@ def check_definition(definition, source: str) -> ModelDefinition:
 
 def _check_example(definition: ModelDefinition, source: str) -> None:
     """What one example is: its input's shape and dtype (and vocabulary), its labels' shape, the classes, the data."""
+    if definition.inputs:
+        check_inputs(definition.inputs, source)
     spec = (definition.input_shape, definition.label_shape)
     if not all(isinstance(size, int) and size > 0 for shape in spec for size in shape) or not definition.input_shape:
         raise UsageError(
@@ -435,7 +448,7 @@ def _check_example(definition: ModelDefinition, source: str) -> None:
             f"--model {source}: input_dtype {definition.input_dtype!r}: use one of {', '.join(INPUT_DTYPES)}"
         )
     _check_targets(definition, source)
-    tokens = definition.input_dtype.startswith("int")
+    tokens = definition.input_dtype.startswith("int") and not definition.inputs  # several: each input's own
     if tokens != (definition.vocabulary is not None) or (
         tokens and (not isinstance(definition.vocabulary, int) or definition.vocabulary < 1)
     ):

@@ -31,8 +31,10 @@ from shared.model.definition import (
     ModelDefinition,
     Variable,
 )
+from shared.model.keras_inputs import keras_arrangement, keras_inputs
 from shared.model.keras_layouts import audit_layout_map, check_keys
 from shared.model.keras_objective import objective_fields, output_cautions
+from shared.model.named_inputs import describe_inputs, zeros_for
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
 RATES = ("rate", "dropout", "recurrent_dropout")  # a random layer's rates: all 0, it draws nothing
@@ -95,8 +97,10 @@ def keras_definition(result, source: str) -> ModelDefinition:
     keras = check_keras(source)
     model, layout_map = checked_model(result, source, keras)
     check_keys(layout_map, source)
-    input_shape, input_dtype = input_spec(model, source, keras)
-    probe = tf.zeros((2, *input_shape), input_dtype)
+    inputs = keras_inputs(model, keras, source)  # several named inputs; (): one
+    input_shape, input_dtype = (inputs[0].shape, inputs[0].dtype) if inputs else input_spec(model, source, keras)
+    arrange = keras_arrangement(model)  # a dict of named inputs as Keras takes them
+    probe = arrange(zeros_for(inputs, 2)) if inputs else tf.zeros((2, *input_shape), input_dtype)
     outputs = model(probe, training=False)
     if not tf.is_tensor(outputs) or outputs.shape.rank < 2:
         raise UsageError(
@@ -108,17 +112,18 @@ def keras_definition(result, source: str) -> ModelDefinition:
     keras_variables = trainable + [state[index] for index in running]
     names = variable_names([variable.path for variable in keras_variables])
     parameters = int(sum(np.prod(variable.shape) for variable in keras_variables))
-    forward, notes = stateless_forward(model, keras, source, names, len(trainable), state, running, probe)
+    forward, notes = stateless_forward(model, keras, source, names, len(trainable), state, running, probe, arrange)
     return ModelDefinition(
         name=f"keras {model.name} {parameters} parameters",
         variables=definition_variables(keras_variables, names, layout_map, source),
         forward=forward,
-        flops_per_example=flops_per_example(model, input_shape, input_dtype, parameters),
-        description="; ".join([describe(model, layout_map), *notes]),
+        flops_per_example=flops_per_example(model, probe, parameters),
+        description="; ".join([describe(model, layout_map, inputs), *notes]),
         input_shape=input_shape,
         input_dtype=input_dtype,
+        inputs=inputs,
         **objective_fields(model, keras, outputs, source),  # targets, labels and loss: the compiled ones
-        vocabulary=vocabulary(model, keras, input_dtype, source),
+        vocabulary=None if inputs else vocabulary(model, keras, input_dtype, source),
         default_data=default_data(input_shape, input_dtype, tuple(outputs.shape[1:-1])),
         cautions=cautions(model, keras),
         save_as=keras_saver(model, keras_variables, keras),
@@ -168,10 +173,11 @@ def definition_variables(keras_variables, names, layout_map, source: str):
     )
 
 
-def stateless_forward(model, keras, source: str, names, trainable_count: int, state, running, probe):
+def stateless_forward(model, keras, source: str, names, trainable_count: int, state, running, probe, arrange):
     """(the definition's forward, what the header says of it): the model's stateless_call (or its float64 copy's)
-    on the trainer's values, the running statistics' new values handed to context.update, each seed state drawn
-    from the context, Keras's other non-float bookkeeping (an adapted Normalization's count) carried as it is."""
+    on the trainer's values (its inputs as `arrange` makes them), the running statistics' new values handed to
+    context.update, each seed state drawn from the context, Keras's other non-float bookkeeping (an adapted
+    Normalization's count) carried as it is."""
     from shared.model.keras_compute import call_stateless, compute_for
 
     computed, notes = unrolled_copy(model, keras, source, probe)
@@ -187,7 +193,7 @@ def stateless_forward(model, keras, source: str, names, trainable_count: int, st
         non_trainable.update((index, kept_state(variable, value, context)) for index, variable, value in kept)
         weights = [values[name] for name in trainable_names]
         logits, new_state = call_stateless(
-            compute, weights, [non_trainable[i] for i in range(len(state))], inputs, context
+            compute, weights, [non_trainable[i] for i in range(len(state))], arrange(inputs), context
         )
         for name, index in zip(running_names, running, strict=True):
             context.update(name, new_state[index])
@@ -456,10 +462,10 @@ def widened(node):
     return node
 
 
-def flops_per_example(model, input_shape, input_dtype, parameters: int) -> int:
+def flops_per_example(model, probe, parameters: int) -> int:
     """Forward + backward: 3 times the forward's float operations as TensorFlow's profiler counts them on one
     example (matmuls, convolutions; an einsum it does not count); 6 per parameter when it counts none."""
-    spec = tf.TensorSpec((1, *input_shape), input_dtype)
+    spec = tf.nest.map_structure(lambda tensor: tf.TensorSpec((1, *tensor.shape[1:]), tensor.dtype), probe)
     try:
         graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
         options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
@@ -470,14 +476,15 @@ def flops_per_example(model, input_shape, input_dtype, parameters: int) -> int:
     return int(3 * counted) if counted else 6 * parameters
 
 
-def describe(model, layout_map) -> str:
+def describe(model, layout_map, inputs=()) -> str:
     kinds: Dict[str, int] = {}
     for layer in model.layers if not is_subclassed(model) else keras_compat.flat_layers(model):
         if type(layer).__name__ != "InputLayer":
             kinds[type(layer).__name__] = kinds.get(type(layer).__name__, 0) + 1
     layers = ", ".join(f"{name}" + (f" x{count}" if count > 1 else "") for name, count in kinds.items())
     laid_out = f"; LayoutMap of {len(layout_map)} keys" if layout_map is not None else ""
-    return f"Keras {type(model).__name__} {model.name}: {layers}{laid_out}"
+    several = f"; inputs {describe_inputs(inputs)}" if inputs else ""
+    return f"Keras {type(model).__name__} {model.name}: {layers}{laid_out}{several}"
 
 
 def cautions(model, keras) -> Tuple[Caution, ...]:

@@ -82,3 +82,41 @@ def adam_slots(optimizer) -> Optional[Tuple[list, list]]:
     if not (hasattr(optimizer, "_momentums") and hasattr(optimizer, "_velocities")):
         return None
     return list(optimizer._momentums), list(optimizer._velocities)
+
+
+def inputs_by_name(model) -> dict:
+    """A functional model's inputs by name: a dict of Inputs by its keys, a list by each Input's layer name (what
+    keras.Input(name=...) sets), in the model's order (Keras 3.15.1: Functional._inputs_struct, KerasTensor.
+    _keras_history; a list's KerasTensors are named keras_tensor, keras_tensor_1 unless given a name, and its call
+    matches a dict by those)."""
+    struct = graph_of(model)._inputs_struct
+    if isinstance(struct, dict):
+        return dict(struct)
+    return {tensor._keras_history[0].name: tensor for tensor in model.inputs}
+
+
+def takes_dict(model) -> bool:
+    """Whether a functional model's inputs are a dict of Inputs, else a list (Keras 3.15.1: _inputs_struct)."""
+    return isinstance(graph_of(model)._inputs_struct, dict)
+
+
+def calls_taking(tensor) -> list:
+    """(operation, its outputs, the Inputs of its own graph that `tensor` feeds: [] for a layer) of each call in a
+    graph that takes the KerasTensor `tensor`: every call of the operation that made it, so a layer called twice is
+    followed from both (Keras 3.15.1: KerasTensor._keras_history, Operation._outbound_nodes, Node.outputs,
+    Node.arguments.keras_tensors: the call's tensors flat, a dict's by key as its graph's Inputs flatten)."""
+    import keras
+
+    history = getattr(tensor, "_keras_history", None)
+    if history is None:
+        return []
+    found = []
+    for node in history[0]._outbound_nodes:
+        graph, fed = graph_of(node.operation), []
+        if graph is not None:
+            given, inner = node.arguments.keras_tensors, keras.tree.flatten(graph._inputs_struct)
+            fed = (
+                [mine for theirs, mine in zip(given, inner) if theirs is tensor] if len(given) == len(inner) else inner
+            )
+        found.append((node.operation, list(node.outputs), fed))
+    return found

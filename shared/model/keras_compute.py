@@ -98,7 +98,8 @@ def run_calls(model, inputs, training: bool, tapper: Tapper, prefix: str):
     def call_for(operation):
         def call(*args, **kwargs):
             name = tapper.name(prefix + operation.name)
-            if keras_compat.has_graph(operation) and len(args) == 1 and all(v is None for v in kwargs.values()):
+            # A mask of None for each of a dict's inputs (a model of several inputs used as a layer) is none.
+            if keras_compat.has_graph(operation) and len(args) == 1 and all(v is None for v in tf.nest.flatten(kwargs)):
                 output = run_calls(operation, args[0], training, tapper, f"{name}/")
             else:
                 if keras_compat.given_training(operation):

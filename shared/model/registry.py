@@ -30,6 +30,7 @@ from shared.model.definition import Model, ModelDefinition, check_definition
 from shared.model.gpt import gpt
 from shared.model.keras import is_keras_model, keras_2_hint, keras_definition, prepare_keras
 from shared.model.mlp import mlp
+from shared.model.named_inputs import batch_spec, describe_inputs, example_batch
 from shared.model.vit import vit
 
 REGISTERED: dict = {}  # spec -> a definition handed over in this process (shared.api.check_model)
@@ -146,14 +147,15 @@ def check_forward(definition: ModelDefinition, spec: str) -> ModelDefinition:
     """Run the forward and its gradient once on two examples on the host: a forward that raises, returns other
     than [2, *label_shape, classes] logits, or leaves a variable without a gradient is one line now rather
     than a failed trainer later."""
-    shape, dtype = (2, *definition.input_shape), definition.input_dtype
-    fed = f"inputs {list(shape)} {dtype}"
+    fed = f"inputs {list((2, *definition.input_shape))} {definition.input_dtype}"
+    if definition.inputs:
+        fed = f"inputs {describe_inputs(definition.inputs)} of 2 examples"
     with tf.device("/CPU:0"):
         model = Model(definition, definition.initial_values(seed=0))
         context = first_step_context(model)
         try:
             with tf.GradientTape() as tape:
-                logits = model(tf.zeros(shape, dtype), context)
+                logits = model(example_batch(definition, 2), context)
                 loss = tf.reduce_sum(logits)
             model.apply_updates(context)
         except Exception as error:  # noqa: BLE001 - the user's forward: any error is one line
@@ -197,7 +199,7 @@ def random_ops(definition: ModelDefinition) -> List[str]:
 
     with tf.device("/CPU:0"):
         model = Model(definition, definition.initial_values(seed=0))
-        spec = tf.TensorSpec((2, *definition.input_shape), definition.input_dtype)
+        spec = batch_spec(definition, 2)
         try:
             graph = training_forward.get_concrete_function(model, spec).graph
         except Exception:  # noqa: BLE001 - a forward that does not trace here has no random ops to name

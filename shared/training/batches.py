@@ -9,6 +9,8 @@ from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from shared.training.batch_inputs import first, stacked, take
+
 
 def epoch_order(num_examples: int, epoch: int, shuffle: bool, seed: int) -> np.ndarray:
     """Example indices in the order of one epoch: 0..N-1, or a permutation from (seed, epoch)."""
@@ -23,13 +25,13 @@ def batch_slices(num_examples: int, batch_size: int) -> List[slice]:
 
 
 def epoch_batches(
-    x: np.ndarray, y: np.ndarray, batch_size: int, epoch: int = 0, shuffle: bool = False, seed: int = 0
-) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-    """The global batches of one epoch, identical for every trainer."""
+    x, y: np.ndarray, batch_size: int, epoch: int = 0, shuffle: bool = False, seed: int = 0
+) -> Iterator[Tuple[object, np.ndarray]]:
+    """The global batches of one epoch, identical for every trainer (x: one input array, or a dict of them)."""
     order = epoch_order(len(y), epoch, shuffle, seed)
     for part in batch_slices(len(y), batch_size):
         index = order[part]
-        yield x[index], y[index]
+        yield take(x, index), y[index]
 
 
 def example_label_counts(y: np.ndarray) -> np.ndarray:
@@ -87,5 +89,5 @@ def step_chunks(batches, first_alone: bool = False) -> Iterator[Tuple[np.ndarray
     per leading index), so the batches and their order are exactly epoch_batches'.
     first_alone: the first batch is a chunk of its own (its call's time is the trace time).
     """
-    for run in equal_shape_runs(batches, lambda batch: batch[0].shape, first_alone=first_alone):
-        yield tuple(np.stack(parts) for parts in zip(*run))
+    for run in equal_shape_runs(batches, lambda batch: first(batch[0]).shape, first_alone=first_alone):
+        yield tuple(stacked(parts) for parts in zip(*run))

@@ -162,6 +162,7 @@ def check_config(config: Config) -> None:
             check_writable_dir(flag, directory, create=True)
     if config.export:
         export.check_targets(config.export, sorted({"reference", *config.trainers}))  # the reference always trains
+        export.check_exportable(definition_for(config))
 
 
 class TrainingState:

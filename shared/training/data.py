@@ -9,7 +9,8 @@ Sources (`--data`):
   auto      tfds if it is prepared locally or its download host answers within a few
             seconds, else embedded (offline, `tfds.load` would retry for ~205 s), saying why
             in the header and the JSON report's environment.data_fallback
-  FILE.npz  your arrays x_train, y_train, x_test, y_test, checked against the model's spec
+  FILE.npz  your arrays x_train, y_train, x_test, y_test, checked against the model's spec (a model of several
+            named inputs: x_train_<name>, x_test_<name> for each, shared/training/npz_inputs.py)
 
 The batches every trainer trains on: shared/training/batches.py.
 """
@@ -26,7 +27,7 @@ from shared.errors import UsageError
 from shared.model.definition import ModelDefinition
 from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
 from shared.model.registry import definition_for
-from shared.training import npz, text
+from shared.training import npz, npz_inputs, text
 from shared.training.batches import batch_label_counts
 from shared.training.dataset import PROBE_SECONDS, Dataset, example_count, host_answers, take
 
@@ -222,8 +223,12 @@ def load_data(
 ) -> Dataset:
     """Load and preprocess `source` (see the module docstring) for `definition` (None: MNIST as [N, 784]) in a
     run of `dtype` (a float64 .npz stays float64 in a float64 run)."""
+    several = definition is not None and bool(definition.inputs)  # a model of several named inputs
     if source.endswith(".npz"):
-        return npz.load(source, definition or ModelDefinition("", (), None, 0), train_examples, test_examples, dtype)
+        load_npz = npz_inputs.load if several else npz.load
+        return load_npz(source, definition or ModelDefinition("", (), None, 0), train_examples, test_examples, dtype)
+    if several:
+        npz_inputs.refuse_other_data(source, definition)
     if definition is not None and definition.default_data == "tiny_shakespeare":
         return text.load(source, definition, train_examples, test_examples)
     data = load_mnist(source, train_examples, test_examples)

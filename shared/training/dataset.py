@@ -14,9 +14,11 @@ PROBE_SECONDS = 3.0  # how long a download host has to answer before --data auto
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    x_train: np.ndarray  # [N, *input_shape] in the model's input dtype: MNIST float32 [N, 784] in [0, 1]
+    # [N, *input_shape] in the model's input dtype: MNIST float32 [N, 784] in [0, 1]; a model of several named
+    # inputs: a dict {name: [N, *shape]} (shared/training/npz_inputs.py, shared/training/batch_inputs.py)
+    x_train: object
     y_train: np.ndarray  # int64 [N, *label_shape]: classes, or negative for a label that does not count
-    x_test: np.ndarray
+    x_test: object
     y_test: np.ndarray
     source: str  # "tfds", "embedded", the IDX directory or the .npz file
     reason: str  # one line: why this source was used

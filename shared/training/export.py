@@ -106,6 +106,17 @@ def export_trainer(
     details["export_max_abs_logit_diff"] = f"{difference:.3g}"
 
 
+def check_exportable(definition) -> None:
+    """The serving signature takes one input (images or tokens): a model of several named inputs is refused, before
+    anything trains."""
+    if definition.inputs:
+        names = ", ".join(named.name for named in definition.inputs)
+        raise UsageError(
+            f"--export: the model takes {len(definition.inputs)} inputs ({names}), and the export's serving "
+            f"signature takes one; drop --export (your Keras model's own model.save writes all of them)"
+        )
+
+
 def check_targets(export_dir: str, trainers: Sequence[str]) -> None:
     """--export DIR replaces DIR/<trainer>: refuse, before anything trains, one that holds something other than
     an earlier export (its PROBE_FILE says it is one); an empty directory is taken."""

@@ -25,7 +25,9 @@ from shared.measure.checksums import state_checksums, state_variables
 from shared.model import keras_compat
 from shared.model.definition import Caution
 from shared.model.keras import draws, is_seed_state, rebuilt, unsynchronized_batch_norms
+from shared.model.keras_inputs import keras_arrangement
 from shared.model.registry import definition_for
+from shared.training import batch_inputs
 from shared.training.batches import epoch_batches, without_autotune
 from shared.training.keras_compile import in_run_dtype
 from shared.training.losses import correct_count, host_label_count, loss_sum
@@ -206,6 +208,7 @@ class KerasFitTrainer(Trainer):
         self.strategy, self.placement, self.collectives = self.place(devices)
         keras_model = fit_model(self.definition, config, self.strategy)
         self.model, self.optimizer = FitModel(self.definition, keras_model), FitOptimizer(keras_model.optimizer)
+        self.arrange = keras_arrangement(keras_model)  # several named inputs as Keras takes them
         self.checkpointed = (self.model, self.optimizer)
         self.details = {
             "loop": f"Keras {keras_module().__version__} model.fit, one call an epoch",
@@ -220,20 +223,20 @@ class KerasFitTrainer(Trainer):
     def gradients(self, x, y):
         """The gradients of the loss Keras's train step differentiates (each replica's mean divided by the replica
         count, summed), at the current weights, before its optimizer's clipping; no state changes."""
-        return [g.numpy() for g in keras_gradients(self.model.keras, self.strategy, x, y)]
+        return [g.numpy() for g in keras_gradients(self.model.keras, self.strategy, self.arrange(x), y)]
 
     def taps(self, x, y):
         raise NotImplementedError("--fit: Keras's model.fit is not replayed (no taps)")
 
     def step(self, x, y):
-        self.model.keras.train_on_batch(x, y)
+        self.model.keras.train_on_batch(self.arrange(x), y)
 
     def train_epoch(self, epoch: int, meter, first: bool, record_state: bool):
         config = self.config
         batches = list(
             epoch_batches(self.data.x_train, self.data.y_train, config.batch_size, epoch, config.shuffle, config.seed)
         )
-        inputs = (np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches]))
+        inputs = (self.arrange(batch_inputs.joined([x for x, _ in batches])), np.concatenate([y for _, y in batches]))
         dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(config.batch_size).with_options(without_autotune())
         counts = [host_label_count(y) for _, y in batches]
         recorder = step_recorder(meter, counts, self.state() if record_state else None)
@@ -252,7 +255,7 @@ class KerasFitTrainer(Trainer):
 
     def test_step(self, batch):
         x, y = batch
-        logits = self.model.keras(x, training=False)
+        logits = self.model.keras(self.arrange(x), training=False)
         return loss_sum(logits, y, None, self.definition.loss), correct_count(logits, y, None, self.definition)
 
     def state(self):
@@ -262,7 +265,7 @@ class KerasFitTrainer(Trainer):
         return [np.asarray(weight.numpy()) for weight in self.model.weights]
 
     def predict_logits(self, x):
-        return self.model.keras.predict(x, verbose=0)
+        return self.model.keras.predict(self.arrange(x), verbose=0)
 
 
 def keras_gradients(model, strategy, x, y):
@@ -283,7 +286,7 @@ def keras_gradients(model, strategy, x, y):
         return context.all_reduce(tf.distribute.ReduceOp.SUM, gradients) if strategy is not None else gradients
 
     if strategy is None:
-        return tf.function(on_replica)(tf.constant(x), tf.constant(y))
+        return tf.function(on_replica)(batch_inputs.each(tf.constant, x), tf.constant(y))
     pieces = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors((x, y)))))
     summed = tf.function(lambda pieces: strategy.run(on_replica, args=pieces))(pieces)
     return [strategy.experimental_local_results(g)[0] for g in summed]

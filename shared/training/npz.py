@@ -38,20 +38,27 @@ def load(
         if len(x) != len(y):
             raise UsageError(f"--data {path}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
         x, y = take(split, x, y, requested, len(y), path)
-        if y.dtype.kind != "f" and not (y >= 0).any():
-            raise UsageError(
-                f"--data {path}: no label of the {len(y)} y_{split} examples used counts (each is negative), so "
-                f"its mean loss would divide by zero; give the split labels 0-{definition.classes - 1}"
-            )
+        check_counted(path, split, y, definition)
         splits += [x, y]
     reason = "your arrays" + (f"; float64 inputs narrowed to float32 for this {dtype} run" if narrowed else "")
     return Dataset(*splits, path, reason)
 
 
-def read(path: str) -> dict:
-    """The four arrays, numbers only: an object array would unpickle, which a file from elsewhere must not do."""
+def check_counted(path: str, split: str, y: np.ndarray, definition) -> None:
+    """A split's class labels have one that counts: its mean loss divides by their count."""
+    if y.dtype.kind != "f" and not (y >= 0).any():
+        raise UsageError(
+            f"--data {path}: no label of the {len(y)} y_{split} examples used counts (each is negative), so "
+            f"its mean loss would divide by zero; give the split labels 0-{definition.classes - 1}"
+        )
+
+
+def read(path: str, keys=KEYS, needs: str = "") -> dict:
+    """The arrays `keys` (needs: how a message lists them), numbers only: an object array would unpickle, which a
+    file from elsewhere must not do."""
+    needs = needs or ", ".join(keys)
     if not os.path.isfile(path):
-        raise UsageError(f"--data {path}: no such file; give an .npz with arrays {', '.join(KEYS)}")
+        raise UsageError(f"--data {path}: no such file; give an .npz with arrays {needs}")
     try:
         with open(path, "rb") as file:
             start = file.read(4)
@@ -59,17 +66,17 @@ def read(path: str) -> dict:
         raise UsageError(f"--data {path}: cannot read it ({error.strerror}); fix its permissions") from None
     if start not in ZIP_MAGIC:
         kind = "one .npy array" if start.startswith(b"\x93NUM") else "not an .npz archive"
-        raise UsageError(f"--data {path}: {kind}; write {', '.join(KEYS)} into one file with numpy.savez")
+        raise UsageError(f"--data {path}: {kind}; write {needs} into one file with numpy.savez")
     try:
         with np.load(path, allow_pickle=False) as file:
-            missing = [key for key in KEYS if key not in file.files]
+            missing = [key for key in keys if key not in file.files]
             if missing:
                 raise UsageError(
                     f"--data {path}: no array {missing[0]}; the file holds {', '.join(file.files) or 'none'} "
-                    f"and needs {', '.join(KEYS)}"
+                    f"and needs {needs}"
                 )
             arrays = {}
-            for key in KEYS:
+            for key in keys:
                 try:
                     arrays[key] = file[key]
                 except ValueError:  # numpy's message would suggest loading the pickle anyway

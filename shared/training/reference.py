@@ -17,7 +17,7 @@ from shared.devices import one_intra_op_thread
 from shared.measure import profile, traffic
 from shared.measure.checksums import state_variables
 from shared.measure.taps import Taps
-from shared.training import step
+from shared.training import batch_inputs, step
 from shared.training.batches import epoch_batches, step_chunks
 from shared.training.build import build_model_and_optimizer
 from shared.training.data import Dataset
@@ -30,7 +30,7 @@ from shared.training.protocol import Trainer, TrainerSpec
 
 def training_context(model, optimizer, x, record: bool = False):
     """The forward's context in a step: every example of x is the global batch's, in order."""
-    positions = tf.range(tf.shape(x, out_type=tf.int64)[0])
+    positions = tf.range(tf.shape(batch_inputs.first(x), out_type=tf.int64)[0])
     return model.training_context(optimizer.step, positions, record, loss_scale_of(optimizer))
 
 
@@ -56,7 +56,7 @@ def train_steps(model, optimizer, x_steps, y_steps, record_state: bool = False):
 
     def one_step(i):
         with tf.name_scope(profile.INPUT_SCOPE):
-            x, y = x_steps[i], y_steps[i]
+            x, y = batch_inputs.take(x_steps, i), y_steps[i]
         return train_step(model, optimizer, x, y)
 
     variables = state_variables(model, optimizer)
@@ -109,7 +109,7 @@ class ReferenceTrainer(Trainer):
         train_steps.get_concrete_function(
             self.model,
             self.optimizer,
-            tf.TensorSpec([None, None, *x_steps.shape[2:]], x_steps.dtype),
+            batch_inputs.each(lambda x: tf.TensorSpec([None, None, *x.shape[2:]], x.dtype), x_steps),
             tf.TensorSpec([None, None, *y_steps.shape[2:]], y_steps.dtype),
             record_state,
         )
@@ -124,7 +124,7 @@ class ReferenceTrainer(Trainer):
         def prepare():
             batches = epoch_batches(self.data.x_train, self.data.y_train, self.config.batch_size)
             first = itertools.islice(batches, most_steps or None)  # only the batches the call runs
-            return tuple(tf.constant(array) for array in next(step_chunks(first)))
+            return tuple(batch_inputs.each(tf.constant, array) for array in next(step_chunks(first)))
 
         def run(inputs):
             train_steps(self.model, self.optimizer, *inputs)[0].numpy()  # host sync: the call has run

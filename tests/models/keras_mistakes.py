@@ -43,7 +43,7 @@ def subclassed():
     return model
 
 
-def two_inputs():
+def two_inputs():  # a list of two Inputs: trains since issue 59 (tests/test_keras_inputs.py)
     left, right = keras.Input((392,)), keras.Input((392,))
     joined = keras.layers.Concatenate()([left, right])
     return keras.Model([left, right], keras.layers.Dense(10)(joined))
