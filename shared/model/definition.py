@@ -191,6 +191,13 @@ class ModelDefinition:
     # A Keras model's LayoutMap, audited (shared/model/keras_layouts.py LayoutAudit): which key laid out which
     # variable, the keys that matched none; None for a model without one.
     layout_audit: Optional[object] = None
+    # Under a mixed policy the forward is given the float32 weights and inputs and casts them itself (a Keras model's
+    # dtype policy: its layers autocast, and a BatchNormalization's moving statistics stay float32); False: the
+    # Model hands it both in the compute dtype.
+    casts_itself: bool = False
+    # (a --dtype) -> None: makes what the forward computes in that dtype with, before anything traces (a Keras
+    # model's copy under a mixed policy: shared/model/keras.py Computes); None: nothing to make.
+    prepare_dtype: Optional[Callable[[str], None]] = None
 
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes
@@ -364,9 +371,10 @@ class Model(tf.Module):
         if self._gather is not None:
             weights = [self._gather(weight, variable) for weight, variable in zip(weights, self.definition.variables)]
         compute = tf.as_dtype(self.compute_dtype or weights[0].dtype)
-        if compute != weights[0].dtype:  # the cast's gradient is the float32 gradient of the weight
+        cast = not (self.compute_dtype is not None and self.definition.casts_itself)
+        if compute != weights[0].dtype and cast:  # the cast's gradient is the float32 gradient of the weight
             weights = [tf.cast(weight, compute) if weight.dtype.is_floating else weight for weight in weights]
-        if tf.as_dtype(inputs.dtype).is_floating:  # float32 inputs into a float64 model: widened exactly, per batch
+        if tf.as_dtype(inputs.dtype).is_floating and cast:  # float32 inputs into a float64 model: widened exactly
             inputs = tf.cast(inputs, compute)
         named = dict(zip(self.definition.names, weights))
         if self.definition.takes_context:

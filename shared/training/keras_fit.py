@@ -112,7 +112,7 @@ def check_fit_model(config: Config) -> None:
             f"step's loss is recorded after it: compile it with steps_per_execution=1"
         )
     with tf.device("/CPU:0"):
-        compile_like(rebuilt(definition.keras_model, keras_module(), config.model, "float32"), definition, config)
+        compile_like(rebuilt(definition.keras_model, keras_module(), config.model, None), definition, config)
 
 
 def tool_compile(config: Config, keras) -> dict:
@@ -131,7 +131,7 @@ def compile_like(model, definition, config: Config) -> None:
     keras = keras_module()
     settings = compile_settings(definition.keras_model)
     floatx = keras.config.floatx()
-    keras.config.set_floatx(config.dtype)  # Keras's losses and metrics compute in floatx unless told otherwise
+    keras.config.set_floatx(config.weight_dtype)  # Keras's losses and metrics compute in floatx unless told otherwise
     try:
         arguments = tool_compile(config, keras) if settings is None else in_run_dtype(settings, config.dtype, keras)
         metrics = arguments.get("metrics")
