@@ -489,7 +489,9 @@ def rebuilt(model, keras, source: str, dtype: Optional[str]):
     if dtype is not None:
         config = retyped(config, dtype)
         keras.config.set_floatx("float64" if dtype == "float64" else "float32")
-        keras.config.set_dtype_policy(dtype)  # a subclassed model's layers made in its __init__ take the global one
+    # A subclassed model's layers made in its __init__ take the global policy, and so does a functional model's own
+    # (compile wraps its optimizer in a LossScaleOptimizer when that is mixed_float16).
+    keras.config.set_dtype_policy(dtype or own_policy(model))
     try:
         with keras.saving.custom_object_scope(custom):
             copy = keras.saving.deserialize_keras_object(config)
