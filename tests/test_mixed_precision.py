@@ -16,6 +16,7 @@ from shared.model.blocks import attention
 from shared.model.definition import Model, ModelDefinition, Variable
 from shared.model.mlp import mlp
 from shared.model.registry import definition_for
+from shared.report.header import describe_model
 from shared.training.loss_scale import GROWTH_STEPS, loss_scale_of, loss_scale_record
 from shared.training.optim import SGD, Adam
 from tests.cli import SMALL, read_report, run_compare, run_here
@@ -223,6 +224,10 @@ def test_a_keras_model_with_mixed_bfloat16_layers_computes_as_keras_computes_it(
     x = tf.constant(np.random.default_rng(0).normal(size=(8, 20)), tf.float32)
     logits, keras_model = keras_forward("bfloat16_mlp", "mixed_bfloat16", x)
     assert keras_model.get_layer("hidden").dtype_policy.name == "mixed_bfloat16"
+    assert describe_model(definition_for(Config(model=f"{KERAS_MIXED}:bfloat16_mlp"))).endswith(
+        "layers under mixed_bfloat16 (--dtype mixed_bfloat16 trains it as it is; another --dtype, a copy rebuilt with "
+        "every layer under it); 804 parameters, 0.00 MFLOP per example (forward + backward)"
+    )
     np.testing.assert_array_equal(logits.numpy(), keras_model(x).numpy())  # the model as it is: bit for bit
     float32, _ = keras_forward("bfloat16_mlp", "float32", x)  # --dtype float32: a float32 copy
     assert 1e-4 < np.max(np.abs(float32.numpy() - logits.numpy())) < 0.1
