@@ -285,3 +285,19 @@ def test_the_causal_mask_stays_finite_in_float16():
     )
     out = attention(v, "b/", tf.ones([1, 3, width], tf.float16), causal=True)
     assert out.dtype == tf.float16 and bool(tf.reduce_all(tf.math.is_finite(out)))
+
+
+def test_a_keras_mixed_model_beyond_its_tolerance_is_bf16_noise_and_its_float64_copy_matches(tmp_path):
+    """The wider reruns of a model built under mixed_bfloat16 train its copies: float32 (the noise verdict), and
+    float64 (every layer's policy float64)."""
+    from tests.models.keras_mixed import write_normal
+
+    write_normal(str(tmp_path / "data.npz"))
+    common = dict(meshes=("batch=2",), data=str(tmp_path / "data.npz"), **KERAS_SMALL)
+    noisy = check_model(f"{KERAS_MIXED}:bfloat16_mlp", dtype="mixed_bfloat16", tolerance=1e-9, **common)
+    assert {name: verdict.verdict for name, verdict in noisy.verdicts.items()} == {
+        "dtensor batch=2": "bf16 noise",
+        "mirrored": "bf16 noise",
+    }, noisy.summary()
+    wide = check_model(f"{KERAS_MIXED}:bfloat16_mlp", dtype="float64", **common)
+    assert wide.ok and max(parity.max_rel_loss_diff for parity in wide.parity.values()) <= 1e-12, wide.summary()
