@@ -30,9 +30,9 @@ from shared.training.registry import describe_runs, specs
 
 def check_config(config: Config, devices: Sequence[str]) -> None:
     """Each chosen trainer's own checks (a mesh, a batch over replicas) before anything trains."""
+    kernels.check(config, devices)  # a mixed run: its dtype's matmul, probed apart (a Keras model's load computes)
     definition_for(config)  # --model: a user's definition is loaded and checked here, once
     check_fit_model(config)  # --fit: a Keras model whose compile settings rebuild
-    kernels.check(config, devices)  # a mixed run: its compute dtype's matmul, probed in a process of its own
     for spec in specs(config.trainers):
         spec.check_config(config, devices)
     checkpoint.check_config(config)  # --restore, --checkpoint-dir, --export

@@ -4,8 +4,9 @@ when its instruction set is capped (ONEDNN_MAX_CPU_ISA=AVX2 or SSE41: bfloat16 a
 that died so would leave nothing to judge.
 
 The probe imports TensorFlow, ~3 s on 2 cores: compare.py starts it as soon as its arguments are parsed, beside its
-own import of TensorFlow, and the run waits for it after its devices and model are set up. Its answer is kept for
-the process (shared.api.check_model's later checks), never written down.
+own import of TensorFlow, and the run waits for it once its devices are set up, before it loads the model (a Keras
+model's load computes under its own policy). Its answer is kept for the process (shared.api.check_model's later
+checks), never written down.
 """
 
 import os
