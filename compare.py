@@ -30,6 +30,7 @@ from typing import Optional, Tuple
 from shared.config import Config, option_flag
 from shared.console import hide_tensorflow_messages
 from shared.errors import UsageError
+from shared.run import kernels
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -164,6 +165,7 @@ def run_command(argv, restore_stderr: bool = True) -> int:
         print(f"compare.py: error: {error}{see_help}", file=sys.stderr)
         return 2
     restore = hide_tensorflow_messages(config.verbose)
+    kernels.start(config)  # a mixed run's matmul probe imports TensorFlow beside this process's import of it
     try:
         # These import TensorFlow: after argument errors are reported, and after its messages are hidden.
         from shared.run import clients, comparison

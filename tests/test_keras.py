@@ -156,8 +156,10 @@ BAD = {
     r"make each variable's path match one key$",
     "float16": r"variable hidden/kernel is float16; build the model in float32 \(--dtype float64 trains a float64 copy "
     r"of it\)$",
-    "mixed_precision": r"layer hidden computes in float16 \(dtype policy mixed_float16\); the tool trains one dtype "
-    r"for weights and computation: use float32$",
+    "two_mixed_policies": r"layers hidden and out compute under mixed_bfloat16 and mixed_float16; give every mixed "
+    r"layer one policy$",
+    "float16_policy": r"layer out has the dtype policy float16; the tool trains float32 weights computing in float32 "
+    r"or under mixed_bfloat16 or mixed_float16: use one of those$",
     "not_a_model": r"returned a Dense; return a keras.Model$",
     "tokens_without_embedding": r"the model takes int32 inputs but has no Embedding layer to say how many token ids it "
     r"takes; embed the ids with keras.layers.Embedding, or take float inputs$",

@@ -10,13 +10,13 @@ import pytest
 import tensorflow as tf
 
 from shared.api import check_model
-from shared.config import Config
-from shared.errors import UsageError
+from shared.config import MIXED_COMPUTE, Config
 from shared.judge.parity import tolerances
 from shared.model.blocks import attention
 from shared.model.definition import Model, ModelDefinition, Variable
 from shared.model.mlp import mlp
 from shared.model.registry import definition_for
+from shared.report.header import describe_model
 from shared.training.loss_scale import GROWTH_STEPS, loss_scale_of, loss_scale_record
 from shared.training.optim import SGD, Adam
 from tests.cli import SMALL, read_report, run_compare, run_here
@@ -210,13 +210,65 @@ def test_the_tutorial_adam_stays_a_mismatch_in_mixed_bfloat16(tmp_path):
     assert "float64 rerun of reference, dtensor" in result.stdout
 
 
-def test_a_keras_model_in_a_mixed_dtype_is_refused_in_one_line():
-    with pytest.raises(UsageError) as refused:
-        definition_for(Config(model="examples/keras_cnn.py:keras_cnn", dtype="mixed_float16"))
-    assert str(refused.value) == (
-        "--dtype mixed_float16 with a Keras model (--model examples/keras_cnn.py:keras_cnn) is not yet supported; "
-        "use --dtype float32 or float64"
+KERAS_MIXED = "tests/models/keras_mixed.py"
+
+
+def keras_forward(model: str, dtype: str, x):
+    """The definition's logits for `x` as every trainer computes them under `dtype`, and the Keras model."""
+    definition = definition_for(Config(model=f"{KERAS_MIXED}:{model}", dtype=dtype))
+    compute = MIXED_COMPUTE.get(dtype)
+    return Model(definition, definition.initial_values(seed=0), compute_dtype=compute)(x), definition.keras_model
+
+
+def test_a_keras_model_with_mixed_bfloat16_layers_computes_as_keras_computes_it():
+    x = tf.constant(np.random.default_rng(0).normal(size=(8, 20)), tf.float32)
+    logits, keras_model = keras_forward("bfloat16_mlp", "mixed_bfloat16", x)
+    assert keras_model.get_layer("hidden").dtype_policy.name == "mixed_bfloat16"
+    assert describe_model(definition_for(Config(model=f"{KERAS_MIXED}:bfloat16_mlp"))).endswith(
+        "layers under mixed_bfloat16 (--dtype mixed_bfloat16 trains it as it is; another --dtype, a copy rebuilt with "
+        "every layer under it); 804 parameters, 0.00 MFLOP per example (forward + backward)"
     )
+    np.testing.assert_array_equal(logits.numpy(), keras_model(x).numpy())  # the model as it is: bit for bit
+    float32, _ = keras_forward("bfloat16_mlp", "float32", x)  # --dtype float32: a float32 copy
+    assert 1e-4 < np.max(np.abs(float32.numpy() - logits.numpy())) < 0.1
+
+
+def test_mixed_float16_on_a_float32_keras_model_computes_with_a_copy_under_the_policy():
+    import keras
+
+    from tests.models.keras_mixed import mlp
+
+    x = tf.constant(np.random.default_rng(0).normal(size=(8, 20)), tf.float32)
+    logits, keras_model = keras_forward("float32_mlp", "mixed_float16", x)
+    assert keras_model.get_layer("hidden").dtype_policy.name == "float32"  # the user's model is untouched
+    under_policy = mlp("mixed_float16", "mixed_float16")
+    under_policy.set_weights(keras_model.get_weights())
+    expected = keras.ops.cast(under_policy(x), "float32")
+    assert logits.dtype == tf.float32 and under_policy.get_layer("out").kernel.dtype == "float32"
+    np.testing.assert_array_equal(logits.numpy(), np.asarray(expected))
+
+
+KERAS_SMALL = dict(epochs=1, devices=2, batch_size=64, trainer_process="shared")
+
+
+@pytest.mark.parametrize("model,policy", [("bfloat16_mlp", "mixed_bfloat16"), ("float32_mlp", "mixed_float16")])
+def test_a_keras_model_trains_mixed_on_every_trainer_and_mesh(tmp_path, model, policy):
+    from tests.models.keras_mixed import write_normal
+
+    write_normal(str(tmp_path / "data.npz"))
+    result = check_model(
+        f"{KERAS_MIXED}:{model}",
+        meshes=("batch=2", "batch=1,model=2"),
+        dtype=policy,
+        data=str(tmp_path / "data.npz"),
+        **KERAS_SMALL,
+    )
+    assert result.ok, result.summary()
+    assert set(v.verdict for v in result.verdicts.values()) == {"ok"}, result.summary()
+    for name, trainer in result.run.results.items():
+        assert trainer.history.dtype == policy, name
+        assert trainer.history.skipped_steps == (0 if policy == "mixed_float16" else None), name
+    assert max(parity.max_abs_loss_diff for parity in result.parity.values()) < tolerances(policy)["loss"].atol
 
 
 def test_the_causal_mask_stays_finite_in_float16():
@@ -233,3 +285,19 @@ def test_the_causal_mask_stays_finite_in_float16():
     )
     out = attention(v, "b/", tf.ones([1, 3, width], tf.float16), causal=True)
     assert out.dtype == tf.float16 and bool(tf.reduce_all(tf.math.is_finite(out)))
+
+
+def test_a_keras_mixed_model_beyond_its_tolerance_is_bf16_noise_and_its_float64_copy_matches(tmp_path):
+    """The wider reruns of a model built under mixed_bfloat16 train its copies: float32 (the noise verdict), and
+    float64 (every layer's policy float64)."""
+    from tests.models.keras_mixed import write_normal
+
+    write_normal(str(tmp_path / "data.npz"))
+    common = dict(meshes=("batch=2",), data=str(tmp_path / "data.npz"), **KERAS_SMALL)
+    noisy = check_model(f"{KERAS_MIXED}:bfloat16_mlp", dtype="mixed_bfloat16", tolerance=1e-9, **common)
+    assert {name: verdict.verdict for name, verdict in noisy.verdicts.items()} == {
+        "dtensor batch=2": "bf16 noise",
+        "mirrored": "bf16 noise",
+    }, noisy.summary()
+    wide = check_model(f"{KERAS_MIXED}:bfloat16_mlp", dtype="float64", **common)
+    assert wide.ok and max(parity.max_rel_loss_diff for parity in wide.parity.values()) <= 1e-12, wide.summary()

@@ -12,7 +12,7 @@ float32 rerun that leaves its tolerance too is rerun in float64, as a float32 ru
 agreement gives the same noise verdict, its disagreement a MISMATCH.
 """
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from shared.config import MIXED_COMPUTE
 
@@ -51,3 +51,19 @@ def skip_difference(skipped: Optional[int], reference_skipped: Optional[int]) ->
         f"loss scaling skipped {skipped} steps, the reference {reference_skipped} (a non-finite combined gradient "
         f"where the reference's was finite, or the reverse)"
     )
+
+
+def first_skip_difference(history, reference) -> Optional[Tuple[int, str]]:
+    """(step, reason) of the first step that one side's loss scaling skipped and the other applied, from the
+    per-step records (--fit under mixed_float16: Keras's LossScaleOptimizer); None when alike or not recorded."""
+    steps = min(len(history.step_loss_scales), len(reference.step_loss_scales))
+    mine, theirs = set(history.skipped_step_indices), set(reference.skipped_step_indices)
+    for step in range(steps):
+        if (step in mine) != (step in theirs):
+            done = {True: "skipped it (a non-finite gradient by its check)", False: "applied it"}
+            return step, (
+                f"at step {step}: loss scaling: the reference {done[step in theirs]} at loss scale "
+                f"{reference.step_loss_scales[step]:g}, this trainer {done[step in mine]} at loss scale "
+                f"{history.step_loss_scales[step]:g}"
+            )
+    return None

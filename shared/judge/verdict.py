@@ -13,7 +13,7 @@ import dataclasses
 from typing import Dict, List, Optional, Sequence
 
 from shared.judge.first_difference import FirstDifference
-from shared.judge.mixed import NOISE, left_tolerance, noise_verdict, rerun_dtype, skip_difference
+from shared.judge.mixed import NOISE, first_skip_difference, left_tolerance, noise_verdict, rerun_dtype, skip_difference
 from shared.judge.parity import Parity, check_parity, describe_first, describe_later, first_non_finite_step
 from shared.measure.history import History
 
@@ -190,7 +190,14 @@ def judge(
     for name, check in parity.items():
         own_step = first_non_finite_step(histories[name])
         skips = skip_difference(histories[name].skipped_steps, reference.skipped_steps)
-        if own_step is not None or reference_step is not None:
+        step_skip = first_skip_difference(histories[name], reference)  # --fit: Keras's loss scaling, step by step
+        if step_skip is not None and step_skip[0] <= min(
+            s for s in (own_step, reference_step, step_skip[0]) if s is not None
+        ):
+            verdicts[name] = Verdict(
+                MISMATCH, step_skip[1], first_disagreeing_step=step_skip[0], differing=["skipped steps"]
+            )
+        elif own_step is not None or reference_step is not None:
             verdicts[name] = diverged(histories[name], own_step, reference_step, check)
         elif skips:  # mixed_float16: one decision per step, taken from the combined gradient, as the reference's
             verdicts[name] = Verdict(MISMATCH, skips, differing=["skipped steps"])

@@ -42,6 +42,10 @@ class History:
     )  # [shared.measure.memory.DeviceMemory], after training
     dtype: str = "float32"  # of the weights, slots and losses (--dtype), or the mixed policy
     skipped_steps: Optional[int] = None  # mixed_float16: steps its loss scaling skipped (non-finite gradient)
+    # --fit under mixed_float16: the loss scale each step multiplied its loss by, and the steps Keras's
+    # LossScaleOptimizer skipped (its iterations did not move); empty where not recorded per step.
+    step_loss_scales: List[float] = dataclasses.field(default_factory=list)
+    skipped_step_indices: List[int] = dataclasses.field(default_factory=list)
     # float64 runs only (shared/measure/checksums.py): [variables] float64 checksums of the training state
     # that each step starts from, then of the final state (steps + 1 entries), and what each row is.
     step_state_checksums: List[np.ndarray] = dataclasses.field(default_factory=list)

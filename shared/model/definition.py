@@ -195,6 +195,13 @@ class ModelDefinition:
     # forward takes a dict {name: [N, *shape]} and its data one array per input. input_shape and input_dtype are
     # then its first input's. (): one input, input_shape and input_dtype.
     inputs: Tuple[NamedInput, ...] = ()
+    # Under a mixed policy the forward is given the float32 weights and inputs and casts them itself (a Keras model's
+    # dtype policy: its layers autocast, and a BatchNormalization's moving statistics stay float32); False: the
+    # Model hands it both in the compute dtype.
+    casts_itself: bool = False
+    # (a --dtype) -> None: makes what the forward computes in that dtype with, before anything traces (a Keras
+    # model's copy under a mixed policy: shared/model/keras.py Computes); None: nothing to make.
+    prepare_dtype: Optional[Callable[[str], None]] = None
 
     def shape(self, variable: Variable, sizes: Optional[Mapping[str, int]] = None) -> Tuple[int, ...]:
         sizes = self.sizes if sizes is None else sizes
@@ -368,11 +375,12 @@ class Model(tf.Module):
         if self._gather is not None:
             weights = [self._gather(weight, variable) for weight, variable in zip(weights, self.definition.variables)]
         compute = tf.as_dtype(self.compute_dtype or weights[0].dtype)
-        if compute != weights[0].dtype:  # the cast's gradient is the float32 gradient of the weight
+        cast = not (self.compute_dtype is not None and self.definition.casts_itself)
+        if compute != weights[0].dtype and cast:  # the cast's gradient is the float32 gradient of the weight
             weights = [tf.cast(weight, compute) if weight.dtype.is_floating else weight for weight in weights]
         if self.definition.inputs:  # several named inputs: each float one widened as one input is
-            inputs = {name: widened(value, compute) for name, value in inputs.items()}
-        elif tf.as_dtype(inputs.dtype).is_floating:  # float32 inputs into a float64 model: widened exactly, per batch
+            inputs = {name: widened(value, compute) for name, value in inputs.items()} if cast else inputs
+        elif tf.as_dtype(inputs.dtype).is_floating and cast:  # float32 inputs into a float64 model: widened exactly
             inputs = tf.cast(inputs, compute)
         named = dict(zip(self.definition.names, weights))
         if self.definition.takes_context:

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from shared.config import MIXED_COMPUTE
 from shared.errors import UsageError
 from shared.model import keras_compat
 from shared.model.definition import (
@@ -112,7 +113,9 @@ def keras_definition(result, source: str) -> ModelDefinition:
     keras_variables = trainable + [state[index] for index in running]
     names = variable_names([variable.path for variable in keras_variables])
     parameters = int(sum(np.prod(variable.shape) for variable in keras_variables))
-    forward, notes = stateless_forward(model, keras, source, names, len(trainable), state, running, probe, arrange)
+    forward, notes, computes = stateless_forward(
+        model, keras, source, names, len(trainable), state, running, probe, arrange
+    )
     return ModelDefinition(
         name=f"keras {model.name} {parameters} parameters",
         variables=definition_variables(keras_variables, names, layout_map, source),
@@ -129,6 +132,8 @@ def keras_definition(result, source: str) -> ModelDefinition:
         save_as=keras_saver(model, keras_variables, keras),
         keras_model=model,
         layout_audit=None if layout_map is None else audit_layout_map(layout_map, keras, keras_variables, names),
+        casts_itself=True,  # its layers' dtype policies cast the float32 weights and inputs
+        prepare_dtype=computes.prepare,
     )
 
 
@@ -174,21 +179,20 @@ def definition_variables(keras_variables, names, layout_map, source: str):
 
 
 def stateless_forward(model, keras, source: str, names, trainable_count: int, state, running, probe, arrange):
-    """(the definition's forward, what the header says of it): the model's stateless_call (or its float64 copy's)
-    on the trainer's values (its inputs as `arrange` makes them), the running statistics' new values handed to
-    context.update, each seed state drawn from the context, Keras's other non-float bookkeeping (an adapted
-    Normalization's count) carried as it is."""
-    from shared.model.keras_compute import call_stateless, compute_for
+    """(the definition's forward, what the header says of it, the Computes it reads): the model's stateless_call
+    (or its copy's in the run's dtype) on the trainer's values (its inputs as `arrange` makes them), the running
+    statistics' new values handed to context.update, each seed state drawn from the context, Keras's other
+    non-float bookkeeping (an adapted Normalization's count) carried as it is."""
+    from shared.model.keras_compute import call_stateless
 
     computed, notes = unrolled_copy(model, keras, source, probe)
-    wide = float64_copy(computed, keras, source)
-    computes = {"float32": compute_for(computed, probe), "float64": compute_for(wide, probe)}
-    notes += sorted({compute.untapped for compute in computes.values() if compute.untapped})
+    computes = Computes(computed, keras, source, probe)
+    notes += computes.notes()
     kept = [(index, state[index], state[index].numpy()) for index in range(len(state)) if index not in running]
     trainable_names, running_names = names[:trainable_count], names[trainable_count:]
 
     def forward(values, inputs, context):
-        compute = computes[values[names[0]].dtype.name]  # the float32 model, or its float64 copy
+        compute = computes.get(run_dtype(context.compute_dtype))  # the model, or its copy in the run's dtype
         non_trainable = dict(zip(running, (values[name] for name in running_names)))
         non_trainable.update((index, kept_state(variable, value, context)) for index, variable, value in kept)
         weights = [values[name] for name in trainable_names]
@@ -199,7 +203,50 @@ def stateless_forward(model, keras, source: str, names, trainable_count: int, st
             context.update(name, new_state[index])
         return logits
 
-    return forward, notes
+    return forward, notes, computes
+
+
+def run_dtype(compute_dtype) -> str:
+    """The --dtype whose forward computes in `compute_dtype`: bfloat16 -> mixed_bfloat16, float32 -> float32."""
+    name = tf.as_dtype(compute_dtype).name
+    return next((policy for policy, compute in MIXED_COMPUTE.items() if compute == name), name)
+
+
+class Computes:
+    """The Keras model each --dtype computes with: the model as it is for its own policy (own_policy), else a copy
+    rebuilt with every layer under the run's dtype, holding its values. float32 and float64 are made with the
+    definition; a mixed one by `prepare`, when a run asks for it (definition_for: before anything traces, and never
+    where a CPU's kernels cannot compute its dtype's matmul: shared/run/kernels.py)."""
+
+    def __init__(self, model, keras, source: str, probe):
+        from shared.model.keras_compute import compute_for
+
+        self.model, self.keras, self.source, self.probe = model, keras, source, probe
+        self.own = own_policy(model)
+        self.made = {self.own: compute_for(model, probe)}
+        for dtype in ("float32", "float64"):
+            self.prepare(dtype)
+
+    def prepare(self, dtype: str) -> None:
+        from shared.model.keras_compute import compute_for
+
+        if dtype not in self.made:
+            self.made[dtype] = compute_for(copy_in(self.model, self.keras, self.source, dtype), self.probe)
+
+    def get(self, dtype: str):
+        if dtype not in self.made:
+            raise RuntimeError(f"the Keras model's {dtype} copy was not prepared (definition_for prepares it)")
+        return self.made[dtype]
+
+    def notes(self) -> List[str]:
+        """What the header's model line says: untapped copies, and a mixed model's policy."""
+        found = sorted({compute.untapped for compute in self.made.values() if compute.untapped})
+        if self.own != "float32":
+            found.append(
+                f"layers under {self.own} (--dtype {self.own} trains it as it is; another --dtype, a copy rebuilt "
+                f"with every layer under it)"
+            )
+        return found
 
 
 def kept_state(variable, initial: np.ndarray, context) -> tf.Tensor:
@@ -287,24 +334,48 @@ def describe_outputs(outputs) -> str:
 
 def check_float32(model, source: str) -> None:
     """Every float variable float32 (the tool widens them for float64; Keras's non-float bookkeeping, a seed state or
-    an adapted Normalization's count, is carried as it is), every layer computing in its variables' dtype."""
+    an adapted Normalization's count, is carried as it is), every layer computing in its variables' dtype or under
+    one mixed policy (own_policy)."""
     for variable in model.variables:
         if is_float(variable) and variable.dtype != "float32":
             raise UsageError(
                 f"--model {source}: variable {variable.path} is {variable.dtype}; build the model in float32 "
                 f"(--dtype float64 trains a float64 copy of it)"
             )
-    for layer in [*keras_compat.flat_layers(model), model]:
-        policy = getattr(layer, "dtype_policy", None)
-        if (
-            type(layer).__name__ != "InputLayer"
-            and policy is not None
-            and policy.compute_dtype != policy.variable_dtype
-        ):
-            raise UsageError(
-                f"--model {source}: layer {layer.name} computes in {policy.compute_dtype} (dtype policy "
-                f"{policy.name}); the tool trains one dtype for weights and computation: use float32"
-            )
+    policies = layer_policies(model)
+    other = [(name, policy) for name, policy in policies.items() if policy not in POLICIES]
+    if other:
+        name, policy = other[0]
+        raise UsageError(
+            f"--model {source}: layer {name} has the dtype policy {policy}; the tool trains float32 weights "
+            f"computing in float32 or under mixed_bfloat16 or mixed_float16: use one of those"
+        )
+    mixed = sorted(set(policies.values()) - {"float32"})
+    if len(mixed) > 1:
+        names = [next(name for name, policy in policies.items() if policy == kind) for kind in mixed]
+        raise UsageError(
+            f"--model {source}: layers {names[0]} and {names[1]} compute under {mixed[0]} and {mixed[1]}; give "
+            f"every mixed layer one policy"
+        )
+
+
+POLICIES = ("float32", *MIXED_COMPUTE)  # the dtype policies a layer may have: float32 weights
+
+
+def layer_policies(model) -> Dict[str, str]:
+    """Each layer's dtype policy name (the model's own too; its Input's is its inputs' dtype, left out)."""
+    return {
+        layer.name: layer.dtype_policy.name
+        for layer in [*keras_compat.flat_layers(model), model]
+        if type(layer).__name__ != "InputLayer" and getattr(layer, "dtype_policy", None) is not None
+    }
+
+
+def own_policy(model) -> str:
+    """The --dtype that trains `model` as it is: its layers' mixed policy (some layers may stay float32, an output
+    layer as Keras's guide keeps it), else float32."""
+    mixed = set(layer_policies(model).values()) - {"float32"}
+    return mixed.pop() if mixed else "float32"
 
 
 def is_float(variable) -> bool:
@@ -379,7 +450,7 @@ def unrolled_copy(model, keras, source: str, probe):
     looping = looping_layers(model, keras)
     if not looping:
         return model, []
-    copy = with_values(rebuilt(model, keras, source, "float32"), model)
+    copy = with_values(rebuilt(model, keras, source, None), model)
     unroll(copy, keras)
     try:
         copy(probe, training=False)
@@ -388,12 +459,13 @@ def unrolled_copy(model, keras, source: str, probe):
     return copy, [unroll_note(looping)]
 
 
-def float64_copy(model, keras, source: str):
-    """The model rebuilt from its config with every float32 dtype float64 (its inputs' too), so that a float64 run
-    computes in float64 end to end (Keras casts a layer's inputs to its dtype policy), holding `model`'s values."""
+def copy_in(model, keras, source: str, dtype: str):
+    """The model rebuilt from its config with every layer's policy `dtype` (float64: its inputs' too, so that a
+    float64 run computes in float64 end to end, as Keras casts a layer's inputs to its dtype policy), holding
+    `model`'s values (widened exactly for float64)."""
     from shared.model.keras_recurrent import unroll
 
-    copy = with_values(rebuilt(model, keras, source, "float64"), model)
+    copy = with_values(rebuilt(model, keras, source, dtype), model)
     unroll(copy, keras)  # as `model` is (unrolled_copy): a subclassed model's config does not carry it
     return copy
 
@@ -409,18 +481,21 @@ def with_values(copy, model):
     return copy
 
 
-def rebuilt(model, keras, source: str, dtype: str):
+def rebuilt(model, keras, source: str, dtype: Optional[str]):
     """A new model of the same layers and variable paths, rebuilt from `model`'s config without its compile settings
-    (under a strategy's scope: its variables), in float32 as it is or with every float32 dtype float64; its values
-    are its initializers', not `model`'s. UsageError in one line when it cannot be rebuilt so."""
+    (under a strategy's scope: its variables): as it is (`dtype` None), or with every layer's dtype policy `dtype`
+    (float32, float64: every float32 dtype float64, or a mixed policy: float32 variables); its values are its
+    initializers', not `model`'s. UsageError in one line when it cannot be rebuilt so."""
     custom = {type(layer).__name__: type(layer) for layer in keras_compat.flat_layers(model, include_self=True)}
     config = dict(keras.saving.serialize_keras_object(model))
     config.pop("compile_config", None)  # compiled under the strategy's scope, if at all (shared/training/keras_fit.py)
     floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
-    if dtype == "float64":
-        config = widened(config)
-        keras.config.set_floatx("float64")  # a subclassed model's layers made in its __init__ take the global policy
-        keras.config.set_dtype_policy("float64")
+    if dtype is not None:
+        config = retyped(config, dtype)
+        keras.config.set_floatx("float64" if dtype == "float64" else "float32")
+    # A subclassed model's layers made in its __init__ take the global policy, and so does a functional model's own
+    # (compile wraps its optimizer in a LossScaleOptimizer when that is mixed_float16).
+    keras.config.set_dtype_policy(dtype or own_policy(model))
     try:
         with keras.saving.custom_object_scope(custom):
             copy = keras.saving.deserialize_keras_object(config)
@@ -428,7 +503,7 @@ def rebuilt(model, keras, source: str, dtype: str):
             copy.build_from_config(model.get_build_config())
     except Exception as error:  # noqa: BLE001 - the user's layers: any error is one line
         raise UsageError(
-            f"--model {source}: the Keras model could not be rebuilt in {dtype} from its config "
+            f"--model {source}: the Keras model could not be rebuilt in {dtype or own_policy(model)} from its config "
             f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); give every custom "
             f"layer get_config (a functional or Sequential model of Keras layers has it)"
         ) from None
@@ -439,11 +514,13 @@ def rebuilt(model, keras, source: str, dtype: str):
     same = len(mine) == len(theirs) and all(
         tuple(a.shape) == tuple(b.shape) and a.trainable == b.trainable for a, b in zip(mine, theirs)
     )
-    wide = all(not is_float(v) or v.dtype == dtype for v in theirs)
+    weight_dtype = "float64" if dtype == "float64" else "float32"
+    wide = all(not is_float(v) or v.dtype == weight_dtype for v in theirs)
     if not same or not wide:
         raise UsageError(
-            f"--model {source}: the Keras model rebuilt from its config in {dtype} has other variables than it "
-            f"({'their shapes differ' if not same else f'some are not {dtype}'}); give every custom layer a "
+            f"--model {source}: the Keras model rebuilt from its config in {dtype or own_policy(model)} has other "
+            f"variables than it ({'their shapes differ' if not same else f'some are not {weight_dtype}'}); give "
+            f"every custom layer a "
             f"get_config that rebuilds it, and no fixed float32 dtype"
         )
     return copy
@@ -451,14 +528,22 @@ def rebuilt(model, keras, source: str, dtype: str):
 
 def widened(node):
     """A serialized Keras config with every float32 dtype (a layer's policy, an Input's dtype) float64."""
+    return retyped(node, "float64")
+
+
+def retyped(node, dtype: str):
+    """A serialized Keras config with every layer's dtype policy (float32 or mixed) `dtype`; for float64 every
+    float32 dtype (an Input's, a loss's) float64 too. A mixed policy's inputs stay float32: its layers cast them."""
     if isinstance(node, dict):
-        if node.get("class_name") == "DTypePolicy" and node.get("config", {}).get("name") == "float32":
-            return {**node, "config": {**node["config"], "name": "float64"}}
+        if node.get("class_name") == "DTypePolicy" and node.get("config", {}).get("name") in POLICIES:
+            return {**node, "config": {**node["config"], "name": dtype}}
+        wide = dtype == "float64"
         return {
-            key: "float64" if key == "dtype" and value == "float32" else widened(value) for key, value in node.items()
+            key: "float64" if wide and key == "dtype" and value == "float32" else retyped(value, dtype)
+            for key, value in node.items()
         }
     if isinstance(node, list):
-        return [widened(value) for value in node]
+        return [retyped(value, dtype) for value in node]
     return node
 
 

@@ -114,7 +114,8 @@ def describe_objective(model, loss_name: str, targets: str) -> str:
         line += f"; plus the model's own losses, once a step: {', '.join(parts)}"
     optimizer = describe_optimizer(model)
     if optimizer and optimizer_choice(model) is not None:
-        line += f"; the compiled optimizer {optimizer} trains, as the project's {type(model.optimizer).__name__}"
+        kind = type(compiled_optimizer(model)).__name__
+        line += f"; the compiled optimizer {optimizer} trains, as the project's {kind}"
     elif optimizer:
         line += (
             f"; the compiled optimizer {optimizer} is set aside: the optimizer above trains (--optimizer, "
@@ -132,7 +133,7 @@ def optimizer_choice(model) -> Optional[OptimizerChoice]:
     """A compiled Keras Adam or plain SGD as the project's optimizer trains it: its learning rate (a schedule
     called on the updates applied so far, as Keras calls it on `iterations`), betas and epsilon; None for any
     other optimizer or setting (the objective line says it is set aside)."""
-    optimizer = getattr(model, "optimizer", None) if getattr(model, "compiled", False) else None
+    optimizer = compiled_optimizer(model)
     kind = type(optimizer).__name__
     if optimizer is None or kind not in ("Adam", "SGD") or type(optimizer).__module__.split(".")[0] != "keras":
         return None
@@ -145,10 +146,18 @@ def optimizer_choice(model) -> Optional[OptimizerChoice]:
     return OptimizerChoice(kind.lower(), learning_rate, describe_optimizer(model), **moments)
 
 
+def compiled_optimizer(model):
+    """The model's compiled optimizer, None when it is not compiled; inside a LossScaleOptimizer (compile wraps one
+    round it under mixed_float16) its inner one: the project's own loss scaling stands in for the wrapper
+    (shared/training/loss_scale.py, Keras's rules) wherever the run is mixed_float16."""
+    optimizer = getattr(model, "optimizer", None) if getattr(model, "compiled", False) else None
+    return getattr(optimizer, "inner_optimizer", optimizer)
+
+
 def describe_optimizer(model) -> str:
     """The compiled optimizer as the header names it: "Adam(learning_rate=CosineDecay)", "SGD(learning_rate=0.01)";
     "" for a model not compiled."""
-    optimizer = getattr(model, "optimizer", None) if getattr(model, "compiled", False) else None
+    optimizer = compiled_optimizer(model)
     if optimizer is None:
         return ""
     rate = getattr(optimizer, "_learning_rate", None)

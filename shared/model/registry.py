@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
-from shared.config import BUILT_IN_MODELS, MIXED_COMPUTE, TUTORIAL_HIDDEN
+from shared.config import BUILT_IN_MODELS, TUTORIAL_HIDDEN
 from shared.errors import UsageError, installed, one_line
 from shared.model.definition import Model, ModelDefinition, check_definition
 from shared.model.gpt import gpt
@@ -52,11 +52,8 @@ def definition_for(config) -> ModelDefinition:
     """The run's model: config.model with config.hidden (the MLP's only), config.dropout (the built-in ones') and
     config.seed (a Keras model's initial values)."""
     definition = load(config.model, config.hidden, config.dropout, config.seed)
-    if definition.keras_model is not None and config.dtype in MIXED_COMPUTE:  # the Keras path is being reworked
-        raise UsageError(
-            f"--dtype {config.dtype} with a Keras model (--model {config.model}) is not yet supported; "
-            f"use --dtype float32 or float64"
-        )
+    if definition.prepare_dtype is not None:  # a Keras model's copy in a mixed dtype: made now, before any trace
+        definition.prepare_dtype(config.dtype)
     return definition
 
 

@@ -20,7 +20,7 @@ from shared.model.registry import definition_for
 from shared.report import outputs, saved
 from shared.report.header import header
 from shared.report.sweep import describe_plan
-from shared.run import sweep
+from shared.run import kernels, sweep
 from shared.run.sequence import RunResult, describe_processes, train_all
 from shared.training import checkpoint
 from shared.training.data import Dataset, load_run_data
@@ -30,6 +30,7 @@ from shared.training.registry import describe_runs, specs
 
 def check_config(config: Config, devices: Sequence[str]) -> None:
     """Each chosen trainer's own checks (a mesh, a batch over replicas) before anything trains."""
+    kernels.check(config, devices)  # a mixed run: its dtype's matmul, probed apart (a Keras model's load computes)
     definition_for(config)  # --model: a user's definition is loaded and checked here, once
     check_fit_model(config)  # --fit: a Keras model whose compile settings rebuild
     for spec in specs(config.trainers):
@@ -62,6 +63,7 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str
 
     The sweep's configurations are checked when it is planned (a sweep configuration that
     cannot run is skipped, with the reason, rather than stopping the run)."""
+    kernels.start(config)  # its TensorFlow import overlaps the set-up below (compare.py started it sooner)
     configure_determinism(config.deterministic)  # before any op runs
     device_count = max([config.devices, *sweep_devices])
     for spec in specs(config.trainers):  # e.g. DTensor's NCCL: before anything starts TensorFlow's runtime

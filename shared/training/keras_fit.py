@@ -24,7 +24,7 @@ from shared.measure import profile, traffic
 from shared.measure.checksums import state_checksums, state_variables
 from shared.model import keras_compat
 from shared.model.definition import Caution
-from shared.model.keras import draws, is_seed_state, rebuilt, unsynchronized_batch_norms
+from shared.model.keras import draws, is_seed_state, own_policy, rebuilt, unsynchronized_batch_norms
 from shared.model.keras_inputs import keras_arrangement
 from shared.model.registry import definition_for
 from shared.training import batch_inputs
@@ -69,7 +69,8 @@ class FitOptimizer(tf.Module):
         super().__init__()
         self.keras = keras_optimizer
         self.clip_norm = None  # --clip-global-norm's: Keras's own clipping is the compile settings'
-        slots = keras_compat.adam_slots(keras_optimizer)
+        inner = getattr(keras_optimizer, "inner_optimizer", keras_optimizer)  # a LossScaleOptimizer's Adam
+        slots = keras_compat.adam_slots(inner)
         if slots is not None:  # Keras's Adam
             self.m, self.v = ([slot.value for slot in moments] for moments in slots)
 
@@ -115,7 +116,7 @@ def check_fit_model(config: Config) -> None:
             f"step's loss is recorded after it: compile it with steps_per_execution=1"
         )
     with tf.device("/CPU:0"):
-        compile_like(rebuilt(definition.keras_model, keras_module(), config.model, "float32"), definition, config)
+        compile_like(rebuilt(definition.keras_model, keras_module(), config.model, None), definition, config)
 
 
 def tool_compile(config: Config, keras) -> dict:
@@ -134,7 +135,7 @@ def compile_like(model, definition, config: Config) -> None:
     keras = keras_module()
     settings = compile_settings(definition.keras_model)
     floatx = keras.config.floatx()
-    keras.config.set_floatx(config.dtype)  # Keras's losses and metrics compute in floatx unless told otherwise
+    keras.config.set_floatx(config.weight_dtype)  # Keras's losses and metrics compute in floatx unless told otherwise
     try:
         arguments = tool_compile(config, keras) if settings is None else in_run_dtype(settings, config.dtype, keras)
         metrics, accuracy = arguments.get("metrics"), accuracy_metric(definition, keras)
@@ -164,9 +165,10 @@ def fit_model(definition, config: Config, strategy=None):
     """The user's model for model.fit: rebuilt under `strategy`'s scope (None: on the current device), the
     definition's initial values (widened exactly in float64), compiled as theirs, its optimizer built."""
     keras, source = keras_module(), definition.keras_model
+    dtype = None if own_policy(source) == config.dtype else config.dtype  # the model as it is, in its own policy
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         keras.utils.set_random_seed(config.seed)
-        model = rebuilt(source, keras, config.model, config.dtype)
+        model = rebuilt(source, keras, config.model, dtype)
         for mine, theirs in zip(model.variables, source.variables, strict=True):
             mine.assign(np.asarray(theirs.numpy()).astype(mine.dtype))  # the user's values, every process alike
         compile_like(model, definition, config)
@@ -174,7 +176,36 @@ def fit_model(definition, config: Config, strategy=None):
     return model
 
 
-def step_recorder(meter, counts: Sequence[int], state: Optional[list]):
+class LossScaleSteps:
+    """Keras's LossScaleOptimizer, step by step (mixed_float16 under --fit): the scale each step multiplied its loss
+    by, and the steps it skipped (its iterations did not move: a non-finite gradient by its check)."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.scales: List[float] = []
+        self.skipped: List[int] = []
+
+    def begin(self) -> None:
+        self.scale = float(self.optimizer.dynamic_scale.numpy())
+        self.iterations = int(self.optimizer.iterations.numpy())
+
+    def end(self) -> None:
+        if int(self.optimizer.iterations.numpy()) == self.iterations:
+            self.skipped.append(len(self.scales))
+        self.scales.append(self.scale)
+
+    def record(self, history) -> None:
+        history.step_loss_scales, history.skipped_step_indices = list(self.scales), list(self.skipped)
+        history.skipped_steps = len(self.skipped)
+        scale = float(self.optimizer.dynamic_scale.numpy())
+        steps = f"step {', '.join(map(str, self.skipped[:8]))}" if self.skipped else "none"
+        history.details["loss scaling"] = (
+            f"Keras's LossScaleOptimizer: loss scale {scale:g}, {len(self.skipped)} of {len(self.scales)} steps "
+            f"skipped (a non-finite gradient by its check): {steps}"
+        )
+
+
+def step_recorder(meter, counts: Sequence[int], state: Optional[list], scaling: Optional[LossScaleSteps] = None):
     """A Keras callback that resets the model's metrics as each batch starts (with `state`, checksumming the state
     it starts from, float64 runs) and adds the batch's loss and correct count to `meter` as it ends; each batch is
     timed from its start to its end, so that an epoch's time is its steps', not its model.fit call's set-up and
@@ -186,9 +217,13 @@ def step_recorder(meter, counts: Sequence[int], state: Optional[list]):
             for metric in self.model.metrics:
                 metric.reset_state()  # the loss tracker's and the metrics' running means start over
             self.checksums = state_checksums(state) if state else None
+            if scaling is not None:
+                scaling.begin()
             meter.step_begins()  # what came before, model.fit's set-up included, is no step's time
 
         def on_train_batch_end(self, batch, logs=None):
+            if scaling is not None:
+                scaling.end()
             count = counts[batch]
             correct = float(logs.get(ACCURACY, 0.0)) * count  # none: a regression, no accuracy
             meter.add(float(logs["loss"]), correct, count, self.checksums)
@@ -210,6 +245,8 @@ class KerasFitTrainer(Trainer):
         self.model, self.optimizer = FitModel(self.definition, keras_model), FitOptimizer(keras_model.optimizer)
         self.arrange = keras_arrangement(keras_model)  # several named inputs as Keras takes them
         self.checkpointed = (self.model, self.optimizer)
+        is_scaled = hasattr(keras_model.optimizer, "dynamic_scale")  # mixed_float16: compile's LossScaleOptimizer
+        self.scaling = LossScaleSteps(keras_model.optimizer) if is_scaled else None
         self.details = {
             "loop": f"Keras {keras_module().__version__} model.fit, one call an epoch",
             "compile": describe_compile(self.definition, config),
@@ -239,10 +276,14 @@ class KerasFitTrainer(Trainer):
         inputs = (self.arrange(batch_inputs.joined([x for x, _ in batches])), np.concatenate([y for _, y in batches]))
         dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(config.batch_size).with_options(without_autotune())
         counts = [host_label_count(y) for _, y in batches]
-        recorder = step_recorder(meter, counts, self.state() if record_state else None)
+        recorder = step_recorder(meter, counts, self.state() if record_state else None, self.scaling)
         self.model.keras.fit(
             dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, callbacks=[recorder], shuffle=False
         )
+
+    def finish(self, history) -> None:
+        if self.scaling is not None:
+            self.scaling.record(history)
 
     def trace_count(self) -> int:
         return 0  # Keras's train function is its own: it traces in the first epoch, on the same shapes every epoch
@@ -326,7 +367,25 @@ def fit_cautions(config: Config, train_examples: int) -> Tuple[Caution, ...]:
     return (
         layer_cautions(model, keras_module())
         + clipping_cautions(settings)
+        + loss_scale_cautions(config, replicas)
         + piece_cautions(config.batch_size, train_examples, replicas, settings)
+    )
+
+
+def loss_scale_cautions(config: Config, replicas: int) -> Tuple[Caution, ...]:
+    """mixed_float16 under MirroredStrategy: Keras's LossScaleOptimizer decides a step on replica 0's gradients."""
+    if config.dtype != "mixed_float16" or replicas < 2:
+        return ()
+    return (
+        Caution(
+            f"loss scaling on one replica's gradients: under MirroredStrategy Keras {keras_module().__version__}'s "
+            f"LossScaleOptimizer takes its finite check from replica 0's local gradients, not the combined ones "
+            f"(keras/src/optimizers/loss_scale_optimizer.py _tf_apply), so a step whose float16 gradient overflows "
+            f"on another replica's piece alone is applied (its inf or NaN reaches the weights) where one device "
+            f"skips it, and one that overflows on replica 0's alone is skipped by all; without --fit the project's "
+            f"trainers decide on the combined gradient",
+            ("mirrored",),
+        ),
     )
 
 

@@ -78,12 +78,18 @@ def float16():
         keras.config.set_floatx("float32")
 
 
-def mixed_precision():
-    keras.config.set_dtype_policy("mixed_float16")
-    try:
-        return dense()
-    finally:
-        keras.config.set_dtype_policy("float32")
+def two_mixed_policies():
+    inputs = keras.Input((784,))
+    hidden = keras.layers.Dense(16, activation="relu", dtype="mixed_bfloat16", name="hidden")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(10, dtype="mixed_float16", name="out")(hidden))
+
+
+def float16_policy():
+    inputs = keras.Input((784,))
+    hidden = keras.layers.Dense(16, activation="relu", name="hidden")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(10, name="out")(hidden))
+    model.get_layer("out").dtype_policy = keras.DTypePolicy("float16")  # its variables stay float32
+    return model
 
 
 def softmax_output():
