@@ -31,8 +31,10 @@ from shared.model.definition import (
     ModelDefinition,
     Variable,
 )
+from shared.model.keras_downcasts import float64_note, keeping_float64, widen_pinned
 from shared.model.keras_layouts import audit_layout_map, check_keys
 from shared.model.keras_objective import objective_fields, output_cautions
+from shared.model.keras_tied import calls_nested_layers, tied_copy
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
 RATES = ("rate", "dropout", "recurrent_dropout")  # a random layer's rates: all 0, it draws nothing
@@ -179,7 +181,10 @@ def stateless_forward(model, keras, source: str, names, trainable_count: int, st
 
     computed, notes = unrolled_copy(model, keras, source, probe)
     wide = float64_copy(computed, keras, source)
-    computes = {"float32": compute_for(computed, probe), "float64": compute_for(wide, probe)}
+    pinned = widen_pinned(wide)  # float32 in its layers' code computes in float64 too: a float64 run rounds nothing
+    with keeping_float64() as downcasts:
+        computes = {"float32": compute_for(computed, probe), "float64": compute_for(wide, probe)}
+    notes += float64_note(pinned, downcasts)
     notes += sorted({compute.untapped for compute in computes.values() if compute.untapped})
     kept = [(index, state[index], state[index].numpy()) for index in range(len(state)) if index not in running]
     trainable_names, running_names = names[:trainable_count], names[trainable_count:]
@@ -189,9 +194,10 @@ def stateless_forward(model, keras, source: str, names, trainable_count: int, st
         non_trainable = dict(zip(running, (values[name] for name in running_names)))
         non_trainable.update((index, kept_state(variable, value, context)) for index, variable, value in kept)
         weights = [values[name] for name in trainable_names]
-        logits, new_state = call_stateless(
-            compute, weights, [non_trainable[i] for i in range(len(state))], inputs, context
-        )
+        with keeping_float64(compute is computes["float64"]):
+            logits, new_state = call_stateless(
+                compute, weights, [non_trainable[i] for i in range(len(state))], inputs, context
+            )
         for name, index in zip(running_names, running, strict=True):
             context.update(name, new_state[index])
         return logits
@@ -420,7 +426,10 @@ def rebuilt(model, keras, source: str, dtype: str):
         keras.config.set_dtype_policy("float64")
     try:
         with keras.saving.custom_object_scope(custom):
-            copy = keras.saving.deserialize_keras_object(config)
+            if calls_nested_layers(model, keras):  # a tied head: Keras's config round trip would untie it
+                copy = tied_copy(model, keras, widened if dtype == "float64" else lambda node: node)
+            else:
+                copy = keras.saving.deserialize_keras_object(config)
         if not copy.built:
             copy.build_from_config(model.get_build_config())
     except Exception as error:  # noqa: BLE001 - the user's layers: any error is one line
