@@ -53,3 +53,11 @@ def test_float32_in_a_layers_own_code_computes_in_float64_in_a_float64_run():
     # Outside the tool's float64 forward keras.ops.cast is Keras's own, and the user's model is untouched.
     assert keras.ops.cast(tf.constant(1.0, tf.float64), "float32").dtype == "float32"
     assert definition.keras_model.get_layer("inside").softmax.dtype_policy.name == "float32"
+
+
+def test_a_cast_to_float32_that_cannot_stay_float64_is_left_as_the_layers_code_has_it_and_said():
+    definition, logits = float64_logits("cast_beside_float32")
+    assert logits.dtype == np.float64 and np.all(np.isfinite(logits))
+    assert definition.description.endswith(
+        "its layers' keras.ops.cast to float32 stays float32 in a float64 run (kept float64: InvalidArgumentError)"
+    )

@@ -31,7 +31,7 @@ from shared.model.definition import (
     ModelDefinition,
     Variable,
 )
-from shared.model.keras_downcasts import float64_note, keeping_float64, widen_pinned
+from shared.model.keras_downcasts import float64_in_code, keeping_float64
 from shared.model.keras_layouts import audit_layout_map, check_keys
 from shared.model.keras_objective import objective_fields, output_cautions
 from shared.model.keras_tied import calls_nested_layers, tied_copy
@@ -181,10 +181,9 @@ def stateless_forward(model, keras, source: str, names, trainable_count: int, st
 
     computed, notes = unrolled_copy(model, keras, source, probe)
     wide = float64_copy(computed, keras, source)
-    pinned = widen_pinned(wide)  # float32 in its layers' code computes in float64 too: a float64 run rounds nothing
-    with keeping_float64() as downcasts:
-        computes = {"float32": compute_for(computed, probe), "float64": compute_for(wide, probe)}
-    notes += float64_note(pinned, downcasts)
+    keep_casts, float64_notes = float64_in_code(wide, probe)  # so that a float64 run rounds nothing to float32
+    notes += float64_notes
+    computes = {"float32": compute_for(computed, probe), "float64": compute_for(wide, probe)}
     notes += sorted({compute.untapped for compute in computes.values() if compute.untapped})
     kept = [(index, state[index], state[index].numpy()) for index in range(len(state)) if index not in running]
     trainable_names, running_names = names[:trainable_count], names[trainable_count:]
@@ -194,7 +193,7 @@ def stateless_forward(model, keras, source: str, names, trainable_count: int, st
         non_trainable = dict(zip(running, (values[name] for name in running_names)))
         non_trainable.update((index, kept_state(variable, value, context)) for index, variable, value in kept)
         weights = [values[name] for name in trainable_names]
-        with keeping_float64(compute is computes["float64"]):
+        with keeping_float64(keep_casts and compute is computes["float64"]):
             logits, new_state = call_stateless(
                 compute, weights, [non_trainable[i] for i in range(len(state))], inputs, context
             )

@@ -16,12 +16,27 @@ keras.ops import cast`) is not reached. Checked on Keras 3.15.1 with keras-hub 0
 
 import contextlib
 import threading
-from typing import Iterator, List
+from typing import Iterator, List, Tuple
 
 from shared.model import keras_compat
 
 _state = threading.local()  # per thread: the casts kept while in keeping_float64, else None
 _install = threading.Lock()
+
+
+def float64_in_code(copy, probe) -> Tuple[bool, List[str]]:
+    """(whether the float64 `copy` computes with keeping_float64, what the header says): its variable-free layers
+    fixed to float32 set to float64, and its casts to float32 found on `probe`; a copy that cannot compute with them
+    kept float64 (the layer adds a float32 tensor by a TensorFlow op) casts as its code says, and the header says so."""
+    pinned = widen_pinned(copy)
+    try:
+        with keeping_float64() as kept:
+            copy(probe, training=False)
+    except Exception as error:  # noqa: BLE001 - any error: the casts stay as the layers' code has them
+        raised = type(error).__name__
+        left = f"its layers' keras.ops.cast to float32 stays float32 in a float64 run (kept float64: {raised})"
+        return False, float64_note(pinned, []) + [left]
+    return bool(kept[0]), float64_note(pinned, ["keras.ops.cast to float32"] if kept[0] else [])
 
 
 def widen_pinned(copy) -> list:
@@ -56,10 +71,10 @@ def keeping_float64(active: bool = True) -> Iterator[List[int]]:
         _state.kept = outer
 
 
-def float64_note(pinned: list, kept: List[int]) -> List[str]:
-    """What the header says where the float64 copy's layers compute in float32 in their code; [] where none does."""
-    found = [f"{len(pinned)} {' and '.join(sorted({type(layer).__name__ for layer in pinned}))} fixed to float32"]
-    found = (found if pinned else []) + (["keras.ops.cast to float32"] if kept[0] else [])
+def float64_note(pinned: list, casts: List[str]) -> List[str]:
+    """The header's words for the float32 in the copy's layers' code; [] where there is none."""
+    kinds = " and ".join(sorted({type(layer).__name__ for layer in pinned}))
+    found = ([f"{len(pinned)} {kinds} fixed to float32"] if pinned else []) + casts
     return [f"float32 in its layers' code kept float64 in a float64 run: {', '.join(found)}"] if found else []
 
 

@@ -3,6 +3,7 @@ backbone model whose layer the outer graph calls again (keras-hub's tied head), 
 float32 in its own code (keras-hub's attention softmax and RMSNormalization, made for bfloat16 models)."""
 
 import keras
+import tensorflow as tf
 
 from tests.models.keras_shapes import CLASSES, SEQUENCE, VOCABULARY
 
@@ -50,3 +51,14 @@ def float32_inside():
 
 def float32_free():
     return images_through(Float32Inside(in_float32=False, name="inside"))
+
+
+class CastBesideFloat32(keras.layers.Layer):
+    """A cast to float32 whose result a TensorFlow op adds to a float32 tensor: kept float64 it would raise."""
+
+    def call(self, x):
+        return tf.math.add(keras.ops.cast(x, "float32"), tf.ones((), tf.float32))
+
+
+def cast_beside_float32():
+    return images_through(CastBesideFloat32(name="beside"))
