@@ -32,9 +32,11 @@ from shared.model.definition import (
     ModelDefinition,
     Variable,
 )
+from shared.model.keras_downcasts import float64_in_code, keeping_float64
 from shared.model.keras_inputs import keras_arrangement, keras_inputs
 from shared.model.keras_layouts import audit_layout_map, check_keys
 from shared.model.keras_objective import objective_fields, output_cautions
+from shared.model.keras_tied import calls_nested_layers, tied_copy
 from shared.model.named_inputs import describe_inputs, zeros_for
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
@@ -196,9 +198,10 @@ def stateless_forward(model, keras, source: str, names, trainable_count: int, st
         non_trainable = dict(zip(running, (values[name] for name in running_names)))
         non_trainable.update((index, kept_state(variable, value, context)) for index, variable, value in kept)
         weights = [values[name] for name in trainable_names]
-        logits, new_state = call_stateless(
-            compute, weights, [non_trainable[i] for i in range(len(state))], arrange(inputs), context
-        )
+        with keeping_float64(computes.keeps_float64(compute)):  # float32 in the layers' code, in a float64 run
+            logits, new_state = call_stateless(
+                compute, weights, [non_trainable[i] for i in range(len(state))], arrange(inputs), context
+            )
         for name, index in zip(running_names, running, strict=True):
             context.update(name, new_state[index])
         return logits
@@ -224,14 +227,25 @@ class Computes:
         self.model, self.keras, self.source, self.probe = model, keras, source, probe
         self.own = own_policy(model)
         self.made = {self.own: compute_for(model, probe)}
+        self.kept, self.float64_notes = set(), []  # the float64 copy's casts kept float64 (keras_downcasts.py)
         for dtype in ("float32", "float64"):
             self.prepare(dtype)
 
     def prepare(self, dtype: str) -> None:
         from shared.model.keras_compute import compute_for
 
-        if dtype not in self.made:
-            self.made[dtype] = compute_for(copy_in(self.model, self.keras, self.source, dtype), self.probe)
+        if dtype in self.made:
+            return
+        copy = copy_in(self.model, self.keras, self.source, dtype)
+        if dtype == "float64":  # so that a float64 run rounds nothing to float32
+            keep, self.float64_notes = float64_in_code(copy, self.probe)
+            if keep:
+                self.kept.add(dtype)
+        self.made[dtype] = compute_for(copy, self.probe)
+
+    def keeps_float64(self, compute) -> bool:
+        """Whether `compute` (one of made's) computes with keeping_float64."""
+        return any(self.made.get(dtype) is compute for dtype in self.kept)
 
     def get(self, dtype: str):
         if dtype not in self.made:
@@ -240,7 +254,7 @@ class Computes:
 
     def notes(self) -> List[str]:
         """What the header's model line says: untapped copies, and a mixed model's policy."""
-        found = sorted({compute.untapped for compute in self.made.values() if compute.untapped})
+        found = self.float64_notes + sorted({compute.untapped for compute in self.made.values() if compute.untapped})
         if self.own != "float32":
             found.append(
                 f"layers under {self.own} (--dtype {self.own} trains it as it is; another --dtype, a copy rebuilt "
@@ -498,7 +512,10 @@ def rebuilt(model, keras, source: str, dtype: Optional[str]):
     keras.config.set_dtype_policy(dtype or own_policy(model))
     try:
         with keras.saving.custom_object_scope(custom):
-            copy = keras.saving.deserialize_keras_object(config)
+            if calls_nested_layers(model, keras):  # a tied head: Keras's config round trip would untie it
+                copy = tied_copy(model, keras, (lambda node: retyped(node, dtype)) if dtype else (lambda node: node))
+            else:
+                copy = keras.saving.deserialize_keras_object(config)
         if not copy.built:
             copy.build_from_config(model.get_build_config())
     except Exception as error:  # noqa: BLE001 - the user's layers: any error is one line
