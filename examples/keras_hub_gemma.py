@@ -7,13 +7,25 @@ config: nothing downloads weights or a tokenizer) with Gemma's tied language-mod
         --dtype float64 --train-examples 256 --test-examples 128 --epochs 1
     python -m pytest -m "" examples/test_keras_hub_gemma.py
 
+`gemma_inputs` is the same model taking the backbone's two named inputs as they are, `token_ids` and
+`padding_mask`, from an .npz of `x_train_token_ids`, `x_train_padding_mask` (docs/data.md), which `write_windows`
+writes from the shipped excerpt, each window padded after a length of its own:
+
+    python examples/keras_hub_gemma.py windows.npz
+    python compare.py --model examples/keras_hub_gemma.py:gemma_inputs --data windows.npz --devices 8 \\
+        --mesh batch=2,model=4 --dtype float64 --epochs 1
+
 It reads 32 character ids of the shipped tiny Shakespeare (65 of its 128 ids) and gives the next character's
 logits at every position. 4 heads, a width of 32 and 128 ids divide over a model axis of 1, 2 or 4 and a batch
 axis of up to 8 (docs/keras.md, "A keras-hub backbone").
 """
 
+import gzip
+import os
+
 import keras
 import keras_hub
+import numpy as np
 
 VOCABULARY, CONTEXT = 128, 32
 CONFIG = dict(
@@ -37,13 +49,49 @@ class PaddingMask(keras.layers.Layer):
 
 def gemma():
     """(a Keras model of token ids [N, 32] -> logits [N, 32, 128], keras-hub's LayoutMap for Gemma)."""
-    backbone = keras_hub.models.GemmaBackbone(**CONFIG)
     token_ids = keras.Input((CONTEXT,), dtype="int32", name="token_ids")
-    padding_mask = PaddingMask(name="padding_mask")(token_ids)
+    return language_model(token_ids, token_ids, PaddingMask(name="padding_mask")(token_ids))
+
+
+def gemma_inputs():
+    """(a Keras model of {"token_ids", "padding_mask"} [N, 32] -> logits [N, 32, 128], keras-hub's LayoutMap)."""
+    inputs = {name: keras.Input((CONTEXT,), dtype="int32", name=name) for name in ("token_ids", "padding_mask")}
+    return language_model(inputs, inputs["token_ids"], inputs["padding_mask"])
+
+
+def language_model(inputs, token_ids, padding_mask):
+    """(the backbone and its tied head on `inputs`, keras-hub's LayoutMap for Gemma)."""
+    backbone = keras_hub.models.GemmaBackbone(**CONFIG)
     hidden = backbone({"token_ids": token_ids, "padding_mask": padding_mask})
     logits = backbone.token_embedding(hidden, reverse=True)  # the tied head: the embedding's transpose
     # keras-hub's map is for a DeviceMesh; the tool reads only its keys and axis tuples, and lays the variables out
     # on the run's own DTensor mesh (--mesh), so the devices named here are never used.
     mesh = keras.distribution.DeviceMesh((2, 4), ["batch", "model"], devices=[f"CPU:{i}" for i in range(8)])
     layout_map = keras_hub.models.GemmaBackbone.get_layout_map(mesh)
-    return keras.Model(token_ids, logits, name="gemma_lm"), layout_map
+    return keras.Model(inputs, logits, name="gemma_lm"), layout_map
+
+
+def write_windows(path: str, train: int = 256, test: int = 128, seed: int = 0) -> None:
+    """An .npz for gemma_inputs: windows of the shipped tiny Shakespeare excerpt's character ids (its characters in
+    sorted order), each the next character's label a position; after a length of 16 to 32 drawn per window the
+    window is padding: id 0, padding_mask 0, label 0."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with gzip.open(f"{here}/../shared/training/embedded/tiny_shakespeare_excerpt.txt.gz", "rt") as file:
+        text = file.read()
+    ids = np.searchsorted(sorted(set(text)), list(text)).astype(np.int32)
+    rng = np.random.default_rng(seed)
+    starts = rng.choice(len(ids) - CONTEXT - 1, train + test, replace=False)
+    windows = np.stack([ids[start : start + CONTEXT + 1] for start in starts])
+    mask = (np.arange(CONTEXT) < rng.integers(16, CONTEXT + 1, (train + test, 1))).astype(np.int32)
+    x, y = windows[:, :-1] * mask, windows[:, 1:] * mask
+    arrays = {}
+    for split, part in (("train", slice(0, train)), ("test", slice(train, None))):
+        arrays[f"x_{split}_token_ids"], arrays[f"x_{split}_padding_mask"] = x[part], mask[part]
+        arrays[f"y_{split}"] = y[part]
+    np.savez(path, **arrays)
+
+
+if __name__ == "__main__":
+    import sys
+
+    write_windows(sys.argv[1] if len(sys.argv) > 1 else "windows.npz")

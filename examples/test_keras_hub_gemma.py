@@ -53,3 +53,18 @@ def test_gemmas_layout_map_keys_each_lay_out_its_variables(keras_hub):
     assert (layouts["unmatched_keys"], layouts["replicated"], layouts["other_rule_differences"]) == ([], [], [])
     # 18,592 float32 parameters: 18,432 split over all 8 devices, the 5 norm scales' 160 whole: (2,304 + 160) x 4 bytes
     assert (layouts["weight_bytes"], layouts["weight_bytes_per_device"]) == (74_368, 9_856)
+
+
+# extended: the reference, DTensor on one mesh and MirroredStrategy of a 2-block Gemma, ~45 s on 2 cores.
+@pytest.mark.extended
+def test_gemma_trains_on_its_two_named_inputs_from_an_npz_with_padding(keras_hub, tmp_path):
+    from keras_hub_gemma import write_windows  # beside this test: pytest puts its folder on the path
+
+    write_windows(str(tmp_path / "windows.npz"), train=RUN["train_examples"], test=RUN["test_examples"])
+    gemma_inputs = f"{HERE}/keras_hub_gemma.py:gemma_inputs"
+    result = check_model(gemma_inputs, meshes=("batch=2,model=4",), data=str(tmp_path / "windows.npz"), **RUN)
+    assert result.ok, result.summary()
+    assert set(result.verdicts) == {"dtensor batch=2,model=4", "mirrored"}
+    for name, parity in result.parity.items():
+        diffs = (parity.max_abs_loss_diff, parity.max_abs_grad_diff, parity.max_abs_weight_diff)
+        assert max(diffs) <= 1e-8, (name, diffs)
