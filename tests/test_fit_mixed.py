@@ -6,6 +6,7 @@ from replica 0's local gradients)."""
 from shared.judge.mixed import first_skip_difference
 from shared.measure.history import History
 from tests.cli import read_report, run_here
+from tests.kernels import require_matmul
 from tests.models.keras_mixed import write_normal, write_overflow
 
 FIT = ["--fit", "--devices", "4", "--batch-size", "64", "--epochs", "1", "--quiet", "--no-timing"]
@@ -28,6 +29,7 @@ def test_a_step_one_side_skips_and_the_other_applies_is_the_first_difference():
 def test_keras_loss_scaling_that_applies_a_step_one_device_skips_is_a_mismatch_naming_the_step(tmp_path):
     """Replica 1's piece of the first global batch overflows in float16: one device skips step 0, MirroredStrategy
     applies it (replica 0's check was finite) and its hidden layer turns NaN."""
+    require_matmul("float16")
     write_overflow(str(tmp_path / "overflow.npz"))
     report_path = tmp_path / "report.json"
     result = run_here(
@@ -48,6 +50,7 @@ def test_keras_loss_scaling_that_applies_a_step_one_device_skips_is_a_mismatch_n
 
 
 def test_keras_fit_under_mixed_float16_on_normal_data_gets_a_verdict(tmp_path):
+    require_matmul("float16")
     write_normal(str(tmp_path / "normal.npz"))
     report_path = tmp_path / "report.json"
     result = run_here("--model", MODEL, "--data", tmp_path / "normal.npz", *FIT, "--json", report_path)
