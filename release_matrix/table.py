@@ -10,22 +10,26 @@ them is kept). A release with no measurements in the results directory keeps its
 last docs/releases.json, so one release can be re-measured on a fresh clone. Prints the table;
 exit code 1 unless every release passed every check (a check whose process hit its time limit
 or was stopped makes its row "incomplete").
-Needs only the standard library.
+Needs only the standard library (the project's modules it imports need nothing more).
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 from typing import List, Optional
 
 from release_matrix.releases import BASELINE_RELEASE, RELEASES
+from shared.errors import TFDS_BROKEN
+from shared.files import write_atomically
+from shared.judge.bounds import FLOAT_TOLERANCE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join("out", "releases")
 DOC_JSON = os.path.join("docs", "releases.json")
 DOC_MARKDOWN = os.path.join("docs", "releases.md")
-LOSS_TOLERANCE = 1e-4  # shared.judge.parity.DEFAULT_TOLERANCE["float32"] (tests/test_releases.py), without numpy
+LOSS_TOLERANCE = FLOAT_TOLERANCE["float32"]  # a restore's loss, as parity judges a float32 run
 BEGIN, END = "<!-- release table: begin (release_matrix/table.py writes this part) -->", "<!-- release table: end -->"
 # (column, compare run, trainer): parity of the distributed trainers against the reference.
 PARITY_COLUMNS = [
@@ -36,9 +40,6 @@ PARITY_COLUMNS = [
     ("Mirrored 8 replicas, SGD", "sgd", "mirrored"),
 ]
 DEFAULTS_COLUMN = "compare.py defaults (--data auto)"
-TFDS_BROKEN = (
-    "tensorflow_datasets does not work here"  # shared.training.data.TFDS_BROKEN (tests/test_releases.py), without numpy
-)
 BASELINE_COLUMN = f"float64 against the {BASELINE_RELEASE} baseline"
 CHECK_COLUMNS = (
     ["fast tests"]
@@ -60,6 +61,24 @@ HEADERS = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One check of a release's row: passed (None: not run here), its table cell, the figures it was judged from,
+    and for a process that can be stopped whether it finished (None: not such a check). as_json is its row's JSON."""
+
+    ok: Optional[bool]
+    cell: str
+    figures: dict = dataclasses.field(default_factory=dict)
+    finished: Optional[bool] = None
+
+    def as_json(self) -> dict:
+        finished = {} if self.finished is None else {"finished": self.finished}
+        return {"ok": self.ok, **finished, **self.figures, "cell": self.cell}
+
+
+NOT_RUN = Check(None, "- (not run)")  # a check added after the release was measured
+
+
 def _e(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.1e}"
 
@@ -70,19 +89,19 @@ def _exit(run: dict) -> str:
     return "timed out" if code is None else f"killed by signal {-code}" if code < 0 else f"exit {code}"
 
 
-def parity_check(run: dict, trainer: str) -> dict:
+def parity_check(run: dict, trainer: str) -> Check:
     """A compare.py run's parity for one trainer: passed when it exited 0 and the trainer's parity held."""
     parity = run.get("parity", {}).get(trainer)
     if parity is None:
         reason = run.get("failed_trainers", {}).get(trainer) or run.get("stderr_tail") or "no report"
-        return {"ok": False, "cell": f"FAILED ({_exit(run)}: {reason})"[:120]}
+        return Check(False, f"FAILED ({_exit(run)}: {reason})"[:120])
     ok = run["exit_code"] == 0 and parity["ok"]
     figures = {key: parity[key] for key in ("max_abs_loss_diff", "max_abs_grad_diff", "max_abs_weight_diff")}
     cell = " / ".join(_e(figures[key]) for key in figures)
-    return {"ok": ok, **figures, "cell": ("ok " if ok else f"FAILED ({_exit(run)}) ") + cell}
+    return Check(ok, ("ok " if ok else f"FAILED ({_exit(run)}) ") + cell, figures)
 
 
-def fast_tests_check(tests: dict) -> dict:
+def fast_tests_check(tests: dict) -> Check:
     """Every test passed. A pytest stopped by its time limit or a signal did not finish: no verdict."""
     total = tests.get("tests", 0)
     ok = tests["exit_code"] == 0 and total > 0 and tests.get("passed") == total - tests.get("skipped", 0)
@@ -93,53 +112,40 @@ def fast_tests_check(tests: dict) -> dict:
         cell = f"not finished: {_exit(tests)} after {tests['seconds']:.0f} s"
     elif not ok:
         cell = f"FAILED {cell} ({_exit(tests)})"
-    return {
-        "ok": ok,
-        "finished": finished,
-        "passed": tests.get("passed", 0),
-        "skipped": skipped,
-        "tests": total,
-        "seconds": tests["seconds"],
-        "failed_tests": tests.get("failed_tests", []),
-        "cell": cell,
-    }
+    figures = {"passed": tests.get("passed", 0), "skipped": skipped, "tests": total, "seconds": tests["seconds"]}
+    return Check(ok, cell, {**figures, "failed_tests": tests.get("failed_tests", [])}, finished)
 
 
-def tutorial_check(run: dict) -> dict:
+def tutorial_check(run: dict) -> Check:
     """Caught: compare.py exits 1 with DTensor's parity failed (the stale reads and the frozen step count)."""
     parity = run.get("parity", {}).get("dtensor")
     caught = run.get("exit_code") == 1 and parity is not None and not parity["ok"]
     loss = parity["max_abs_loss_diff"] if parity else None
-    return {
-        "ok": caught,
-        "exit_code": run.get("exit_code"),
-        "max_abs_loss_diff": loss,
-        "cell": f"{'yes' if caught else 'NO'} ({_exit(run)}, loss {_e(loss)})",
-    }
+    cell = f"{'yes' if caught else 'NO'} ({_exit(run)}, loss {_e(loss)})"
+    return Check(caught, cell, {"exit_code": run.get("exit_code"), "max_abs_loss_diff": loss})
 
 
-def dataset_check(run: dict, packed: dict) -> dict:
+def dataset_check(run: dict, packed: dict) -> Check:
     """DTensorDataset input: parity holds, and the step losses equal the pack run's exactly."""
     check = parity_check(run, "dtensor")
     losses, packed_losses = (r.get("step_losses", {}).get("dtensor") for r in (run, packed))
-    check["same_losses_as_pack"] = bool(losses) and losses == packed_losses
-    check["ok"] = check["ok"] and check["same_losses_as_pack"]
-    check["cell"] += ", losses = pack's" if check["same_losses_as_pack"] else ", losses differ from pack's"
-    return check
+    same = bool(losses) and losses == packed_losses
+    cell = check.cell + (", losses = pack's" if same else ", losses differ from pack's")
+    return Check(check.ok and same, cell, {**check.figures, "same_losses_as_pack": same})
 
 
-def multi_client_check(run: dict) -> dict:
+def multi_client_check(run: dict) -> Check:
     dtensor, mirrored = parity_check(run, "dtensor"), parity_check(run, "mirrored")
-    ok = dtensor["ok"] and mirrored["ok"]
+    ok = dtensor.ok and mirrored.ok
     cell = (
-        f"ok {_e(dtensor['max_abs_loss_diff'])} / {_e(mirrored['max_abs_loss_diff'])}"
+        f"ok {_e(dtensor.figures['max_abs_loss_diff'])} / {_e(mirrored.figures['max_abs_loss_diff'])}"
         if ok
-        else f"FAILED: dtensor {dtensor['cell']}; mirrored {mirrored['cell']}"
+        else f"FAILED: dtensor {dtensor.cell}; mirrored {mirrored.cell}"
     )
-    return {"ok": ok, "dtensor": dtensor, "mirrored": mirrored, "cell": cell}
+    return Check(ok, cell, {"dtensor": dtensor.as_json(), "mirrored": mirrored.as_json()})
 
 
-def restore_check(restore: dict) -> dict:
+def restore_check(restore: dict) -> Check:
     """Each trainer's 2nd epoch from the other's checkpoint repeats the uninterrupted losses within tolerance."""
     directions = {name: run for name, run in restore.items() if name != "write"}
     diffs, failures = {}, []
@@ -152,34 +158,34 @@ def restore_check(restore: dict) -> dict:
             failures.append(f"{name}: {_exit(run)}, loss {_e(diff)}")
     worst = max((d for d in diffs.values() if d is not None), default=None)
     cell = f"ok {_e(worst)}" if not failures else "FAILED " + "; ".join(failures)
-    return {"ok": not failures, "max_abs_loss_diff_to_uninterrupted": diffs, "cell": cell[:160]}
+    return Check(not failures, cell[:160], {"max_abs_loss_diff_to_uninterrupted": diffs})
 
 
-def defaults_check(run: Optional[dict]) -> dict:
+def defaults_check(run: Optional[dict]) -> Check:
     """compare.py with its defaults: exit 0, both trainers' parity, and tensorflow-datasets working (with
     no MNIST prepared and no network, --data auto then uses the embedded images, as it should)."""
     if run is None:  # measured before this check existed
-        return {"ok": None, "cell": "- (not run)"}
+        return NOT_RUN
     check = multi_client_check(run)
     data = run.get("data", {})
     tfds_works = bool(data) and TFDS_BROKEN not in data["reason"]
-    check.update(ok=check["ok"] and tfds_works, data=data)
+    ok, cell = check.ok and tfds_works, check.cell
     if not tfds_works and data:
-        check["cell"] = f"FAILED: {data['reason']}"[:160]
-    elif check["ok"]:
+        cell = f"FAILED: {data['reason']}"[:160]
+    elif ok:
         offline = "; no network" if "did not answer" in data["reason"] else ""
-        check["cell"] += ", data tfds" if data["source"] == "tfds" else f", data {data['source']} (tfds works{offline})"
-    return check
+        cell += ", data tfds" if data["source"] == "tfds" else f", data {data['source']} (tfds works{offline})"
+    return Check(ok, cell, {**check.figures, "data": data})
 
 
-def baseline_check(run: Optional[dict]) -> dict:
+def baseline_check(run: Optional[dict]) -> Check:
     """The float64 run against release_matrix/baseline-float64.json: passed when it exited 0 and no trainer
     CHANGED. The cell gives the largest differences over the trainers: loss / weight sample / weight sums (rel)."""
     if run is None:  # measured before this check existed
-        return {"ok": None, "cell": "- (not run)"}
+        return NOT_RUN
     trainers = run.get("baseline")
     if not trainers:
-        return {"ok": False, "cell": f"FAILED ({_exit(run)}: {run.get('stderr_tail') or 'no report'})"[:160]}
+        return Check(False, f"FAILED ({_exit(run)}: {run.get('stderr_tail') or 'no report'})"[:160])
     changed = [f"{name} {entry['line']}" for name, entry in trainers.items() if entry["verdict"] == "CHANGED"]
     compared = [entry for entry in trainers.values() if entry["verdict"] in ("same", "float noise")]
     figures = {
@@ -195,13 +201,8 @@ def baseline_check(run: Optional[dict]) -> dict:
         cell = ("same " if ok else f"FAILED ({_exit(run)}) ") + " / ".join(_e(value) for value in figures.values())
     if run.get("without_dtensor"):
         cell += "; no dtensor (no float64 here)"
-    return {
-        "ok": ok,
-        "verdicts": {name: entry["verdict"] for name, entry in trainers.items()},
-        **figures,
-        "without_dtensor": run.get("without_dtensor", ""),
-        "cell": cell[:200],
-    }
+    verdicts = {name: entry["verdict"] for name, entry in trainers.items()}
+    return Check(ok, cell[:200], {"verdicts": verdicts, **figures, "without_dtensor": run.get("without_dtensor", "")})
 
 
 def stale_read_fact(stale: dict) -> dict:
@@ -243,8 +244,8 @@ def summarize(release: str, measured: Optional[dict]) -> dict:
     checks["checkpoint cross-restore"] = restore_check(measured["cross_restore"])
     checks[DEFAULTS_COLUMN] = defaults_check(compare.get("defaults"))
     checks[BASELINE_COLUMN] = baseline_check(compare.get("float64_baseline"))
-    failed = [name for name, check in checks.items() if check["ok"] is False and check.get("finished", True)]
-    unfinished = [name for name, check in checks.items() if not check.get("finished", True)]
+    failed = [name for name, check in checks.items() if check.ok is False and check.finished is not False]
+    unfinished = [name for name, check in checks.items() if check.finished is False]
     verdict = "FAILED" if failed else "incomplete" if unfinished else "ok"
     return {
         "release": release,
@@ -256,7 +257,7 @@ def summarize(release: str, measured: Optional[dict]) -> dict:
         "install_seconds": measured["install_seconds"],
         "run_seconds": measured["run_seconds"],
         "stale_read": stale_read_fact(measured["stale_read"]),
-        "checks": checks,
+        "checks": {name: check.as_json() for name, check in checks.items()},
     }
 
 
@@ -314,7 +315,7 @@ def row_for(release: str, measured: Optional[dict], previous: Optional[dict]) ->
     if measured is not None or previous is None or not previous.get("checks"):
         return summarize(release, measured)
     for column in CHECK_COLUMNS:
-        previous["checks"].setdefault(column, {"ok": None, "cell": "- (not run)"})
+        previous["checks"].setdefault(column, NOT_RUN.as_json())
     return previous
 
 
@@ -325,8 +326,7 @@ def write_markdown(path: str, table: str) -> None:
         raise SystemExit(f"{path}: the marker lines are missing; put {BEGIN!r} and {END!r} where the table goes")
     before, rest = text.split(BEGIN, 1)
     after = rest.split(END, 1)[1]
-    with open(path, "w") as file:
-        file.write(f"{before}{BEGIN}\n{table}{END}{after}")
+    write_atomically(path, f"{before}{BEGIN}\n{table}{END}{after}".encode())
 
 
 def main(argv=None) -> int:
@@ -341,9 +341,8 @@ def main(argv=None) -> int:
     previous = previous_rows(args.docs)
     rows = [row_for(release, load(args.results, release), previous.get(release)) for release in RELEASES]
     os.makedirs(args.docs, exist_ok=True)
-    with open(os.path.join(args.docs, os.path.basename(DOC_JSON)), "w") as file:
-        json.dump({"releases": rows}, file, indent=2)
-        file.write("\n")
+    rows_json = json.dumps({"releases": rows}, indent=2) + "\n"
+    write_atomically(os.path.join(args.docs, os.path.basename(DOC_JSON)), rows_json.encode())
     table = render(rows)
     write_markdown(os.path.join(args.docs, os.path.basename(DOC_MARKDOWN)), table)
     print(table, end="")

@@ -16,6 +16,9 @@ TENSORFLOW_WRAPPING = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].
 TRACED = "in user code:"
 TRACED_FRAME = re.compile(r'^File "([^"]+)", line (\d+)')
 ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*: ")
+# How the data's reason starts when tensorflow_datasets fails to load (shared/training/data.py); the release table
+# (release_matrix/table.py, the standard library alone) finds it in a report.
+TFDS_BROKEN = "tensorflow_datasets does not work here"
 
 
 class UsageError(Exception):

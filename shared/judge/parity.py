@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from shared.judge.bounds import FLOAT_TOLERANCE
 from shared.judge.mixed import MIXED_TOLERANCE
 from shared.measure.history import History
 
@@ -30,14 +31,7 @@ class Tolerance:
         return self.atol + self.rtol * np.abs(np.asarray(reference, np.float64))
 
 
-# One bound T per dtype, measured on every mesh and replica count, run lengths up to 320 steps and
-# learning rates up to 1e4 (docs/parity.md): T on the loss, the gradients and the state checksums,
-# 10 T on the final weights (a ReLU flip moves a weight by a whole Adam step). float32: the 1e-4 the
-# check has always used, now with a relative part. float64: measured noise up to 1e-9 (Adam at
-# learning rate 1e4), below 1e-12 at the default 1e-3; 1e-7 sits 100x above the first and 1e5
-# below the smallest real difference seen (0.02). The state checksums (sum |x| of values from
-# 1e-16 to 1e5) are judged relatively only.
-DEFAULT_TOLERANCE = {"float32": 1e-4, "float64": 1e-7, **MIXED_TOLERANCE}  # mixed: 4 epsilon (judge/mixed.py)
+DEFAULT_TOLERANCE = {**FLOAT_TOLERANCE, **MIXED_TOLERANCE}  # the floats' (judge/bounds.py), mixed: 4 epsilon (mixed.py)
 WEIGHT_TOLERANCE_FACTOR = 10
 
 

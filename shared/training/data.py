@@ -23,7 +23,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from shared.errors import UsageError
+from shared.errors import TFDS_BROKEN, UsageError
 from shared.model.definition import ModelDefinition
 from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
 from shared.model.registry import definition_for
@@ -34,7 +34,6 @@ from shared.training.dataset import PROBE_SECONDS, Dataset, example_count, host_
 TFDS_DEFAULT_EXAMPLES = 5000  # the tutorial's train[:5000] and test[:5000]
 EMBEDDED_TEST_PER_CLASS = 100  # 500 images per digit: 400 train, 100 test
 TFDS_HOST = "storage.googleapis.com"  # where tensorflow-datasets downloads MNIST from
-TFDS_BROKEN = "tensorflow_datasets does not work here"  # the reason's start; release_matrix.table matches it
 
 IDX_FILES = {
     "train_images": "train-images-idx3-ubyte",
