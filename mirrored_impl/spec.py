@@ -6,6 +6,7 @@ from typing import List, Sequence
 import tensorflow as tf
 
 from mirrored_impl.cluster import CLUSTER
+from mirrored_impl.fit_cautions import fit_cautions, rebatch_pieces
 from mirrored_impl.inputs import describe_pieces
 from mirrored_impl.keras_fit import MirroredFitTrainer
 from mirrored_impl.trainer import UPDATE_MODES, MirroredTrainer, train_step, update_mode
@@ -13,7 +14,6 @@ from shared.config import Config
 from shared.devices import one_intra_op_thread
 from shared.errors import UsageError
 from shared.measure import traffic
-from shared.training.keras_fit import rebatch_pieces
 from shared.training.protocol import RunFacts, TrainerSpec, Variant
 
 
@@ -99,5 +99,6 @@ SPEC = TrainerSpec(
     cluster=CLUSTER,
     count_bytes=count_bytes,
     fit_trainer=MirroredFitTrainer,  # model.fit under this strategy
+    fit_cautions=fit_cautions,
     options={"mirrored_update": "chooses MirroredStrategy's optimizer step"},
 )

@@ -12,6 +12,7 @@ pytest.importorskip(
 )
 import tensorflow as tf
 
+from mirrored_impl.fit_cautions import fit_cautions, rebatch_pieces
 from shared.config import Config
 from shared.errors import UsageError
 from shared.judge.verdict import OK
@@ -20,7 +21,7 @@ from shared.report.header import describe_training
 from shared.training import registry
 from shared.training.batches import epoch_batches
 from shared.training.data import load_run_data
-from shared.training.keras_fit import check_fit_model, fit_cautions, fit_model, rebatch_pieces
+from shared.training.keras_fit import check_fit_model, fit_model
 
 EXAMPLE = "examples/keras_fit.py"
 MISTAKES = "tests/models/keras_mistakes.py"

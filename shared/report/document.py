@@ -19,7 +19,7 @@ from shared.report.header import run_machine
 from shared.report.layouts import layouts_dict
 from shared.report.parity import float64_rerun_dict, parity_dict
 from shared.report.schema import SCHEMA_VERSION
-from shared.training.keras_fit import cautions_for
+from shared.training.registry import cautions_for
 
 
 def model_facts(definition, cautions=None) -> dict:

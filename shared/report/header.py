@@ -11,8 +11,9 @@ from shared.measure.machine import Machine, this_machine
 from shared.measure.memory import can_reset_peak
 from shared.model.registry import definition_for
 from shared.report.layouts import describe_layouts
-from shared.training.keras_fit import cautions_for, describe_compile
+from shared.training.keras_fit import describe_compile
 from shared.training.protocol import RunFacts
+from shared.training.registry import cautions_for
 
 
 def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], processes: str = "") -> str:

@@ -34,9 +34,8 @@ from shared.run.results import TrainerResult, train_one
 from shared.training import checkpoint
 from shared.training.batches import batch_slices
 from shared.training.data import Dataset
-from shared.training.keras_fit import cautions_for
 from shared.training.protocol import PLAIN_RUN, RunControl
-from shared.training.registry import distributed, kept_untrained, specs, trainer_spec
+from shared.training.registry import cautions_for, distributed, kept_untrained, specs, trainer_spec
 
 
 @dataclasses.dataclass

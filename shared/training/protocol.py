@@ -14,6 +14,7 @@ from shared.measure.history import History
 from shared.measure.profile import StepCall
 from shared.measure.taps import Taps
 from shared.measure.traffic import Implementation, Traffic
+from shared.model.definition import Caution
 
 # What every trainer object must set in its __init__: a trainer that leaves one out cannot be made.
 ATTRIBUTES = ("name", "placement", "details", "collectives", "model", "optimizer", "checkpointed")
@@ -220,6 +221,9 @@ class TrainerSpec:
     # --fit: the Trainer that trains the user's Keras model with Keras's own model.fit in this trainer's place (the
     # reference's on one device, mirrored's under MirroredStrategy); None: it has none, and --fit refuses it.
     fit_trainer: Optional[Callable[..., Trainer]] = None
+    # (config, training examples) -> what makes its fit_trainer compute otherwise than one device's model.fit, known
+    # before it trains (the header's and the report's cautions); (): nothing.
+    fit_cautions: Callable[[Config, int], Tuple[Caution, ...]] = lambda config, train_examples: ()
     # Config fields only this trainer reads -> what they do, e.g. {"shard_weights": "lays out DTensor's weights"}:
     # set without this trainer chosen, one line says so (shared/run/comparison.py).
     options: Dict[str, str] = dataclasses.field(default_factory=dict)

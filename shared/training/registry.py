@@ -11,6 +11,8 @@ from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tup
 from shared.config import Config
 from shared.measure import timing
 from shared.measure.history import History
+from shared.model.definition import Caution
+from shared.model.registry import definition_for
 from shared.training import loop
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, Progress, RunControl, RunFacts, Silent, Trainer, TrainerSpec
@@ -31,6 +33,14 @@ def trainer_spec(name: str) -> TrainerSpec:
 
 def specs(names: Sequence[str] = tuple(SPEC_MODULES)) -> List[TrainerSpec]:
     return [trainer_spec(name) for name in names]
+
+
+def cautions_for(config: Config, train_examples: int) -> Tuple[Caution, ...]:
+    """The run's cautions: with --fit those of model.fit in each trainer's place (its spec's fit_cautions: what
+    makes it compute otherwise than on one device), else the model's own (ModelDefinition.cautions)."""
+    if not config.fit:
+        return definition_for(config).cautions
+    return tuple(caution for spec in specs(config.trainers) for caution in spec.fit_cautions(config, train_examples))
 
 
 def distributed(names: Sequence[str]) -> List[str]:
