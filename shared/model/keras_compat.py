@@ -54,8 +54,14 @@ def seed_generators(layer) -> list:
 
 def major_version(keras) -> int:
     """The installed Keras's major release, 0 where its version string does not start with a number."""
-    head = str(getattr(keras, "__version__", "0")).split(".")[0]
-    return int(head) if head.isdigit() else 0
+    return release(str(getattr(keras, "__version__", "0")))[0]
+
+
+def release(version: str) -> Tuple[int, int]:
+    """(major, minor) of a Keras version string ("3.15.1" -> (3, 15)); 0 for a part that is not a number."""
+    parts = (version.split(".") + ["0", "0"])[:2]
+    major, minor = (int(part) if part.isdigit() else 0 for part in parts)
+    return major, minor
 
 
 def layout_map_key(layout_map, layout) -> Optional[str]:

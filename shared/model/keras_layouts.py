@@ -12,6 +12,7 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from shared.errors import UsageError
+from shared.model import keras_compat
 
 SEARCH, FULLMATCH = "re.search", "re.fullmatch"
 RULE_RELEASES = {SEARCH: "Keras before 3.14", FULLMATCH: "Keras 3.14 and later"}
@@ -68,8 +69,7 @@ def installed_rule(layout_map_class, keras_version: str) -> str:
         return FULLMATCH
     if "re.search(" in source:
         return SEARCH
-    major, minor = (int(part) for part in re.findall(r"\d+", keras_version)[:2])
-    return FULLMATCH if (major, minor) >= (3, 14) else SEARCH
+    return FULLMATCH if keras_compat.release(keras_version) >= (3, 14) else SEARCH
 
 
 def check_keys(layout_map, source: str) -> None:
