@@ -74,4 +74,4 @@ def test_kerass_own_dropout_is_a_mismatch_whose_reason_names_it_and_the_drop_in(
         reason = result.verdicts[name].reason
         assert result.verdicts[name].verdict == "MISMATCH" and "first difference at step 0: drop (forward)" in reason
         assert "drop: Keras Dropout draws from a seed state" in reason
-        assert reason.endswith("use shared.model.keras_layers.Dropout, which draws alike everywhere (docs/keras.md)")
+        assert reason.endswith("build it with a rate of 0 (a keras-hub backbone's dropout=0) (docs/keras.md)")

@@ -37,6 +37,15 @@ def test_a_model_of_named_inputs_is_each_inputs_shape_dtype_and_the_vocabulary_o
     assert floats.inputs == (NamedInput("image", (6, 6, 1), "float32"), NamedInput("features", (5,), "float32"))
 
 
+@pytest.mark.parametrize("model", ["segments_inside", "segments_inside_one_input"])
+def test_token_ids_are_bounded_by_the_embedding_they_reach_directly_not_one_of_ids_computed_from_them(model):
+    """A keras-hub BERT's segment ids made inside as zeros_like(token_ids) reach its segment Embedding of 2: the
+    token ids' range is the token Embedding's 50 (2 refused every real token before)."""
+    definition = load(f"{MODELS}:{model}")
+    vocabularies = [named.vocabulary for named in definition.inputs] or [definition.vocabulary]
+    assert vocabularies[0] == VOCABULARY
+
+
 def test_token_ids_and_a_padding_mask_match_one_device_in_float64_on_every_trainer_and_mesh(tmp_path):
     """The hidden layer split on the model axis by its LayoutMap on batch=2,model=2."""
     data = write_tokens(tmp_path / "tokens.npz")

@@ -33,7 +33,7 @@ from shared.model.definition import (
     Variable,
 )
 from shared.model.keras_downcasts import float64_in_code, keeping_float64
-from shared.model.keras_inputs import keras_arrangement, keras_inputs
+from shared.model.keras_inputs import embedding_vocabulary, keras_arrangement, keras_inputs
 from shared.model.keras_layouts import audit_layout_map, check_keys
 from shared.model.keras_objective import objective_fields, output_cautions
 from shared.model.keras_tied import calls_nested_layers, tied_copy
@@ -41,7 +41,10 @@ from shared.model.named_inputs import describe_inputs, zeros_for
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
 RATES = ("rate", "dropout", "recurrent_dropout")  # a random layer's rates: all 0, it draws nothing
-RANDOM_LAYER_HINT = "use shared.model.keras_layers.Dropout, which draws alike everywhere (docs/keras.md)"
+RANDOM_LAYER_HINT = (
+    "use shared.model.keras_layers.Dropout, which draws alike everywhere, or where the layer is not yours build it "
+    "with a rate of 0 (a keras-hub backbone's dropout=0) (docs/keras.md)"
+)
 
 
 def is_keras_model(result) -> bool:
@@ -315,10 +318,15 @@ def subclassed_input_dtype(model, keras) -> str:
 
 
 def vocabulary(model, keras, input_dtype: str, source: str) -> Optional[int]:
-    """Integer inputs: the token ids the model takes, its first Embedding's input_dim (data is checked against it
-    before anything trains); None for float inputs."""
+    """Integer inputs: the token ids the model takes (data is checked against it before anything trains), the
+    input_dim of the Embedding nearest its input in its graph (embedding_vocabulary), or of its first Embedding
+    where it has no graph (a subclassed model); None for float inputs."""
     if not input_dtype.startswith("int"):
         return None
+    graph_inputs = getattr(model, "inputs", None) if not is_subclassed(model) else None
+    nearest = embedding_vocabulary(graph_inputs[0], keras) if graph_inputs else None
+    if nearest is not None:
+        return nearest
     layers = keras_compat.flat_layers(model)
     embedding = next((layer for layer in layers if isinstance(layer, keras.layers.Embedding)), None)
     if embedding is None:
@@ -615,7 +623,8 @@ def cautions(model, keras) -> Tuple[Caution, ...]:
                 f"{', '.join(layer.name for layer in random)}: Keras {' and '.join(kinds)} draws from a seed state: "
                 f"DTensor XORs the seed with each device, MirroredStrategy's replicas each draw their piece from "
                 f"the same state, so neither draws one device's numbers; "
-                + (RANDOM_LAYER_HINT if dropout_only else "shared.model.keras_layers.Dropout replaces a Dropout"),
+                + (RANDOM_LAYER_HINT if dropout_only else "shared.model.keras_layers.Dropout replaces a Dropout")
+                + ("" if dropout_only else "; a layer built with rates of 0 draws nothing"),
                 ("dtensor", "mirrored"),
                 random=True,
             )

@@ -24,19 +24,23 @@ def keras_inputs(model, keras, source: str) -> Tuple[NamedInput, ...]:
 
 
 def embedding_vocabulary(tensor, keras) -> Optional[int]:
-    """The fewest token ids of the Embeddings that `tensor`'s values reach through the model's graph (a nested
-    model's too), each path followed up to its first Embedding; None when none does (a mask)."""
-    vocabularies, seen, frontier = [], set(), [tensor]
+    """The fewest token ids of the Embeddings nearest `tensor` in the model's graph (a nested model's too), each
+    path followed up to its first Embedding; None when none is reached (a mask). Nearest: through the fewest layers
+    and ops, a nested model's own Inputs no step, so that ids computed from the input (a BERT's segment ids as
+    zeros_like(token_ids), into an Embedding of 2) do not bound the ids themselves."""
+    vocabularies, seen, frontier = [], set(), [(tensor, 0)]
     while frontier:
-        for operation, outputs, fed in keras_compat.calls_taking(frontier.pop()):
+        tensor, depth = frontier.pop()
+        for operation, outputs, fed in keras_compat.calls_taking(tensor):
             if isinstance(operation, keras.layers.Embedding):
-                vocabularies.append(int(operation.input_dim))
+                vocabularies.append((depth, int(operation.input_dim)))
                 continue
-            frontier.extend(fed)  # a model used as a layer: on through its own graph, from the Inputs fed
+            frontier.extend((inner, depth) for inner in fed)  # a model used as a layer: on through its own graph
             if id(operation) not in seen:
                 seen.add(id(operation))
-                frontier.extend(outputs)
-    return min(vocabularies) if vocabularies else None
+                frontier.extend((output, depth + 1) for output in outputs)
+    nearest = min((depth for depth, _ in vocabularies), default=None)
+    return min(size for depth, size in vocabularies if depth == nearest) if vocabularies else None
 
 
 def keras_arrangement(model) -> Callable:

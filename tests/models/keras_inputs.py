@@ -23,6 +23,28 @@ def masked_tokens(layout_map=None):
     return model if layout_map is None else (model, layout_map)
 
 
+def segments_inside(named=True):
+    """A BERT's shape: a backbone embeds the token ids (50) and segment ids (2) it is given; the head's model makes
+    the segment ids from the token ids, zeros_like, so its token ids reach an Embedding of 2 through one op."""
+    ids, segments = (keras.Input((LENGTH,), dtype="int32", name=name) for name in ("ids", "segments"))
+    summed = keras.layers.Add()(
+        [
+            keras.layers.Embedding(VOCABULARY, 8, name="token")(ids),
+            keras.layers.Embedding(2, 8, name="segment")(segments),
+        ]
+    )
+    backbone = keras.Model({"ids": ids, "segments": segments}, keras.ops.mean(summed, axis=1), name="backbone")
+    token_ids = keras.Input((LENGTH,), dtype="int32", name="token_ids")
+    inputs = {"token_ids": token_ids, "padding_mask": keras.Input((LENGTH,), dtype="int32", name="padding_mask")}
+    pooled = backbone({"ids": token_ids, "segments": keras.ops.zeros_like(token_ids)})
+    return keras.Model(inputs if named else token_ids, keras.layers.Dense(CLASSES, name="out")(pooled))
+
+
+def segments_inside_one_input():
+    """segments_inside taking the token ids alone."""
+    return segments_inside(named=False)
+
+
 def masked_tokens_split():
     """masked_tokens with its hidden layer split on the model axis by a LayoutMap."""
     layout_map = keras.distribution.LayoutMap(None)
