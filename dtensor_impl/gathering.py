@@ -7,8 +7,8 @@ on each shard once (a faster sharded step). With it a [model, batch] tensor rela
 comes back out of order; the trainer reads its weights back without that relayout (variables.to_numpy assembles
 the pieces on the host), so it is on for every mesh of one client; across --clients a model-axis mesh keeps the
 default, where to_numpy relays out. `settle` sets the variable for each trainer as it starts (a mesh's functions
-are lowered while it runs); GPUs keep TensorFlow's default; your own value wins (0 is off). Measurements and the
-isolated fault: docs/throughput.md, "Sharded data parallel".
+are lowered while it runs); GPUs keep TensorFlow's default; your own value wins (0 is off). The isolated fault:
+docs/throughput.md, "Sharded data parallel"; what it saves: docs/measurements.md.
 """
 
 import os
