@@ -6,15 +6,13 @@
     python compare.py --baseline a.json         # also against a report saved by --json (shared/judge/baseline.py)
     python compare.py --help
 
-Every trainer starts from the same initial values and sees the same global
-batches; the per-step losses, first-step gradients and final weights of the
-distributed trainers are checked against the single-device reference. Prints
-the run's facts once, one line per epoch per trainer, then the parity and
-results tables. When float32 parity fails, the reference and the failing trainers
-are rerun in float64 to tell float noise from a real difference (shared/judge/verdict.py).
-Exit code 0 when every verdict is ok or float noise (and none is CHANGED against
---baseline), 1 for a MISMATCH, a diverged run, a failed trainer or a CHANGED one, 2 on
-bad input (one line), 3 when compare.py itself fails (one line; the traceback goes to a file).
+Every trainer starts from the same initial values and sees the same global batches; the per-step losses,
+first-step gradients and final weights of the distributed trainers are checked against the single-device
+reference. Prints the run's facts once, one line per epoch per trainer, then the parity and results tables. A
+float32 failure reruns in float64 to tell float noise from a real difference (shared/judge/verdict.py).
+Exit code 0 when every verdict is ok or float noise (and none CHANGED against --baseline), 1 for a MISMATCH, a
+diverged run, a failed trainer or a CHANGED one, 2 on bad input (one line), 3 when compare.py itself fails (one
+line; the traceback goes to a file).
 """
 
 import argparse

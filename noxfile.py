@@ -6,19 +6,12 @@ the parity tests under each kernel setting that changes float32's rounding.
     .nox/tools/bin/nox -s "release(2.16.2)" table      # one release; the table reuses the others' last files
     .nox/tools/bin/nox -s kernels                      # not in the default run: see below
 
-Session `release(V)`, one per release of release_matrix/releases.py: a fresh environment
-(uv's, or venv's without uv), `tensorflow==V` and the project with its test extra
-installed as the README says (timed), then `python -m release_matrix.checks`, which
-writes out/releases/V.json. Session `table` turns those files into docs/releases.json and
-docs/releases.md and prints the table; it exits 1 if a release failed a check.
-Costs per release on 2 cores, one release at a time: 4-6 s to install from uv's cache (13-44 s
-cold), 6-8 minutes of checks (360-458 s), so about 70 minutes for the ten (docs/releases.md).
-
-Session `kernels(S)`, one per kernel setting of KERNEL_SETTINGS: the parity tests (PARITY_TESTS;
-or the tests named after `--`) and compare.py's default run on the embedded data, with the
-setting's environment, the latter's report in out/kernels/S.json. Which kernels run decides where
-float32 leaves its tolerance; no test may depend on it (docs/parity.md has the figures per setting).
-About 10 minutes a setting on 2 cores (tests 7-8, the run 1-2.5).
+Session `release(V)`, one per release of release_matrix/releases.py: a fresh environment (uv's, or venv's
+without uv) with `tensorflow==V` and the project's test extra (timed), then `python -m release_matrix.checks` into
+out/releases/V.json; `table` writes docs/releases.json and .md from them and exits 1 if a release failed a check.
+Session `kernels(S)`, one per KERNEL_SETTINGS: the parity tests (PARITY_TESTS, or those after `--`) and
+compare.py's default run on the embedded data (out/kernels/S.json) in the setting's environment: kernels decide
+where float32 leaves its tolerance, so no test may depend on them. Times: docs/releases.md, docs/parity.md.
 """
 
 import os

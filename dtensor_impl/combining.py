@@ -7,11 +7,11 @@ trainer then runs one step per call. DTensor reads the variable once per process
 variable is set, and records what DTensor will read. If DTensor had started before, the combining
 counts as on: correct, one step per call (docs/tutorial-differences.md, docs/parity.md).
 
-Off, a small model unrolls 4 steps a call (the MLP, 6 variables: 0.19-0.20x the reference against
-0.15-0.17x combined); on, a model of many variables sends one all-reduce for many (the GPT, 38: 1.60-1.66x
-against 1.12-1.28x; the ViT, 39: 0.94-1.08x against 0.56-0.61x; one step a call either way, docs/throughput.md).
-So a trainer process (shared/run/sequence.py) of a run whose model has more than COMBINE_ABOVE_VARIABLES
-trainable variables starts with the variable on (`environment`); your own value, set before the run, wins.
+Off, a small model unrolls several steps a call, which pays for a few variables (the MLP's 6); on, a model of
+many variables sends one all-reduce for many, which pays more than the unrolling (the GPT's 38, the ViT's 39;
+docs/throughput.md, "All-reduce combining"). So a trainer process (shared/run/sequence.py) of a run whose model
+has more than COMBINE_ABOVE_VARIABLES trainable variables starts with the variable on (`environment`); your own
+value, set before the run, wins.
 """
 
 import os

@@ -3,12 +3,12 @@
 An all-gather (with --shard-weights, each weight split on the batch axis, gathered whole for the forward) is by
 default an all-reduce of zero-padded shards, sending and adding each whole tensor; with
 LOWER_DTENSOR_GATHER_TO_COLLECTIVE_GATHER_V2 set (to any value) DTensor lowers it to CollectiveGatherV2, which passes
-on each shard once (~25% off the sharded batch=8 step). With it a [model, batch] tensor relaid out to replicated
+on each shard once (a faster sharded step). With it a [model, batch] tensor relaid out to replicated
 comes back out of order; the trainer reads its weights back without that relayout (variables.to_numpy assembles
 the pieces on the host), so it is on for every mesh of one client; across --clients a model-axis mesh keeps the
 default, where to_numpy relays out. `settle` sets the variable for each trainer as it starts (a mesh's functions
-are lowered while it runs); GPUs keep TensorFlow's default; your own value wins (0 is off). Measurements and the
-isolated fault: docs/throughput.md, "Sharded data parallel".
+are lowered while it runs); GPUs keep TensorFlow's default; your own value wins (0 is off). The isolated fault:
+docs/throughput.md, "Sharded data parallel"; what it saves: docs/measurements.md.
 """
 
 import os

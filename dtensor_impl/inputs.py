@@ -3,7 +3,7 @@
 axis is padded with zero-weight examples, which count nothing (shared/training/losses.py). For a model whose examples
 are independent (ModelDefinition.independent_examples), a short batch (an epoch's last) is padded to the full batch's
 shape (`pad_to`), so that it runs in the full batches' traced step: a shape of its own traced and lowered the step
-again (the ViT's batch=4,model=2 sharded: 14 s of its first epoch, 2 cores). A model with batch statistics would
+again, seconds of the first epoch for a transformer. A model with batch statistics would
 count the padding in them, so its short batch is padded only to divide."""
 
 from typing import Iterator, Tuple

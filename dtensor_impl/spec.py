@@ -84,8 +84,8 @@ def describe_run(config: Config) -> RunFacts:
     return RunFacts(f"DTensor mesh {spec}{sharded}", f"{config.batch_size // spec.batch} (DTensor)")
 
 
-# A sharded configuration traces its step twice (DTensorTrainer.choose_forward, --sharded-forward auto): the GPT's
-# trained in 26-28 s against 18 s, two at a time on 2 cores.
+# A sharded configuration traces its step twice (DTensorTrainer.choose_forward, --sharded-forward auto), so it
+# trains about half as long again as an unsharded one (the GPT's, two at a time on 2 cores: docs/measurements.md).
 SHARDED_COST = 1.5
 
 

@@ -364,7 +364,7 @@ class DTensorTrainer(Trainer):
             self.steps_per_call = steps_per_call(self.device_type, self.traced_operations(record_state))
         for group in equal_shape_runs(items, lambda item: batch_inputs.first(item[0][0]).shape, self.steps_per_call):
             # A short run of full batches goes one step a call, the first call's shape: each call length traces
-            # (the MLP's 2-step call at batch=1,model=8 traced for 4.2 s of a 20 s first epoch, 2 cores, load 11).
+            # (a trace of its own costs seconds of the first epoch, for a call that runs a step or two).
             full = len(group) == self.steps_per_call or batch_inputs.first(group[0][0][0]).shape != first_shape
             for calls in [group] if full else [[item] for item in group]:
                 self.call(calls, meter, record_state)

@@ -2,21 +2,16 @@
 
     python compare.py --model examples/batch_norm_mlp.py:batch_norm_mlp --data embedded
 
-784 -> 128 -> batch normalisation -> ReLU -> 10. In training it normalises with the mean and variance of each
-unit over the examples of the batch and moves its running statistics toward them (momentum 0.9); evaluation
-and the exported model normalise with the running statistics. They are non-trainable variables
-(`Variable(..., trainable=False)`) that the forward updates through `context.update`.
+784 -> 128 -> batch normalisation -> ReLU -> 10. In training it normalises each unit with the batch's mean and
+variance and moves its running statistics toward them (momentum 0.9), non-trainable variables the forward updates
+through `context.update`; evaluation and the export normalise with the running statistics.
 
-On one device the batch is the global batch of 128. On a DTensor mesh the activations are one tensor sharded
-on the batch axis, so `reduce_mean(axis=0)` is a global mean (DTensor all-reduces it): the same numbers as one
-device, and the running statistics are updated once, from them. Under MirroredStrategy each replica runs the
-forward on its own piece, so it normalises its 16 examples on their own: another function, a MISMATCH from
-step 0 whose first difference is the `norm` tap (`dense` agrees); each replica also moves its own copy of the
-running statistics (ON_READ, MEAN: a read averages them), as Keras's BatchNormalization does
-(docs/models.md, "Batch statistics: where the approaches differ"). A DTensor batch padded with zero-weight
-examples (a last batch that does not divide over the batch axis) would count the padding in its statistics;
-the definition leaves `independent_examples` off, so a short last batch that divides is not padded to the full
-batch's shape.
+On a DTensor mesh the activations are one tensor sharded on the batch axis, so `reduce_mean(axis=0)` is a global
+mean (DTensor all-reduces it): one device's numbers, the running statistics updated once. Under MirroredStrategy
+each replica normalises its own piece on its own: another function, a MISMATCH from step 0 whose first difference
+is the `norm` tap (`dense` agrees), and each replica moves its own copy of the statistics (ON_READ, MEAN), as
+Keras's BatchNormalization does (docs/models.md, "Batch statistics: where the approaches differ"). Padding would
+count in the statistics, so `independent_examples` stays off: a short last batch is not padded to full shape.
 """
 
 import tensorflow as tf

@@ -5,10 +5,8 @@
     python compare.py --model examples/keras_cnn.py:synchronized --data images.npz --dtype float64
     python compare.py --model examples/keras_cnn.py:keras_dropout --data images.npz --devices 4 --dtype float64
     python -m pytest -m "" examples/test_keras_cnn.py
-
-A function returns a built keras.Model, or (model, keras.distribution.LayoutMap); compare.py calls it after
-`keras.utils.set_random_seed(--seed)` and trains the model's own variables with Keras's own forward. Its
-LayoutMap splits the dense layer over a mesh's `model` axis (column then row parallel).
+A function returns a built keras.Model, or (model, LayoutMap), called after `keras.utils.set_random_seed(--seed)`;
+its own variables train with Keras's own forward, the LayoutMap splitting the dense layer over a `model` axis.
 
 - `keras_cnn`: BatchNormalization as Keras makes it: DTensor `ok`, MirroredStrategy `MISMATCH at step 0` (each
   replica normalises its own piece of the batch).

@@ -6,17 +6,12 @@
     python compare.py --model examples/keras_fit.py:transformer --fit --data embedded --devices 4 --dtype float64
     python -m pytest -m "" examples/test_keras_fit.py
 
-Each function returns a built, compiled keras.Model: `--fit` trains it with model.fit, its own optimizer, loss and
-metrics, on one device (the reference) and under MirroredStrategy, and judges every step.
-
-- `plain`: Dense-ReLU-Dense, Adam(1e-2): `ok`.
-- `batch_norm`: with BatchNormalization: `MISMATCH at step 0` (each replica normalises its own piece).
+Each function returns a built, compiled keras.Model, trained by model.fit on one device and under MirroredStrategy.
+- `plain`: Dense-ReLU-Dense, Adam(1e-2): `ok`. `batch_norm`: `MISMATCH at step 0` (each replica normalises its own).
 - `clipnorm`, `global_clipnorm`: Adam(1e-2, clipnorm=0.01) or (global_clipnorm=0.01): `MISMATCH at step 0: after
-  its update every variable and Adam slot`, step 0's loss and gradients equal, the loss from step 1: Keras clips
-  each replica's part of the gradient before the all-reduce.
-- `transformer`: a Transformer block over MNIST's 28 rows, AdamW(global_clipnorm=1.0), the usual recipe: a
-  MISMATCH from the first step that clips. The project's own trainers clip the combined gradient
-  (`--clip-global-norm 1`, without --fit) and are `ok`.
+  its update every variable and Adam slot` (Keras clips each replica's part of the gradient before the all-reduce).
+- `transformer`: a Transformer block over MNIST's 28 rows, AdamW(global_clipnorm=1.0): a MISMATCH from the first
+  step that clips; the project's own trainers clip the combined gradient (`--clip-global-norm 1`) and are `ok`.
 """
 
 import keras

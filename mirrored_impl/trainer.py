@@ -57,8 +57,8 @@ def all_reduced(grads):
     """In replica context: every replica gets the sum of all replicas' gradients (ReductionToOneDevice on CPU:
     sum on one device, copy back to each; collectives.py). A merge_call to batch_reduce_to, as
     ReplicaContext.all_reduce makes for IndexedSlices, not all_reduce itself: its custom_gradient (the all-reduce's
-    own gradient, which no step takes) walks the step's graph back from each replica's sums (the GPT's "replicas"
-    trace 19.61 s against 18.35 s). all_reduce itself where the strategy makes no merge_call (XLA on GPUs)."""
+    own gradient, which no step takes) walks the step's graph back from each replica's sums, lengthening every
+    trace. all_reduce itself where the strategy makes no merge_call (XLA on GPUs)."""
 
     def reduce(strategy, *values):
         destinations = [value.device if isinstance(value, tf.Tensor) else value for value in values]
@@ -137,7 +137,7 @@ def train_steps(strategy, model, optimizer, chunk, first_step, steps, primary_mo
     at the start of each step (replica 0's copies with `replicas`; the first device's plain model and optimizer with
     `primary`: cross-replica context reads them). Returns (losses, corrects, checksums, the call's first step's
     summed gradients, the first device's copy): the run's first call, of one step, gives the first-step gradients
-    and every later call runs its trace (one trace for the run: the step's cost ~5 s of the GPT's ~16 s)."""
+    and every later call runs its trace (one trace for the run: a trace is a large share of a small run's time)."""
 
     def one_step(i):
         loss, correct, grads = train_step(strategy, model, optimizer, chunk, first_step + i, primary_model)

@@ -9,11 +9,10 @@ ways, each against one device's: `raw`, tf.nn.sparse_softmax_cross_entropy_with_
 `vocab_parallel`, Megatron's cross-entropy on the split logits (the max and the sum of exponentials reduced over
 the classes, which DTensor all-reduces over `model`; the label's logit picked by a mask: tf.one_hot there does not
 expand). Two cases: MNIST's head (128 examples, 10 classes) and a vocabulary (64 x 64 tokens, 1024 classes), with
-the median ms of a call of loss and gradients. Prints, on TensorFlow 2.21, e.g.
-
+the median ms of a call of loss and gradients. Prints, e.g.
     {"tensorflow": "2.21.0", "mesh": "batch=4,model=2", "mnist head": {"raw": {"loss": 0.0, ...}, ...}, ...}
 
-Exit code 0 either way: the answer is the output (docs/parity.md, "Known DTensor defects"). ~10 s on 2 cores.
+Exit code 0 either way: the answer is the output (docs/parity.md, "Known DTensor defects").
 """
 
 import json

@@ -42,9 +42,9 @@ def test_a_bad_value_is_refused_alike_by_the_config_and_the_command_line(changes
     with pytest.raises(UsageError) as refused:
         Config(**changes)
     assert str(refused.value) == message
-    assert Config().replace(epochs=2).epochs == 2  # a good one is made
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError) as replaced:
         Config().replace(**changes)  # replace checks too: the sweep's and the rerun's configurations
+    assert str(replaced.value) == message
     argv = [
         f"--{name.replace('_', '-')}"
         + ("" if value is True else "=" + (",".join(map(str, value)) if isinstance(value, tuple) else str(value)))
@@ -53,6 +53,21 @@ def test_a_bad_value_is_refused_alike_by_the_config_and_the_command_line(changes
     assert compare.main(argv) == 2
     line = capsys.readouterr().err.strip()
     assert line.startswith(f"compare.py: error: {message}") and "\n" not in line
+
+
+def test_replace_checks_the_whole_new_config_and_leaves_the_old_one_as_it_was():
+    """The sweep and the float64 reruns make their configurations with replace: each is a new Config, every field
+    not named kept, checked as a whole (a value fine alone is refused beside the fields it keeps)."""
+    base = Config(model="vit", epochs=3, seed=7)
+    changed = base.replace(epochs=1)
+    assert changed == Config(model="vit", epochs=1, seed=7) and changed is not base
+    assert (base.epochs, base.model, base.seed) == (3, "vit", 7)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        base.epochs = 1
+    assert Config().replace(hidden=(64,)).hidden == (64,)  # fine for the MLP
+    with pytest.raises(UsageError) as refused:
+        base.replace(hidden=(64,))  # not beside the ViT it keeps
+    assert str(refused.value) == "--hidden sets the MLP's layers; drop it, or use --model mlp (not vit)"
 
 
 HELP_GROUPS = [  # --help's sections in order; README and docs name them alike

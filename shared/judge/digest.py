@@ -1,12 +1,12 @@
 """Digests of named weight arrays: what a report keeps of a trainer's final weights.
 
-A report cannot hold every weight (905k numbers per MLP trainer, ~20 MB of JSON), yet
+A report cannot hold every weight (megabytes of JSON for the MLP alone), yet
 `--baseline` (shared/judge/baseline.py) must compare them across machines at the dtype's
 tolerance. Each named array keeps: its shape and dtype; sum, sum |x| and sum x**2 as
 exactly rounded sums (math.fsum of the float64 values, so the same digits on any machine
 for the same array); SAMPLE_COUNT values at evenly spaced positions; and a sha256 of its
 bytes (C order, little-endian), which tells "bit for bit" from "within the tolerance".
-Cost: ~0.1 s per trainer for the MLP.
+Cost: one pass over each array, on the host.
 """
 
 import hashlib

@@ -1,8 +1,8 @@
 """The sweep's record of each configuration, its marks and its conclusion (numbers in, marks out): at each
 device count the fastest DTensor mesh and the faster approach, by ratio to the reference timed beside it; the
 configuration that holds least per device, the one that sends fewest bytes per step, and those that fit a stated
-memory per device. A ratio from fewer than MIN_RANKED_STEPS measured steps is too short to rank: one measured
-epoch of 4 steps once gave a 1.25x "faster approach". A ratio whose spread (the min-max of its rounds' ratios, each
+memory per device. A ratio from fewer than MIN_RANKED_STEPS measured steps is too short to rank: a single short
+epoch can crown a "faster approach" by noise. A ratio whose spread (the min-max of its rounds' ratios, each
 beside the reference's) overlaps another's at its count is ranked but marked tied: their order was not measured."""
 
 import dataclasses

@@ -4,11 +4,10 @@
 
 Each model counts its own FLOPs per example (shared/model/mlp.py: 3 x 2 x weights, the usual convention, not a
 measurement: it counts work a step skips, such as the first layer's input gradient, so a trainer can beat a
-matmul). The machine's matmul rate is measured in the run's dtype (a float64 run's is its own: 11-13 GFLOP/s
-against float32's 34-36 on the 2-core test machine) in a tf.function on one device, best of a few repeats of each
-of PEAK_MATMUL_SIZES, ~1-2 s (float64 ~4 s), in the same process as the reference, after training. A trainer that
-beat it once read 114% of a "peak" (126 against 110 GFLOP/s); so the yardstick is the larger of that rate and every
-trainer's, named for what it is, and no trainer reads over 100%.
+matmul). The machine's matmul rate is measured in the run's dtype (float64's is a fraction of float32's) in a
+tf.function on one device, best of a few repeats of each of PEAK_MATMUL_SIZES, a second or a few, in the same
+process as the reference, after training. Since a trainer can beat that rate (and once read over 100% of a
+"peak"), the yardstick is the larger of it and every trainer's, named for what it is: no trainer reads over 100%.
 """
 
 import time

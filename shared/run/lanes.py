@@ -8,7 +8,7 @@ round leaves the whole block without ratios.
 
 Only where nothing measured while training is reported: a timed float32 run (its speeds are the timing rounds'),
 in trainer processes on the CPU, without --profile (whose step split is measured as the trainer finishes).
-Elsewhere one lane, in plan order, as before.
+Elsewhere one lane, in plan order.
 """
 
 import os
@@ -42,8 +42,8 @@ def reference_apart(config: Config) -> bool:
     distributed trainers computes (its timing rounds stay in the run's process, with TensorFlow's default threads):
     wherever any of those train in processes of their own, on CPUs (with --profile too: its step split of the
     reference is measured there, with one thread). A process's intra-op thread count changes how its matmuls round:
-    with the default threads, on a 2-core AVX2 CPU, the default run's float32 loss left its tolerance at step 58 on
-    every configuration; with one thread it agreed within 1.2e-7 (docs/parity.md, "Kernels"). Decided by fields
+    with the default threads the default run's float32 loss could leave its tolerance where with one thread it
+    agreed (the run that showed it: docs/parity.md, "Kernels"). Decided by fields
     that a run's float64 reruns and repeats keep, so that all of the reference's runs train in one place."""
     return own_process(config) and config.device_type == "CPU" and bool(distributed(config.trainers))
 

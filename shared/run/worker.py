@@ -6,7 +6,7 @@ Two reasons to train outside the run's process: a setting that TensorFlow fixes 
 intra-op thread count: each approach gets the one that serves it, and the reference's runs the one its devices
 have, so that it rounds as they do, docs/throughput.md), and a crash inside
 TensorFlow (a segmentation fault in DTensor's SPMD expansion) that would otherwise take the whole
-comparison with it. The process stays up between trainers, so TensorFlow starts once (~8 s); one that
+comparison with it. The process stays up between trainers, so TensorFlow starts once; one that
 dies is the FAILED trainer's, with its signal and what it was doing, and the next trainer gets a new one.
 Messages both ways are length-prefixed pickles over the process's stdin and a duplicate of its stdout.
 """
@@ -300,7 +300,7 @@ def main(argv: Sequence[str] = ()) -> NoReturn:
     serve(sys.stdin.buffer, replies)
     # Every reply is flushed as it is sent, and a job's files (checkpoints, exports) are written before its result:
     # this process ends here, its exit handlers run (autograph's remove its generated files) and its output
-    # flushed, rather than winding TensorFlow down (1-2.5 s at the end of every run that used it).
+    # flushed, rather than winding TensorFlow down, which took seconds at the end of every run that used it.
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

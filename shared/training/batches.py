@@ -54,8 +54,8 @@ def without_autotune() -> tf.data.Options:
 
     There is nothing to tune (slices, map, batch, shard, a fixed prefetch), and with it on,
     deleting an iterator that was not run to its end waits for the tuning thread's back-off,
-    which grows with the run: 0 to 18 s once per epoch for DTensorDataset, minutes for
-    MirroredStrategy's per-device iterators (mirrored_impl.inputs.pipeline_per_replica).
+    which grows with the run: once per epoch for DTensorDataset, and longest for MirroredStrategy's
+    per-device iterators (mirrored_impl.inputs.pipeline_per_replica; docs/trainers.md).
     """
     options = tf.data.Options()
     options.autotune.enabled = False

@@ -183,9 +183,9 @@ class Adam(tf.Module):
 def apply_gradients_fused(optimizer, grads, variables):
     """`optimizer.apply_gradients`, compiled by XLA into one pass per variable.
 
-    Unfused, Adam runs ~15 elementwise ops per variable, each reading and writing a
-    whole weight-sized buffer: ~3 ms a step on one CPU device, and on 8 replicas sharing
-    two cores their 8 copies of weights and slots outgrow the L3 cache. The same maths,
+    Unfused, Adam runs a dozen or more elementwise ops per variable, each reading and writing
+    a whole weight-sized buffer, and logical devices sharing a CPU's cores each hold a copy of
+    weights and slots that together outgrow its cache (docs/throughput.md). The same maths,
     so the same values up to float rounding. The reference and MirroredStrategy trainers
     use it; DTensor does not compile with XLA on CPU (jit_compile is ignored there).
     """

@@ -89,7 +89,7 @@ class Trainer(metaclass=_Checked):
     def step_call(self, most_steps: int = 0) -> StepCall:
         """--profile and the bytes per step: the steady train call a measured epoch makes. With `most_steps` (the
         timing rounds'), a trainer whose one trace runs any number of steps a call makes its call of at most that
-        many: a round then runs the steps it needs, not a whole epoch (the ViT's reference: 31 steps, 2 s a round)."""
+        many: a round then runs the steps it needs, not a whole epoch (a slow model's reference: seconds a round)."""
 
     @abc.abstractmethod
     def test_batches(self, x: np.ndarray, y: np.ndarray) -> Iterable:
