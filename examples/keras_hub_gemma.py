@@ -7,17 +7,9 @@ config: nothing downloads weights or a tokenizer) with Gemma's tied language-mod
         --dtype float64 --train-examples 256 --test-examples 128 --epochs 1
     python -m pytest -m "" examples/test_keras_hub_gemma.py
 
-`gemma_inputs` is the same model taking the backbone's two named inputs as they are, `token_ids` and
-`padding_mask`, from an .npz of `x_train_token_ids`, `x_train_padding_mask` (docs/data.md), which `write_windows`
-writes from the shipped excerpt, each window padded after a length of its own:
-
-    python examples/keras_hub_gemma.py windows.npz
-    python compare.py --model examples/keras_hub_gemma.py:gemma_inputs --data windows.npz --devices 8 \\
-        --mesh batch=2,model=4 --dtype float64 --epochs 1
-
-It reads 32 character ids of the shipped tiny Shakespeare (65 of its 128 ids) and gives the next character's
-logits at every position. 4 heads, a width of 32 and 128 ids divide over a model axis of 1, 2 or 4 and a batch
-axis of up to 8 (docs/keras.md, "A keras-hub backbone").
+It reads 32 character ids of the shipped tiny Shakespeare and gives the next character's logits at every
+position; 4 heads, a width of 32 and 128 ids divide over a model axis of 1, 2 or 4 (docs/keras.md, "A keras-hub
+backbone", also for `gemma_inputs`: its two named inputs from the .npz that `python keras_hub_gemma.py F.npz` writes).
 """
 
 import gzip
