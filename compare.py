@@ -31,6 +31,7 @@ from shared.config import Config, option_flag
 from shared.console import hide_tensorflow_messages
 from shared.errors import UsageError
 from shared.run import kernels
+from shared.run.options import config_from_json
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -112,7 +113,7 @@ def client_config(path: str) -> Tuple[Config, str]:
             f"it was written by another version of compare.py: write it again with this one"
         )
     try:
-        return Config.from_json(json.dumps(handed["config"])), handed["result_file"]
+        return config_from_json(json.dumps(handed["config"])), handed["result_file"]
     except UsageError as error:
         raise UsageError(f"--client-config {path}: {error}") from None
 

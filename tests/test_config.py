@@ -10,6 +10,7 @@ import pytest
 import compare
 from shared.config import CHOICES, Config
 from shared.errors import UsageError
+from shared.run.options import config_from_json
 
 REFUSED = [
     (dict(batch_size=0), "argument --batch-size: 0 is not a positive integer"),
@@ -106,4 +107,4 @@ def test_the_flags_fill_the_config_and_a_client_gets_it_whole_as_json():
     )
     assert (config.device_type, config.explain, config.dtensor_nccl) == ("GPU", False, False)
     assert compare.config_from_args(compare.build_parser().parse_args([])) == (Config(), None)
-    assert Config.from_json(config.to_json()) == config
+    assert config_from_json(config.to_json()) == config
