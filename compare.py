@@ -31,6 +31,7 @@ from shared.config import Config, option_flag
 from shared.console import hide_tensorflow_messages
 from shared.errors import UsageError
 from shared.run import kernels
+from shared.run.fit_options import check_fit_options
 from shared.run.options import config_from_json
 
 
@@ -90,7 +91,9 @@ def config_from_args(args: argparse.Namespace) -> Tuple[Config, Optional[str]]:
     if args.client_config:  # a client of the --clients launcher: its whole configuration, as the launcher made it
         return client_config(args.client_config)
     fields = {field.name for field in dataclasses.fields(Config)}
-    return Config(**{name: value for name, value in vars(args).items() if name in fields}), None
+    config = Config(**{name: value for name, value in vars(args).items() if name in fields})
+    check_fit_options(config)  # before --clients starts a process: the launcher's config is checked here
+    return config, None
 
 
 def client_config(path: str) -> Tuple[Config, str]:
