@@ -3,8 +3,9 @@
 Each field declares its compare.py option once, with option(): help, --help group, metavar and how
 the text is parsed; compare.py makes its parser from the fields and nothing past compare.py reads
 flags. The Python API (shared/api.py) and the --clients launcher make a Config directly (a client
-gets it as JSON). A bad value raises UsageError with the line compare.py prints, so every caller
-gets the same errors.
+gets it as JSON, shared/run/options.py). A bad value raises UsageError with the line compare.py prints, so
+every caller gets the same errors. A rule that needs to know a trainer (what --fit can train, a mesh) is checked
+where a run starts, beside that knowledge (shared/run/fit_options.py, each trainer's spec), not here.
 """
 
 import argparse
