@@ -29,6 +29,8 @@ from shared.config import Config, option_flag
 from shared.console import hide_tensorflow_messages
 from shared.errors import UsageError
 from shared.run import kernels
+from shared.run.fit_options import check_fit_options
+from shared.run.options import config_from_json
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -87,7 +89,9 @@ def config_from_args(args: argparse.Namespace) -> Tuple[Config, Optional[str]]:
     if args.client_config:  # a client of the --clients launcher: its whole configuration, as the launcher made it
         return client_config(args.client_config)
     fields = {field.name for field in dataclasses.fields(Config)}
-    return Config(**{name: value for name, value in vars(args).items() if name in fields}), None
+    config = Config(**{name: value for name, value in vars(args).items() if name in fields})
+    check_fit_options(config)  # before --clients starts a process: the launcher's config is checked here
+    return config, None
 
 
 def client_config(path: str) -> Tuple[Config, str]:
@@ -110,7 +114,7 @@ def client_config(path: str) -> Tuple[Config, str]:
             f"it was written by another version of compare.py: write it again with this one"
         )
     try:
-        return Config.from_json(json.dumps(handed["config"])), handed["result_file"]
+        return config_from_json(json.dumps(handed["config"])), handed["result_file"]
     except UsageError as error:
         raise UsageError(f"--client-config {path}: {error}") from None
 

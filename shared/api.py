@@ -29,7 +29,7 @@ _shown_again = hide_tensorflow_messages(verbose="tensorflow" in sys.modules)
 try:
     import numpy as np
 
-    from shared.config import BUILT_IN_MODELS, Config, int_list, option_flag, python_value, type_name, value_fits
+    from shared.config import BUILT_IN_MODELS, Config, int_list, option_flag
     from shared.devices import configure_devices
     from shared.errors import UsageError
     from shared.judge.parity import Parity
@@ -38,6 +38,7 @@ try:
     from shared.model.registry import register
     from shared.run import worker
     from shared.run.comparison import check_config, check_trainer_options
+    from shared.run.options import python_value, type_name, value_fits
     from shared.run.sequence import Entry, RunResult, train_and_judge, trained_by
     from shared.training.data import load_run_data
     from shared.training.registry import distributed, trainer_spec

@@ -3,16 +3,15 @@
 Each field declares its compare.py option once, with option(): help, --help group, metavar and how
 the text is parsed; compare.py makes its parser from the fields and nothing past compare.py reads
 flags. The Python API (shared/api.py) and the --clients launcher make a Config directly (a client
-gets it as JSON). A bad value raises UsageError with the line compare.py prints, so every caller
-gets the same errors.
+gets it as JSON, shared/run/options.py). A bad value raises UsageError with the line compare.py prints, so
+every caller gets the same errors. A rule that needs to know a trainer (what --fit can train, a mesh) is checked
+where a run starts, beside that knowledge (shared/run/fit_options.py, each trainer's spec), not here.
 """
 
 import argparse
 import dataclasses
 import json
 import math
-import numbers
-import typing
 from typing import Optional, Tuple
 
 from shared.errors import UsageError
@@ -39,25 +38,6 @@ OUTPUTS = "outputs"
 SPEED = "speed"
 CHECKPOINTS = "checkpoints and export"
 PRINTED = "what is printed"
-# The options that change the numbers a run computes: a --baseline report must have the same (shared/judge/baseline.py),
-# and the same data (its sha256). Devices, mesh, clients, --dtensor-input, --mirrored-update and --deterministic
-# change only which kernels run and the order of roundings, which is what the comparison judges; they may differ.
-NUMERIC_OPTIONS = (
-    "model",
-    "epochs",
-    "batch_size",
-    "learning_rate",
-    "seed",
-    "optimizer",
-    "adam",
-    "dtype",
-    "hidden",
-    "dropout",
-    "shuffle",
-    "restore",
-    "clip_global_norm",
-    "fit",
-)
 
 
 def option(default, help: str, group: str, *, metavar=None, parse=None, flag=None, choices=None):
@@ -397,87 +377,6 @@ class Config:
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
 
-    @classmethod
-    def from_json(cls, text: str) -> "Config":
-        """The Config that to_json wrote; UsageError in one line for text that is not one."""
-        fields = _json_fields(text)
-        tuples = {"trainers", "hidden", "sweep_devices"}
-        return cls(
-            **{name: tuple(value) if name in tuples and value is not None else value for name, value in fields.items()}
-        )
-
-
-def _json_fields(text: str) -> dict:
-    """Config.to_json's object, its every key a field of this Config: UsageError otherwise (another version's
-    file, a hand-edited one)."""
-    try:
-        fields = json.loads(text)
-    except ValueError as error:
-        raise UsageError(f"not a configuration in JSON ({error})") from None
-    if not isinstance(fields, dict):
-        raise UsageError(f"not a configuration in JSON (a {type(fields).__name__}, not an object)")
-    known = {field.name for field in dataclasses.fields(Config)}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise UsageError(
-            f"unknown configuration field {unknown[0]!r}; it was written by another version of compare.py: "
-            f"write it again with this one"
-        )
-    wrong = [name for name, value in fields.items() if not _json_type_fits(name, value)]
-    if wrong:
-        raise UsageError(f"configuration field {wrong[0]!r} is {fields[wrong[0]]!r}, not a value that field takes")
-    return fields
-
-
-def _json_type_fits(name: str, value) -> bool:
-    """Whether a JSON value has the field's declared type (a list for a tuple); check() then judges the value."""
-    return _fits(_field(name).type, value)
-
-
-def value_fits(name: str, value) -> bool:
-    """Whether a Python value has field `name`'s declared type (a tuple or a list for a tuple, a NumPy integer for
-    an int): the Python API's options (shared/api.py); check() then judges the value."""
-    value = python_value(value)
-    return _json_type_fits(name, list(value) if isinstance(value, tuple) else value)
-
-
-def python_value(value):
-    """A NumPy integer or real as Python's int or float (a bool stays); anything else as it is."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return value
-    return int(value) if isinstance(value, numbers.Integral) else float(value)
-
-
-def type_name(name: str) -> str:
-    """Field `name`'s declared type in words, e.g. "an int", "a float or None", "a tuple of int"."""
-    return _type_words(_field(name).type)
-
-
-def _type_words(declared) -> str:
-    origin, arguments = typing.get_origin(declared), typing.get_args(declared)
-    if origin is typing.Union:
-        return " or ".join(_type_words(argument) for argument in arguments)
-    if origin is tuple:
-        return f"a tuple of {arguments[0].__name__}"
-    if declared is type(None):
-        return "None"
-    return f"{'an' if declared.__name__[0] in 'aeiou' else 'a'} {declared.__name__}"
-
-
-def _fits(declared, value) -> bool:
-    origin, arguments = typing.get_origin(declared), typing.get_args(declared)
-    if origin is typing.Union:
-        return any(_fits(argument, value) for argument in arguments)
-    if origin is tuple:
-        return isinstance(value, list) and all(_fits(arguments[0], item) for item in value)
-    if declared is type(None):
-        return value is None
-    if declared is bool or isinstance(value, bool):
-        return declared is bool and isinstance(value, bool)
-    if declared is float:
-        return isinstance(value, (int, float))
-    return isinstance(value, declared)
-
 
 # The fields with a fixed set of values: --help lists them as the metavar, check() refuses any other.
 CHOICES = {
@@ -561,7 +460,6 @@ def check_combinations(config: Config) -> None:
             "--reference-from-scratch compares trainers resumed from a checkpoint with a reference "
             "trained from the initial values; give --restore PATH too"
         )
-    check_fit(config)
     if config.clients > 1:
         one_process = [
             (flag(field), on)
@@ -586,44 +484,3 @@ def check_combinations(config: Config) -> None:
             raise UsageError(
                 f"{', '.join(files)} with --clients {config.clients} is not supported yet; use --clients 1"
             )
-
-
-def check_fit(config: Config) -> None:
-    """--fit trains a Keras model with model.fit on one device and under MirroredStrategy, nothing else."""
-    if not config.fit:
-        return
-    if config.model in BUILT_IN_MODELS:
-        raise UsageError(
-            f"--fit trains a Keras model with its own model.fit; give --model FILE.py:FUNCTION returning one "
-            f"(not {config.model})"
-        )
-    if "dtensor" in config.trainers:
-        raise UsageError(
-            "--fit trains Keras's model.fit, which has no DTensor path (keras-team/keras#18473); drop dtensor "
-            "from --trainers"
-        )
-    if config.clients > 1:
-        raise UsageError(
-            f"--fit with --clients {config.clients}: Keras 3's model.fit fails under MultiWorkerMirroredStrategy "
-            f"(keras-team/keras#20585; measured with Keras 3.15.1); use --clients 1"
-        )
-    if config.clip_global_norm is not None:
-        raise UsageError(
-            "--clip-global-norm clips the project's own trainers; under --fit the model's optimizer clips as you "
-            "compiled it (global_clipnorm=...): drop --clip-global-norm"
-        )
-    refused = [
-        flag(field)
-        for field, on in (
-            ("adam", config.adam != "fixed"),
-            ("mirrored_update", config.mirrored_update != "auto"),
-            ("sweep_devices", config.sweep_devices),
-            ("profile", config.profile),
-            ("checkpoint_dir", config.checkpoint_dir),
-            ("restore", config.restore),
-            ("export", config.export),
-        )
-        if on
-    ]
-    if refused:
-        raise UsageError(f"{refused[0]} does not apply to --fit (Keras's model.fit trains there); drop it")

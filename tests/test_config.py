@@ -10,6 +10,7 @@ import pytest
 import compare
 from shared.config import CHOICES, Config
 from shared.errors import UsageError
+from shared.run.options import config_from_json
 
 REFUSED = [
     (dict(batch_size=0), "argument --batch-size: 0 is not a positive integer"),
@@ -121,4 +122,30 @@ def test_the_flags_fill_the_config_and_a_client_gets_it_whole_as_json():
     )
     assert (config.device_type, config.explain, config.dtensor_nccl) == ("GPU", False, False)
     assert compare.config_from_args(compare.build_parser().parse_args([])) == (Config(), None)
-    assert Config.from_json(config.to_json()) == config
+    assert config_from_json(config.to_json()) == config
+
+
+def test_config_names_a_trainer_only_as_the_trainers_defaults():
+    """shared/config.py holds the user's options: a check that needs to know a trainer (what --fit can train, a
+    mesh) lives where that knowledge is, a trainer's spec or the run layer (shared/run/fit_options.py), so that a
+    trainer's name appears here only in --trainers' defaults."""
+    import ast
+    import os
+
+    from shared.training.registry import SPEC_MODULES
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shared", "config.py")
+    tree = ast.parse(open(path).read())
+    defaults = {"TRAINER_NAMES", "FIT_TRAINERS"}
+    allowed = {
+        id(constant)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and {getattr(target, "id", None) for target in node.targets} & defaults
+        for constant in ast.walk(node.value)
+    }
+    named = [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in SPEC_MODULES and id(node) not in allowed
+    ]
+    assert named == []

@@ -306,10 +306,11 @@ def test_every_message_a_doc_quotes_is_one_a_test_expects():
     assert unexpected == []
 
 
-def test_the_baselines_doc_lists_the_numeric_options_that_config_declares():
-    from shared.config import NUMERIC_OPTIONS, flag
+def test_the_baselines_doc_lists_the_numeric_options_that_the_baseline_judge_declares():
+    from shared.config import flag
+    from shared.judge.baseline import NUMERIC_OPTIONS
 
-    paragraph = read("docs/baselines.md").split("`shared/config.NUMERIC_OPTIONS`: ", 1)[1].split(";", 1)[0]
+    paragraph = read("docs/baselines.md").split("`shared/judge/baseline.NUMERIC_OPTIONS`: ", 1)[1].split(";", 1)[0]
     assert re.findall(r"`(--[\w-]+)`", paragraph) == [flag(name) for name in NUMERIC_OPTIONS]
 
 

@@ -12,12 +12,15 @@ pytest.importorskip(
 )
 import tensorflow as tf
 
+import compare
 from mirrored_impl.fit_cautions import fit_cautions, rebatch_pieces
+from shared.api import check_model
 from shared.config import Config
 from shared.errors import UsageError
 from shared.judge.verdict import OK
 from shared.model.registry import definition_for
 from shared.report.header import describe_training
+from shared.run.fit_options import check_fit_options
 from shared.training import registry
 from shared.training.batches import epoch_batches
 from shared.training.data import load_run_data
@@ -98,7 +101,23 @@ def test_fit_trains_the_reference_and_mirrored_by_default():
 )
 def test_what_fit_cannot_run_is_one_line(options, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-        Config(**{"model": f"{EXAMPLE}:plain", "fit": True, **options})
+        check_fit_options(Config(**{"model": f"{EXAMPLE}:plain", "fit": True, **options}))
+
+
+def test_the_command_line_and_check_model_refuse_what_fit_cannot_run_in_the_same_words(capsys):
+    """Config makes --fit with dtensor (the rule names trainers, so it runs where a run starts, not in Config):
+    compare.py and check_model refuse it before anything trains, in their own terms."""
+    assert compare.main(["--model", f"{EXAMPLE}:plain", "--fit", "--trainers", "reference,dtensor"]) == 2
+    assert capsys.readouterr().err == (
+        "compare.py: error: --fit trains Keras's model.fit, which has no DTensor path (keras-team/keras#18473); "
+        "drop dtensor from --trainers\n"
+    )
+    with pytest.raises(UsageError) as refused:
+        check_model(f"{EXAMPLE}:plain", trainers=("dtensor",), fit=True, devices=2)
+    assert str(refused.value) == (
+        "fit=True trains Keras's model.fit, which has no DTensor path (keras-team/keras#18473); drop dtensor "
+        "from trainers"
+    )
 
 
 def test_a_model_fit_cannot_train_is_one_line():

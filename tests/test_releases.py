@@ -279,7 +279,8 @@ def test_the_committed_baseline_is_a_valid_report_of_the_float64_check_on_the_ba
     import compare
     from release_matrix import checks
     from release_matrix.releases import BASELINE_RELEASE
-    from shared.config import NUMERIC_OPTIONS, Config
+    from shared.config import Config
+    from shared.judge.baseline import NUMERIC_OPTIONS
     from shared.report import saved as saved_report
 
     saved = saved_report.load(os.path.join(ROOT, checks.BASELINE_PATH))  # as --baseline reads it

@@ -7,7 +7,7 @@ Every trainer is judged on every step's loss and its final weights (their digest
 at this run's tolerances: `same` (bit for bit when every loss and weight byte is equal), `float noise`
 (a float32 difference whose float64 runs agree) or `CHANGED at step k`. A file that is not a report
 of this schema's major version, or whose run differs in an option that changes the numbers
-(shared/config.NUMERIC_OPTIONS, and the data), is refused in one line. Docs: docs/baselines.md.
+(NUMERIC_OPTIONS below, and the data), is refused in one line. Docs: docs/baselines.md.
 """
 
 import dataclasses
@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from shared.config import NUMERIC_OPTIONS, TUTORIAL_HIDDEN, Config
+from shared.config import TUTORIAL_HIDDEN, Config
 from shared.errors import UsageError
 from shared.judge.digest import SUMS, digests, same_bytes
 from shared.judge.parity import Tolerance, beyond, tolerances
@@ -23,6 +23,25 @@ from shared.measure.history import History
 
 SAME, FLOAT_NOISE, CHANGED, NOT_COMPARED = "same", "float noise", "CHANGED", "not compared"
 SAVE_FLOAT64 = "save the baseline with --with-float64"
+# The options that change the numbers a run computes: a --baseline report must have the same, and the same data
+# (its sha256). Devices, mesh, clients, --dtensor-input, --mirrored-update and --deterministic change only which
+# kernels run and the order of roundings, which is what the comparison judges; they may differ.
+NUMERIC_OPTIONS = (
+    "model",
+    "epochs",
+    "batch_size",
+    "learning_rate",
+    "seed",
+    "optimizer",
+    "adam",
+    "dtype",
+    "hidden",
+    "dropout",
+    "shuffle",
+    "restore",
+    "clip_global_norm",
+    "fit",
+)
 
 
 def _flag(option: str) -> str:

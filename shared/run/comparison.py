@@ -21,6 +21,7 @@ from shared.report import outputs, saved
 from shared.report.header import header
 from shared.report.sweep import describe_plan
 from shared.run import kernels, sweep
+from shared.run.fit_options import check_fit_options
 from shared.run.sequence import RunResult, describe_processes, train_all
 from shared.training import checkpoint
 from shared.training.data import Dataset, load_run_data
@@ -41,7 +42,9 @@ def check_config(config: Config, devices: Sequence[str]) -> None:
 def check_trainer_options(config: Config) -> None:
     """One line for an option that does nothing in this run: one that only a trainer not chosen reads (its spec's
     `options`), or --sharded-forward where no weight is split on the batch axis (a built-in model without
-    --shard-weights, outside a sweep, whose sharded meshes split them; a model of yours may split its own)."""
+    --shard-weights, outside a sweep, whose sharded meshes split them; a model of yours may split its own); and
+    --fit's checks (shared/run/fit_options.py)."""
+    check_fit_options(config)
     defaults = Config()
     for spec in specs():
         for field, what in spec.options.items():
