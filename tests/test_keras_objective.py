@@ -50,8 +50,8 @@ def test_a_compiled_regression_takes_float_targets_of_its_output_with_its_own_lo
     )
     clipped = load(f"{MODELS}:clipped")  # never silently: an optimizer the project's cannot be is named, set aside
     assert clipped.optimizer is None and clipped.objective.endswith(
-        "the compiled optimizer Adam(learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-07) is set aside: the "
-        "optimizer above trains (--optimizer, --learning-rate; --fit trains with yours)"
+        "the compiled optimizer Adam(learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-07, global_clipnorm=1) "
+        "is set aside: the optimizer above trains (--optimizer, --learning-rate; --fit trains with yours)"
     )
     binary = load(f"{MODELS}:binary")
     assert (binary.targets, binary.label_shape, binary.binary_threshold) == ("binary", (1,), 0.0)

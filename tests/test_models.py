@@ -190,7 +190,7 @@ BROKEN = {
         def model():
             return 3
         """,
-        "returned int, not a shared.model.ModelDefinition",
+        "returned int; return a Keras model, a (Keras model, LayoutMap) pair or a shared.model.ModelDefinition",
     ),
 }
 

@@ -431,7 +431,10 @@ def _trackable(node):
 def check_definition(definition, source: str) -> ModelDefinition:
     """UsageError in one line, naming the variable, for a definition no trainer could build."""
     if not isinstance(definition, ModelDefinition):
-        raise UsageError(f"--model {source} returned {type(definition).__name__}, not a shared.model.ModelDefinition")
+        raise UsageError(
+            f"--model {source} returned {type(definition).__name__}; return a Keras model, a (Keras model, LayoutMap) "
+            f"pair or a shared.model.ModelDefinition"
+        )
     if not definition.variables:
         raise UsageError(f"--model {source}: the model has no variables")
     _check_example(definition, source)

@@ -160,11 +160,21 @@ def describe_optimizer(model) -> str:
     optimizer = compiled_optimizer(model)
     if optimizer is None:
         return ""
-    rate = getattr(optimizer, "_learning_rate", None)
+    rate = keras_compat.learning_rate_of(optimizer)
     rate_text = type(rate).__name__ if hasattr(rate, "get_config") else f"{float(optimizer.learning_rate):g}"
     config = optimizer.get_config()
     moments = "".join(f", {key}={config[key]:g}" for key in ("beta_1", "beta_2", "epsilon") if key in config)
-    return f"{type(optimizer).__name__}(learning_rate={rate_text}{moments})"
+    return f"{type(optimizer).__name__}(learning_rate={rate_text}{moments}{not_carried(config)})"
+
+
+def not_carried(config: dict) -> str:
+    """The settings of a compiled optimizer's config that the project's Adam and SGD do not have, as a call's
+    arguments (", momentum=0.9"): the reason it is set aside; "" for none."""
+    found = [key for key in NOT_CARRIED if config.get(key) is not None]
+    found += [key for key in NOT_CARRIED_FLAGS if config.get(key)]
+    return "".join(
+        f", {key}={config[key]:g}" if isinstance(config[key], float) else f", {key}={config[key]}" for key in found
+    )
 
 
 def own_loss_counts(model) -> Tuple[int, int]:
