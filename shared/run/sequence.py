@@ -2,9 +2,10 @@
 float32 failure, --repeat, --with-float64 and the baseline's float64 runs, then the verdicts.
 
 compare.py (shared/run/comparison.py), each configuration of the sweep, --clients (shared/run/clients.py)
-and shared.api.check_model all call `train_and_judge`; they differ only in how one trainer is trained
-(`Train`: in this process, or in client processes). The judge (shared/judge/) gets numbers and says which
-trainers need a float64 run; only this module trains them.
+and shared.api.check_model all call `train_and_judge` with a RunPlan (shared/run/plan.py): what differs between
+them is in the plan (how one trainer is trained, `Train`: here, in trainer processes or in client processes; timed
+or not; what is already trained). The judge (shared/judge/) gets numbers and says which trainers need a float64
+run; only this module trains them.
 """
 
 import dataclasses

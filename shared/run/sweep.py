@@ -327,7 +327,7 @@ def run_sweep(
         # What their float32 failures' float64 reruns would log (two lines each) is summed up per count below.
         run_at_point = main_run if trained_by_main_run(point, main_run) else None
         if not point.skipped and run_at_point is None:
-            plan = RunPlan(
+            point_plan = RunPlan(
                 config=point.config,
                 data=data,
                 devices=all_devices[: point.devices],
@@ -339,7 +339,7 @@ def run_sweep(
                 reference_result=main_run.results["reference"],
                 trained=blocks.take(index) or {},
             )
-            run_at_point = train_and_judge(plan)
+            run_at_point = train_and_judge(point_plan)
         # Its epochs ran beside other work: a block's, or the main run's beside the reference (train_all).
         beside = index in blocks.indices or (run_at_point is main_run and main_run.time_later)
         seconds = blocks.rerun_seconds.get(index)
