@@ -100,19 +100,15 @@ def build_optimizer(config: Config, model: Model, mesh: dtensor.Mesh):
     """The shared Adam/SGD; Adam's m and v slots take their weight's layout, the step (and --clip-global-norm's count)
     is replicated."""
     return make_optimizer(
-        config.optimizer,
-        config.adam,
+        config,
         model.trainable,
-        config.learning_rate,
         zeros_like=lambda var: dtensor.DVariable(
             dtensor.call_with_layout(tf.zeros, var.layout, shape=var.shape, dtype=var.dtype)
         ),
         make_step=lambda: dtensor.DVariable(
             dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=(), dtype=tf.int64)
         ),
-        clip_norm=config.clip_global_norm,
         choice=model.definition.optimizer,  # a compiled Keras Adam or SGD
-        loss_scaled=config.dtype == "mixed_float16",
     )
 
 

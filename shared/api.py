@@ -39,7 +39,8 @@ try:
     from shared.run import worker
     from shared.run.comparison import check_config, check_trainer_options
     from shared.run.options import python_value, type_name, value_fits
-    from shared.run.sequence import Entry, RunResult, train_and_judge, trained_by
+    from shared.run.plan import Entry, RunPlan
+    from shared.run.sequence import RunResult, TrainedBy, train_and_judge
     from shared.training.data import load_run_data
     from shared.training.registry import distributed, trainer_spec
 finally:
@@ -126,8 +127,10 @@ def _check(model, meshes, trainers, devices, data, replica_counts, options) -> M
         check_config(entry.config.replace(trainers=(entry.trainer,)), all_devices)
     dataset = load_run_data(config)
     silent = lambda line: None  # noqa: E731 - the run's lines stay out of a user's test output
-    train = trained_by(dataset, all_devices, log=print)
-    run = train_and_judge(config, dataset, all_devices, entries, train, log=silent)
+    train = TrainedBy(dataset, all_devices, log=print)
+    run = train_and_judge(
+        RunPlan(config=config, data=dataset, devices=all_devices, entries=entries, train=train, log=silent)
+    )
     return ModelCheck(
         model,
         dict(run.verdicts),

@@ -230,7 +230,7 @@ from shared.model.definition import Model
 from shared.training.optim import make_optimizer
 config = Config(hidden=(2048, 2048))
 model = Model(mlp(config.hidden), [np.zeros(v.shape, np.float32) for v in mlp(config.hidden).initial_values(0)])
-optimizer = make_optimizer("adam", "fixed", model.weights, 1e-3, lambda v: tf.Variable(tf.zeros_like(v)),
+optimizer = make_optimizer(config, model.weights, lambda v: tf.Variable(tf.zeros_like(v)),
                            lambda: tf.Variable(0, dtype=tf.int64))
 state = TrainingState("reference", config, model, optimizer, 300)
 for epoch in range(1, 100):
@@ -277,10 +277,8 @@ def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     definition = mlp(config.hidden)
     model = Model(definition, [np.zeros(v.shape, np.float32) for v in definition.initial_values(0)])
     optimizer = make_optimizer(
-        "adam",
-        "fixed",
+        config,
         model.weights,
-        1e-3,
         lambda v: tf.Variable(tf.zeros_like(v)),
         lambda: tf.Variable(0, dtype=tf.int64),
     )

@@ -303,3 +303,95 @@ def test_no_product_function_runs_past_50_lines_and_no_trainer_file_past_450():
     assert long == {}
     for trainer in ("dtensor_impl/trainer.py", "mirrored_impl/trainer.py", "shared/training/reference.py"):
         assert len(open(os.path.join(ROOT, trainer)).read().splitlines()) <= MAX_TRAINER_LINES, trainer
+
+
+MAX_PARAMETERS = 8  # a function that needs more takes a plan object (a small frozen dataclass), STYLE.md 21
+
+
+def parameter_count(node) -> int:
+    """Positional and keyword parameters, self and cls left out; *args and **kwargs one each."""
+    arguments = node.args
+    named = [a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs]
+    return len([name for name in named if name not in ("self", "cls")]) + sum(
+        1 for star in (arguments.vararg, arguments.kwarg) if star is not None
+    )
+
+
+def many_parameters(source: str, path: str = "<source>") -> dict:
+    """{function name: its parameter count} for each function of `source` taking more than MAX_PARAMETERS."""
+    return {
+        node.name: parameter_count(node)
+        for node in ast.walk(ast.parse(source, path))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and parameter_count(node) > MAX_PARAMETERS
+    }
+
+
+def test_the_parameter_count_counts_keywords_and_stars_but_not_self():
+    source = (
+        "def eight(a, b, c, d, e, f, g, h): pass\n"
+        "def nine(a, b, /, c, d, *args, e, f=1, g=2, **kwargs): pass\n"
+        "class Plan:\n"
+        "    def method(self, a, b, c, d, e, f, g, h): pass\n"
+        "    def lambda_free(cls, a, b, c, d, e, f, g, *, h, i): pass\n"
+    )
+    assert many_parameters(source) == {"nine": 9, "lambda_free": 9}
+
+
+def test_no_product_function_takes_more_than_8_parameters():
+    many = {}
+    for name, path in project_modules().items():
+        many.update(
+            {f"{name}.{function}": count for function, count in many_parameters(open(path).read(), path).items()}
+        )
+    assert many == {}
+
+
+def own_statements(scope):
+    """The statements of a module or function, those inside its blocks too, but not inside a nested def or class."""
+    stack = list(scope.body)
+    while stack:
+        statement = stack.pop()
+        yield statement
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stack.extend(child for child in ast.iter_child_nodes(statement) if isinstance(child, ast.stmt))
+
+
+def state_on_functions(source: str, path: str = "<source>") -> list:
+    """ "line function.attribute" for each attribute assigned to a function defined in the same scope; a wrapper's
+    dunders and what it forwards of the wrapped one's interface (`call.x = traced.x`) are not state."""
+    hung = []
+    for scope in ast.walk(ast.parse(source, path)):
+        if not isinstance(scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        statements = list(own_statements(scope))
+        functions = {s.name for s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for statement in filter(lambda s: isinstance(s, ast.Assign), statements):
+            for target in statement.targets:
+                if not (isinstance(target, ast.Attribute) and getattr(target.value, "id", None) in functions):
+                    continue
+                forwarded = isinstance(statement.value, ast.Attribute) and statement.value.attr == target.attr
+                if not (target.attr.startswith("__") or forwarded):
+                    hung.append(f"{statement.lineno} {target.value.id}.{target.attr}")
+    return hung
+
+
+def test_state_on_a_function_object_is_found_in_its_scope_only():
+    source = (
+        "def outer():\n"
+        "    def train(): pass\n"
+        "    with open('x'):\n"
+        "        train.process = 1\n"
+        "    train.__doc__ = outer.__doc__\n"
+        "    train.get = other.get\n"
+        "    return train\n"
+        "def run(): pass\n"
+        "def judge(run):\n"
+        "    run.baseline = 2\n"
+    )
+    assert state_on_functions(source) == ["4 train.process"]
+
+
+def test_no_product_code_hangs_state_on_a_function_object():
+    """`train.process = process`: what a closure carries besides being called belongs to an object that says so."""
+    hung = {name: found for name, path in project_modules().items() if (found := state_on_functions(open(path).read()))}
+    assert hung == {}

@@ -189,14 +189,15 @@ def test_a_model_of_the_projects_interface_declares_float_targets_too(data):
 
 
 def test_a_compiled_adams_schedule_and_moments_train_as_the_projects_adam_per_step():
+    from shared.config import Config
     from shared.training.optim import adam_update, make_optimizer
 
     choice = load(f"{MODELS}:cosine").optimizer
     assert (choice.name, choice.beta_1, choice.beta_2, choice.epsilon) == ("adam", 0.9, 0.999, 1e-7)
     weight = tf.Variable(tf.constant([1.0, -2.0], tf.float64))
     optimizer = make_optimizer(
-        "sgd", "fixed", [weight], 123.0, lambda v: tf.Variable(tf.zeros_like(v)), lambda: tf.Variable(0, tf.int64),
-        choice=choice,
+        Config(optimizer="sgd", learning_rate=123.0), [weight], lambda v: tf.Variable(tf.zeros_like(v)),
+        lambda: tf.Variable(0, tf.int64), choice=choice,
     )  # fmt: skip
     expected, m, v = np.array([1.0, -2.0]), np.zeros(2), np.zeros(2)
     for step, gradient in enumerate(([0.5, 0.25], [-1.0, 2.0], [0.125, -0.5])):

@@ -98,12 +98,12 @@ def test_the_reference_runs_apart_wherever_a_distributed_trainer_has_a_process_o
 def test_the_reference_runs_in_a_process_with_one_intra_op_thread_and_is_timed_here(devices, embedded):
     """Its run in the trainer process (TF_NUM_INTRAOP_THREADS=1), the trainer kept for its timing rounds made here,
     where TensorFlow's default threads are: rounds timed without a message to that process."""
-    from shared.run.sequence import lineup, trained_by
+    from shared.run.sequence import TrainedBy, lineup
     from shared.training.protocol import RunControl
     from shared.training.registry import Kept
 
     config = Config(trainers=("reference", "dtensor"), epochs=1, devices=2, batch_size=64, quiet=True)
-    train = trained_by(data_slice(embedded, 256, 64), devices)
+    train = TrainedBy(data_slice(embedded, 256, 64), devices)
     process = train.process("reference", config)
     assert process.environment["TF_NUM_INTRAOP_THREADS"] == "1"
     result = train(lineup(config)[0], config, RunControl(keep=True))

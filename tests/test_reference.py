@@ -58,8 +58,9 @@ def test_achieved_gflops_are_examples_per_second_times_flops_from_whole_measured
         timed = dataclasses.replace(
             history, epochs=[dataclasses.replace(record, train_seconds=seconds) for record in history.epochs]
         )
+        results = {"reference": TrainerResult("reference", timed)}
         return RunResult(
-            Config(epochs=3, quiet=True), devices[:1], embedded, {"reference": TrainerResult("reference", timed)}, {}
+            config=Config(epochs=3, quiet=True), devices=devices[:1], data=embedded, results=results, parity={}
         )
 
     run = run_of(2.0)  # every epoch 2 s: len(y_train) / 2 examples a second
@@ -209,10 +210,8 @@ def test_several_steps_per_call_equal_one_step_per_call(embedded):
     def model_and_optimizer():
         model = Model(mlp(), mlp().initial_values(22))
         return model, make_optimizer(
-            "adam",
-            "fixed",
+            Config(optimizer="adam", adam="fixed", learning_rate=1e-3),
             model.weights,
-            1e-3,
             lambda v: tf.Variable(tf.zeros_like(v)),
             lambda: tf.Variable(0, dtype=tf.int64),
         )

@@ -202,6 +202,7 @@ def test_a_float64_rerun_computes_the_forward_its_float32_run_chose(small, devic
     """Adam at learning rate 1e4 (tests/test_verdicts.py): float32 leaves its tolerance, and the float64 rerun
     of the sharded mesh takes the forward that the float32 run chose (--sharded-forward auto): the arg-max model at
     batch=2 all-gathers (DTensor cannot expand that step), the MLP at batch=8 expands (fewer bytes)."""
+    from shared.run.plan import RunPlan
     from shared.run.sequence import in_process, lineup, train_and_judge
 
     config = BASE.replace(
@@ -212,7 +213,10 @@ def test_a_float64_rerun_computes_the_forward_its_float32_run_chose(small, devic
         learning_rate=1e4,
         trainers=("reference", "dtensor"),
     )
-    run = train_and_judge(config, small, devices, lineup(config), in_process(small, devices), log=lambda line: None)
+    train = in_process(small, devices)
+    run = train_and_judge(
+        RunPlan(config=config, data=small, devices=devices, entries=lineup(config), train=train, log=lambda line: None)
+    )
     float32 = run.results["dtensor"].history.details
     key = "weights_all_gathered" if chosen == "gather" else "weights_expanded"
     assert key in float32 and "asked for" not in float32[key], float32
@@ -237,7 +241,7 @@ def test_every_float64_run_of_a_float32_run_takes_the_forward_it_chose():
         trained.append((entry.key, config.dtype, config.sharded_forward))
         return TrainerResult(entry.key, History(entry.key, ""))
 
-    float64_runs(RunResult(config, [], None, results, {}), lineup(config), train)
+    float64_runs(RunResult(config=config, devices=[], data=None, results=results, parity={}), lineup(config), train)
     assert trained == [
         ("reference", "float64", "auto"),
         ("dtensor", "float64", "expand"),

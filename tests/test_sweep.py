@@ -103,7 +103,16 @@ def entry(devices, trainer, label, ratio, parity_ok=True, steps=64, memory_mb=10
     not counted)."""
     mesh, update = (label, "") if trainer == "dtensor" else ("", label)
     throughput = None if ratio is None else 1000.0 * ratio
-    found = SweepEntry(devices, trainer, mesh.replace(" sharded", ""), update, throughput, 1000.0, ratio, parity_ok)
+    found = SweepEntry(
+        devices=devices,
+        trainer=trainer,
+        mesh=mesh.replace(" sharded", ""),
+        update=update,
+        throughput_examples_per_s=throughput,
+        reference_examples_per_s=1000.0,
+        ratio_to_reference=ratio,
+        parity_ok=parity_ok,
+    )
     found.shard_weights, found.measured_steps = mesh.endswith(" sharded"), steps if ratio is not None else 0
     found.memory_per_device_bytes = int(memory_mb * 2**20)
     if link_mb is not None:

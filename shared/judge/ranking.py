@@ -19,7 +19,7 @@ def label(mesh: str, update: str, shard_weights: bool = False) -> str:
     return (mesh + (" sharded" if shard_weights else "")) if mesh else f"update {update}"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class SweepEntry:
     devices: int
     trainer: str

@@ -119,9 +119,7 @@ def keras_definition(result, source: str) -> ModelDefinition:
     keras_variables = trainable + [state[index] for index in running]
     names = variable_names([variable.path for variable in keras_variables])
     parameters = int(sum(np.prod(variable.shape) for variable in keras_variables))
-    forward, notes, computes = stateless_forward(
-        model, keras, source, names, len(trainable), state, running, probe, arrange
-    )
+    forward, notes, computes = stateless_forward(model, keras, source, names, state, running, probe, arrange)
     return ModelDefinition(
         name=f"keras {model.name} {parameters} parameters",
         variables=definition_variables(keras_variables, names, layout_map, source),
@@ -184,7 +182,7 @@ def definition_variables(keras_variables, names, layout_map, source: str):
     )
 
 
-def stateless_forward(model, keras, source: str, names, trainable_count: int, state, running, probe, arrange):
+def stateless_forward(model, keras, source: str, names, state, running, probe, arrange):
     """(the definition's forward, what the header says of it, the Computes it reads): the model's stateless_call
     (or its copy's in the run's dtype) on the trainer's values (its inputs as `arrange` makes them), the running
     statistics' new values handed to context.update, each seed state drawn from the context, Keras's other
@@ -195,6 +193,7 @@ def stateless_forward(model, keras, source: str, names, trainable_count: int, st
     computes = Computes(computed, keras, source, probe)
     notes += computes.notes()
     kept = [(index, state[index], state[index].numpy()) for index in range(len(state)) if index not in running]
+    trainable_count = len(names) - len(running)  # `names`: the trainable variables', then the running statistics'
     trainable_names, running_names = names[:trainable_count], names[trainable_count:]
 
     def forward(values, inputs, context):

@@ -22,6 +22,7 @@ from shared.model import keras_compat
 
 _state = threading.local()  # per thread: the casts kept while in keeping_float64, else None
 _install = threading.Lock()
+_casts_installed = []  # the cast this module put in keras.ops: installed once per process
 
 
 def float64_in_code(copy, probe) -> Tuple[bool, List[str]]:
@@ -82,7 +83,7 @@ def _installed() -> None:
     import keras
 
     with _install:
-        if getattr(keras.ops.cast, "keeps_float64", False):
+        if keras.ops.cast in _casts_installed:
             return
         original = keras.ops.cast
 
@@ -93,9 +94,9 @@ def _installed() -> None:
                 return original(x, "float64")
             return original(x, dtype)
 
-        cast.keeps_float64 = True
         cast.__doc__ = original.__doc__
         keras.ops.cast = cast
+        _casts_installed.append(cast)
 
 
 def _name(dtype) -> str:

@@ -35,7 +35,8 @@ from shared.report import outputs
 from shared.report.header import header
 from shared.run.comparison import check_trainer_options, prepare
 from shared.run.network import PrivateNetwork
-from shared.run.sequence import Entry, TrainerResult, in_process, lineup, train_and_judge, train_one
+from shared.run.plan import Entry, RunPlan, lineup
+from shared.run.sequence import TrainerResult, in_process, train_and_judge, train_one
 from shared.training.data import load_run_data
 from shared.training.protocol import PLAIN_RUN
 from shared.training.registry import describe_runs, distributed, specs, trainer_spec
@@ -164,14 +165,15 @@ def run_client(config: Config, role: ClientRole, result_file: Optional[str] = No
     def train(entry: Entry, run_config: Config, control=PLAIN_RUN) -> TrainerResult:  # this client's is trained
         return result if entry.trainer == role.trainer else trained_here(entry, run_config, control)
 
-    run = train_and_judge(
-        config,
-        data,
-        devices,
-        lineup(config.replace(trainers=("reference", role.trainer))),
-        train,
+    plan = RunPlan(
+        config=config,
+        data=data,
+        devices=devices,
+        entries=lineup(config.replace(trainers=("reference", role.trainer))),
+        train=train,
         no_float64_reason="this client cannot restart the others; run every client again with --dtype float64",
     )
+    run = train_and_judge(plan)
     return outputs.publish(config, run)
 
 
@@ -220,7 +222,7 @@ def run_launcher(config: Config) -> int:
         return launch(entry.trainer, run_config, data.source, directory, network)
 
     try:  # Ctrl-C, or SIGTERM (see _on_sigterm), unwinds through here: the client processes are stopped already
-        run = train_and_judge(config, data, devices, lineup(config), train)
+        run = train_and_judge(RunPlan(config=config, data=data, devices=devices, entries=lineup(config), train=train))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         network.stop()

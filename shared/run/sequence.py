@@ -2,9 +2,10 @@
 float32 failure, --repeat, --with-float64 and the baseline's float64 runs, then the verdicts.
 
 compare.py (shared/run/comparison.py), each configuration of the sweep, --clients (shared/run/clients.py)
-and shared.api.check_model all call `train_and_judge`; they differ only in how one trainer is trained
-(`Train`: in this process, or in client processes). The judge (shared/judge/) gets numbers and says which
-trainers need a float64 run; only this module trains them.
+and shared.api.check_model all call `train_and_judge` with a RunPlan (shared/run/plan.py): what differs between
+them is in the plan (how one trainer is trained, `Train`: here, in trainer processes or in client processes; timed
+or not; what is already trained). The judge (shared/judge/) gets numbers and says which trainers need a float64
+run; only this module trains them.
 """
 
 import dataclasses
@@ -30,6 +31,7 @@ from shared.measure.timing import wanted as timed_run
 from shared.model.registry import definition_for, random_ops
 from shared.run import replay, timing, worker
 from shared.run.lanes import REFERENCE_LANE, Pending, lane_count, own_process, queued, reference_apart
+from shared.run.plan import Entry, RunPlan, Train, lineup
 from shared.run.results import TrainerResult, train_one
 from shared.training import checkpoint
 from shared.training.batches import batch_slices
@@ -38,7 +40,7 @@ from shared.training.protocol import PLAIN_RUN, RunControl
 from shared.training.registry import cautions_for, distributed, kept_untrained, specs, trainer_spec
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class RunResult:
     config: Config
     devices: List[str]
@@ -74,26 +76,6 @@ class RunResult:
     @property
     def all_float64_histories(self) -> Dict[str, History]:
         return {**self.more_float64_histories, **self.float64_histories}
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """One trainer to train in a run: how the results name it, which trainer, with which configuration."""
-
-    key: str  # "dtensor"; the Python API's "dtensor batch=2,model=4"
-    trainer: str
-    config: Config
-
-
-# How one entry is trained with a given configuration (its own, or its float64 rerun's), and the run control
-# (the replay's); an implementation takes the control as an optional third argument.
-Train = Callable[..., TrainerResult]
-
-
-def lineup(config: Config) -> List[Entry]:
-    """The reference first (it is the ground truth), then each chosen trainer, each with the run's config."""
-    names = ["reference"] + [name for name in config.trainers if name != "reference"]
-    return [Entry(name, name, config) for name in names]
 
 
 def in_process(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train:
@@ -154,43 +136,46 @@ def process_environment(trainer: str, config: Config) -> Dict[str, str]:
     return together
 
 
-def trained_by(
-    data: Dataset, devices: Sequence[str], log=print_fitted, lane: int = 0, reference_lane: int = 0
-) -> Train:
-    """How compare.py trains: each approach in its trainer process (own_process), with the run's environment for it
-    (process_environment), or here; the reference's runs in one with one intra-op thread (reference_apart), its
+class TrainedBy:
+    """How compare.py trains (a Train): each approach in its trainer process (own_process), with the run's environment
+    for it (process_environment), or here; the reference's runs in one with one intra-op thread (reference_apart), its
     timing rounds here, or all of it here; `lane`: which of a sweep's processes for that environment
     (shared/run/lanes.py), the reference's `reference_lane` on the first (REFERENCE_LANE where it trains beside the
     others' lanes)."""
-    here = in_process(data, devices, log)
 
-    def process(trainer: str, config: Config):
+    def __init__(self, data: Dataset, devices: Sequence[str], log=print_fitted, lane: int = 0, reference_lane: int = 0):
+        self.data, self.devices, self.log, self.lane, self.reference_lane = data, devices, log, lane, reference_lane
+        self.here = in_process(data, devices, log)
+
+    def process(self, trainer: str, config: Config) -> Optional[worker.TrainerProcess]:
+        """The trainer process that trains `trainer` with `config`; None where it trains here (train_all starts a
+        lane's processes early)."""
         spec = trainer_spec(trainer)
         if not own_process(config) or not (spec.distributes or reference_apart(config)):
             return None
         # As many logical devices as this process has: one trainer process serves every count of a sweep.
-        count = max(len(devices), len(tf.config.list_logical_devices(config.device_type)))
-        own_lane = lane if spec.distributes or lane else reference_lane
+        count = max(len(self.devices), len(tf.config.list_logical_devices(config.device_type)))
+        own_lane = self.lane if spec.distributes or self.lane else self.reference_lane
         return worker.trainer_process(process_environment(trainer, config), config, count, own_lane)
 
-    def train(entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
-        found = process(entry.trainer, config)
+    def __call__(self, entry: Entry, config: Config, control: RunControl = PLAIN_RUN) -> TrainerResult:
+        found = self.process(entry.trainer, config)
         if found is None:
-            return here(entry, config, control)
+            return self.here(entry, config, control)
         if trainer_spec(entry.trainer).distributes or not control.keep:
-            result = found.train(entry.trainer, config, data, log, control)
+            result = found.train(entry.trainer, config, self.data, self.log, control)
         else:  # the reference: timed here, with TensorFlow's default threads, on one made while its run trains there
-            made = in_a_thread(lambda: kept_untrained(entry.trainer, config, data, devices[: config.devices], STEPS))
+            devices = self.devices[: config.devices]
+            made = in_a_thread(lambda: kept_untrained(entry.trainer, config, self.data, devices, STEPS))
             try:
-                result = found.train(entry.trainer, config, data, log, dataclasses.replace(control, keep=False))
+                result = found.train(
+                    entry.trainer, config, self.data, self.log, dataclasses.replace(control, keep=False)
+                )
             finally:
                 kept = untimed_on_error(made)  # waited for however the run ended: no TensorFlow left working
             result.kept = None if result.failed else kept
         result.name = entry.key
         return result
-
-    train.process = process  # train_all starts a lane's processes early
-    return train
 
 
 def in_a_thread(make: Callable[[], object]) -> Callable[[], object]:
@@ -256,75 +241,49 @@ def train_float64(train: Train, entry: Entry, control: RunControl = PLAIN_RUN, d
         return TrainerResult(entry.key, error=str(error))
 
 
-def train_and_judge(
-    config: Config,
-    data: Dataset,
-    devices: Sequence[str],
-    entries: Sequence[Entry],
-    train: Train,
-    log: Callable = print_fitted,
-    no_float64_reason: str = "",
-    saved_baseline: Optional[dict] = None,
-    timed: bool = False,
-    reference_result: Optional[TrainerResult] = None,
-    trained: Optional[Dict[str, TrainerResult]] = None,
-    lanes: Sequence[Train] = (),
-    evaluate: bool = True,
-    time_later: bool = False,
-) -> RunResult:
-    """Train `entries` (the reference first; `reference_result`: its run, already trained; `trained`: others' runs
-    already trained, kept when `timed`; `lanes`: one trainer a lane at once, shared/run/lanes.py) with `train`, time
-    (`timed`; `time_later`: kept untimed, for a sweep's first block to time: shared/run/sweep.py) and judge them
-    against the reference, train the float64 runs the judge asks for (`no_float64_reason`:
-    why this caller cannot), --repeat, --with-float64 and --baseline's; return the whole run."""
-    reference, others = entries[0], list(entries[1:])
-    control = timed_control(config, timed, evaluate)
-    results = train_entries(entries, train, control, len(data.y_train), reference_result, trained, lanes)
-    if control.keep and not time_later:
-        timing.time_run(results, reference.key, trained_reference=reference_result is None)
-    histories = {key: result.history for key, result in results.items()}
-    parity, judgement = judge(config, histories, no_float64_reason)
-    float64_entries = [pinned_entry(entry, results) for entry in entries]  # their float32 runs' choices pinned
-    explain(config, judgement, parity, float64_entries, train, log, lanes)
-    locate_differences(config, judgement.verdicts, float64_entries, results, train, log)
-    name_random_ops(config, judgement.verdicts, results)
-    name_cautions(config, judgement.verdicts, results, [reference, *others], len(data.y_train))
+def train_and_judge(plan: RunPlan) -> RunResult:
+    """Train the plan's entries, time them (where the plan is timed), judge each against the reference, train the
+    float64 runs the judge asks for and locate each mismatch's first difference, name what may cause a failure, then
+    --repeat's, --with-float64's and --baseline's runs; return the whole run."""
+    results = train_entries(plan)
+    if plan.control.keep and not plan.time_later:
+        timing.time_run(results, plan.reference.key, trained_reference=plan.reference_result is None)
+    parity, judgement = judge(plan.config, {key: r.history for key, r in results.items()}, plan.no_float64_reason)
+    float64_entries = [pinned_entry(entry, results) for entry in plan.entries]  # their float32 runs' choices pinned
+    explain(plan.config, judgement, parity, float64_entries, plan.train, plan.log, plan.lanes)
+    locate_differences(plan.config, judgement.verdicts, float64_entries, results, plan.train, plan.log)
+    name_random_ops(plan.config, judgement.verdicts, results)
+    name_cautions(plan.config, judgement.verdicts, results, plan.entries, plan.train_examples)
     run = RunResult(
-        config,
-        list(devices),
-        data,
-        results,
-        parity,
+        config=plan.config,
+        devices=list(plan.devices),
+        data=plan.data,
+        results=results,
+        parity=parity,
         verdicts=judgement.verdicts,
         float64_histories=judgement.float64_histories,
         explain_seconds=judgement.explain_seconds,
-        time_later=control.keep and time_later,
+        time_later=plan.control.keep and plan.time_later,
     )
-    more_runs(run, entries, train, saved_baseline)
+    more_runs(run, plan.entries, plan.train, plan.saved_baseline)
     return run
 
 
-def train_entries(
-    entries: Sequence[Entry],
-    train: Train,
-    control: RunControl,
-    train_examples: int,
-    reference_result: Optional[TrainerResult] = None,
-    trained: Optional[Dict[str, TrainerResult]] = None,
-    lanes: Sequence[Train] = (),
-) -> Dict[str, TrainerResult]:
-    """Each entry's run by key, the reference's first: `reference_result` or trained by this thread, while the others
-    not in `trained` train on `lanes` (side_by_side), or after it in turn."""
-    reference, others, results = entries[0], entries[1:], {}
-    trained = dict(trained or {})
+def train_entries(plan: RunPlan) -> Dict[str, TrainerResult]:
+    """Each entry's run by key, the reference's first: the plan's reference_result or trained by this thread, while
+    the others not already trained train on the plan's lanes (side_by_side), or after it in turn."""
+    reference, others, results, control = plan.reference, plan.entries[1:], {}, plan.control
+    trained = dict(plan.trained)
     waiting = [entry for entry in others if entry.key not in trained]
 
     def train_the_reference(beside_lanes: bool) -> None:
         here = dataclasses.replace(control, progress_bar=control.progress_bar and not beside_lanes)
-        results[reference.key] = reference_result or train_reference(train, reference, train_examples, here)
+        results[reference.key] = plan.reference_result or train_reference(
+            plan.train, reference, plan.train_examples, here
+        )
 
-    trained.update(side_by_side(waiting, lanes, control, meanwhile=train_the_reference))
-    results.update({entry.key: trained.get(entry.key) or train(entry, entry.config, control) for entry in others})
+    trained.update(side_by_side(waiting, plan.lanes, control, meanwhile=train_the_reference))
+    results.update({entry.key: trained.get(entry.key) or plan.train(entry, entry.config, control) for entry in others})
     return results
 
 
@@ -358,12 +317,6 @@ def side_by_side(
     jobs = [lambda train, entry=entry: run(train, entry) for entry in entries]
     outcomes = queued(jobs, lanes, lambda: meanwhile(True))
     return {entry.key: outcome.result() for entry, outcome in zip(entries, outcomes)}
-
-
-def timed_control(config: Config, timed: bool, evaluate: bool = True) -> RunControl:
-    """A run's control: its trainers kept for the timing rounds when it is timed (shared.measure.timing.wanted);
-    `evaluate`: each epoch evaluated on the test set (not the sweep's configurations)."""
-    return RunControl(keep=timed and timed_run(config), evaluate=evaluate)
 
 
 def explain(config: Config, judgement, parity, entries: Sequence[Entry], train: Train, log, lanes=()) -> None:
@@ -476,12 +429,14 @@ def name_cautions(config, verdicts, results, entries: Sequence[Entry], train_exa
                 found.add_reason(text)
 
 
-def main_run_lanes(config: Config, data: Dataset, devices: Sequence[str], log: Callable = print_fitted) -> List[Train]:
+def main_run_lanes(
+    config: Config, data: Dataset, devices: Sequence[str], log: Callable = print_fitted
+) -> List[TrainedBy]:
     """train_all's Train for each lane: one for a plain run, whose trace and epoch times stay uncontended, the sweep's
     lanes before a sweep; the reference's runs, which the first trains while the lanes train the others (the main
     run's, its float64 reruns), then in a process of their own (REFERENCE_LANE)."""
     count = lane_count(config) if config.sweep_devices else 1
-    return [trained_by(data, devices, log, lane, REFERENCE_LANE if count > 1 else 0) for lane in range(count)]
+    return [TrainedBy(data, devices, log, lane, REFERENCE_LANE if count > 1 else 0) for lane in range(count)]
 
 
 def train_all(
@@ -499,18 +454,19 @@ def train_all(
         found = lane.process(name, config)
         if found is not None:
             found.started()
-    return train_and_judge(
-        config,
-        data,
-        devices,
-        lineup(config),
-        lanes[0],
-        log,
-        saved_baseline=saved_baseline,
-        timed=True,
+    plan = RunPlan(
+        config=config,
+        data=data,
+        devices=devices,
+        entries=lineup(config),
+        train=lanes[0],
+        log=log,
         lanes=lanes,
+        timed=True,
         time_later=count > 1,
+        saved_baseline=saved_baseline,
     )
+    return train_and_judge(plan)
 
 
 def train_reference(train: Train, entry: Entry, train_examples: int, control: RunControl = PLAIN_RUN) -> TrainerResult:

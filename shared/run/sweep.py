@@ -24,26 +24,23 @@ from shared.measure.memory import largest_total_bytes
 from shared.report.sweep import format_entry_line, rerun_summary
 from shared.run import timing
 from shared.run.lanes import BLOCK_LANES, lane_count, queued
+from shared.run.plan import Entry, RunPlan, Train, lineup, timed_control
 from shared.run.results import TrainerResult
 from shared.run.sequence import (
-    Entry,
     RunResult,
-    Train,
+    TrainedBy,
     float64_config,
     judge,
-    lineup,
     pinned_entry,
-    timed_control,
     train_and_judge,
     train_float64,
-    trained_by,
 )
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, RunControl
 from shared.training.registry import distributed, trainer_spec
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class SweepPoint:
     """One configuration to train: a trainer, at a device count, on a mesh or in an update mode."""
 
@@ -93,14 +90,14 @@ def plan_sweep(config: Config, all_devices: Sequence[str]) -> List[SweepPoint]:
                 skipped = _skip_reason(spec, variant.config, all_devices[:count])
                 points.append(
                     SweepPoint(
-                        count,
-                        name,
-                        variant.config,
-                        variant.mesh,
-                        variant.update,
-                        skipped,
-                        variant.shard_weights,
-                        variant.cost,
+                        devices=count,
+                        trainer=name,
+                        config=variant.config,
+                        mesh=variant.mesh,
+                        update=variant.update,
+                        skipped=skipped,
+                        shard_weights=variant.shard_weights,
+                        cost=variant.cost,
                     )
                 )
     return points
@@ -113,14 +110,14 @@ def sweep_entry(
     `beside_another`: it trained while another lane did (shared/run/lanes.py), so its epochs' times are no figure.
     `rerun_seconds`: its float64 reruns' own seconds where the lanes trained them (Blocks.rerun), not explain's."""
     entry = SweepEntry(
-        point.devices,
-        point.trainer,
-        point.mesh,
-        point.update,
-        None,
-        None,
-        None,
-        False,
+        devices=point.devices,
+        trainer=point.trainer,
+        mesh=point.mesh,
+        update=point.update,
+        throughput_examples_per_s=None,
+        reference_examples_per_s=None,
+        ratio_to_reference=None,
+        parity_ok=False,
         skipped=point.skipped,
         shard_weights=point.shard_weights,
     )
@@ -223,7 +220,7 @@ class Blocks:
         self.indices = to_train if self.lanes > 1 and len(to_train) > 1 else []
         self.size = self.lanes * BLOCK_LANES
         silent = lambda line: None  # noqa: E731
-        self.trains = [trained_by(data, all_devices, log=silent, lane=lane) for lane in range(self.lanes)]
+        self.trains = [TrainedBy(data, all_devices, log=silent, lane=lane) for lane in range(self.lanes)]
         self.trained: Dict[int, Dict[str, TrainerResult]] = {}
         self.main_run = main_run  # its kept trainers untimed where train_all left them (time_later): the first block's
 
@@ -319,7 +316,7 @@ def run_sweep(
     silent = lambda line: None  # noqa: E731 - the configurations train quietly
     done: Dict[str, TrainerResult] = {}
     blocks = Blocks(config, data, all_devices, plan, main_run, done)
-    train = reference_once(trained_by(data, all_devices, log=silent), main_run, done, blocks.reruns)
+    train = reference_once(TrainedBy(data, all_devices, log=silent), main_run, done, blocks.reruns)
     if blocks.indices and not config.quiet:
         log(
             f"sweep: {len(blocks.indices)} configurations trained {blocks.lanes} at a time, then timed in blocks of "
@@ -330,19 +327,19 @@ def run_sweep(
         # What their float32 failures' float64 reruns would log (two lines each) is summed up per count below.
         run_at_point = main_run if trained_by_main_run(point, main_run) else None
         if not point.skipped and run_at_point is None:
-            devices = all_devices[: point.devices]
-            run_at_point = train_and_judge(
-                point.config,
-                data,
-                devices,
-                lineup(point.config),
-                train,
+            point_plan = RunPlan(
+                config=point.config,
+                data=data,
+                devices=all_devices[: point.devices],
+                entries=lineup(point.config),
+                train=train,
                 log=silent,
                 timed=True,
-                reference_result=main_run.results["reference"],
-                trained=blocks.take(index),
                 evaluate=False,
+                reference_result=main_run.results["reference"],
+                trained=blocks.take(index) or {},
             )
+            run_at_point = train_and_judge(point_plan)
         # Its epochs ran beside other work: a block's, or the main run's beside the reference (train_all).
         beside = index in blocks.indices or (run_at_point is main_run and main_run.time_later)
         seconds = blocks.rerun_seconds.get(index)

@@ -17,14 +17,10 @@ def build_model_and_optimizer(config: Config, make_variable=None):
     values = definition.initial_values(config.seed, config.weight_dtype)
     model = Model(definition, values, make_variable, seed=config.seed, compute_dtype=mixed_compute(config))
     optimizer = make_optimizer(
-        config.optimizer,
-        config.adam,
+        config,
         model.trainable,
-        config.learning_rate,
         zeros_like=lambda var: tf.Variable(tf.zeros_like(var)),
         make_step=lambda: tf.Variable(0, dtype=tf.int64),
-        clip_norm=config.clip_global_norm,
         choice=definition.optimizer,  # a compiled Keras Adam or SGD
-        loss_scaled=config.dtype == "mixed_float16",
     )
     return model, optimizer

@@ -17,6 +17,7 @@ from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
+from shared.config import Config
 from shared.training.loss_scale import DynamicLossScale, all_finite, kept
 
 ADAM_BETA_1 = 0.9
@@ -192,28 +193,21 @@ def apply_gradients_fused(optimizer, grads, variables):
     optimizer.apply_gradients(grads, variables)
 
 
-def make_optimizer(
-    name: str,
-    adam_formulation: str,
-    variables,
-    learning_rate: float,
-    zeros_like: Callable,
-    make_step: Callable,
-    clip_norm: Optional[float] = None,
-    choice=None,
-    loss_scaled: bool = False,
-):
-    """The run's optimizer: `name` at `learning_rate`, or the model's own `choice` (ModelDefinition.optimizer: a
-    compiled Keras Adam or SGD, its hyperparameters and schedule); `loss_scaled`: mixed_float16's dynamic loss
-    scaling (shared/training/loss_scale.py)."""
-    if choice is not None:
-        name, learning_rate = choice.name, choice.learning_rate
+def make_optimizer(config: Config, variables, zeros_like: Callable, make_step: Callable, choice=None):
+    """The run's optimizer as `config` says (--optimizer, --adam, --learning-rate, --clip-global-norm), or the model's
+    own `choice` (ModelDefinition.optimizer: a compiled Keras Adam or SGD, its hyperparameters and schedule); a
+    mixed_float16 run's with dynamic loss scaling (shared/training/loss_scale.py). `zeros_like` and `make_step` make
+    its slots and step where the trainer keeps its variables."""
+    name, learning_rate = (
+        (choice.name, choice.learning_rate) if choice is not None else (config.optimizer, config.learning_rate)
+    )
+    clip_norm, loss_scaled = config.clip_global_norm, config.dtype == "mixed_float16"
     if name == "sgd":
         return SGD(learning_rate, make_step, clip_norm, loss_scaled)
     moments = (choice.beta_1, choice.beta_2, choice.epsilon) if choice is not None else None
     extra = {"moments": moments} if moments else {}
     return Adam(
-        variables, learning_rate, zeros_like, make_step, adam_formulation, clip_norm, loss_scaled=loss_scaled, **extra
+        variables, learning_rate, zeros_like, make_step, config.adam, clip_norm, loss_scaled=loss_scaled, **extra
     )
 
 
