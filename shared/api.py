@@ -10,10 +10,9 @@ or a function returning either (or a Keras model and its LayoutMap; called after
 this process then: a trainer process could not import it. The reference trains once; DTensor once per mesh and
 MirroredStrategy once, on the first `devices` logical devices (configured here if TensorFlow has not started, CPUs
 at least CHECK_CPUS of them; else the process's own must suffice). Every verdict is compare.py's: a float32
-failure is rerun in float64 to tell float noise from a MISMATCH.
-Bad input raises shared.errors.UsageError with compare.py's one line, in check_model's terms (in_api_terms).
-TensorFlow's own lines (its start-up, DTensor's) stay out of your test's output unless verbose=True, whatever
-TF_CPP_MIN_LOG_LEVEL says.
+failure is rerun in float64 to tell float noise from a MISMATCH. Bad input raises shared.errors.UsageError with
+compare.py's one line, in check_model's terms (in_api_terms). TensorFlow's lines (its start-up, DTensor's) stay out
+of your test's output unless verbose=True, whatever TF_CPP_MIN_LOG_LEVEL says.
 """
 
 import argparse
