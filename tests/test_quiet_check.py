@@ -58,3 +58,19 @@ def test_verbose_shows_tensorflows_lines_but_not_the_profilers_deprecation(tmp_p
     output = checked(tmp_path, "verbose")
     assert "cuInit" in output or "I0000" in output, output
     assert "tensor_shape_from_node_def_name" not in output, output
+
+
+def test_only_the_profilers_deprecation_is_dropped_and_only_during_the_count(caplog):
+    import logging
+
+    from shared.model.quiet_profiler import profiler_deprecations_dropped
+
+    logger = logging.getLogger("tensorflow")
+    with caplog.at_level(logging.WARNING, logger="tensorflow"), profiler_deprecations_dropped():
+        logger.warning("tensor_shape_from_node_def_name (from graph_util_impl) is deprecated")
+        logger.warning("a warning about your model")
+    logger.warning("tensor_shape_from_node_def_name after the count")
+    assert [record.getMessage() for record in caplog.records] == [
+        "a warning about your model",
+        "tensor_shape_from_node_def_name after the count",
+    ]
