@@ -90,6 +90,7 @@ def compared(against: str, count: int) -> dict:
         return rounds
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", other], capture_output=True)
+        os.rmdir(scratch)
 
 
 def main(argv=None) -> int:
