@@ -10,9 +10,9 @@ or a function returning either (or a Keras model and its LayoutMap; called after
 this process then: a trainer process could not import it. The reference trains once; DTensor once per mesh and
 MirroredStrategy once, on the first `devices` logical devices (configured here if TensorFlow has not started, CPUs
 at least CHECK_CPUS of them; else the process's own must suffice). Every verdict is compare.py's: a float32
-failure is rerun in float64 to tell float noise from a MISMATCH.
-Bad input raises shared.errors.UsageError with compare.py's one line, in check_model's terms (in_api_terms).
-TensorFlow's own lines (its start-up, DTensor's) stay out of your test's output unless verbose=True.
+failure is rerun in float64 to tell float noise from a MISMATCH. Bad input raises shared.errors.UsageError with
+compare.py's one line, in check_model's terms (in_api_terms). TensorFlow's lines (its start-up, DTensor's) stay out
+of your test's output unless verbose=True, whatever TF_CPP_MIN_LOG_LEVEL says.
 """
 
 import argparse
@@ -24,8 +24,9 @@ from typing import Callable, Dict, Optional, Sequence, Union
 
 from shared.console import hide_tensorflow_messages
 
-# Where this import starts TensorFlow, its start-up lines are hidden too (not where TF_CPP_MIN_LOG_LEVEL is set).
-_shown_again = hide_tensorflow_messages(verbose="tensorflow" in sys.modules)
+# Where this import starts TensorFlow, its start-up lines are hidden too, as check_model hides its own: whatever
+# TF_CPP_MIN_LOG_LEVEL says (a user's setting for their own code; TensorFlow's first lines ignore it anyway).
+_shown_again = hide_tensorflow_messages(verbose="tensorflow" in sys.modules, environ={})
 try:
     import numpy as np
 
@@ -87,7 +88,7 @@ def check_model(
     keras.utils.set_random_seed, which seeds them); TensorFlow's and Keras's global seeds stay the run's.
     """
     states = random.getstate(), np.random.get_state()
-    shown_again = hide_tensorflow_messages(bool(options.get("verbose")))
+    shown_again = hide_tensorflow_messages(bool(options.get("verbose")), environ={})
     try:
         return _check(model, meshes, trainers, devices, data, replica_counts, options)
     except UsageError as error:

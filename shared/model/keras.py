@@ -39,6 +39,7 @@ from shared.model.keras_layouts import audit_layout_map, check_keys
 from shared.model.keras_objective import objective_fields, output_cautions
 from shared.model.keras_tied import calls_nested_layers, tied_copy
 from shared.model.named_inputs import describe_inputs, zeros_for
+from shared.model.quiet_profiler import profiler_deprecations_dropped
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
 RATES = ("rate", "dropout", "recurrent_dropout")  # a random layer's rates: all 0, it draws nothing
@@ -588,7 +589,8 @@ def flops_per_example(model, probe, parameters: int) -> int:
         graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
         options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
         options["output"] = "none"
-        counted = tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
+        with profiler_deprecations_dropped():
+            counted = tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
     except Exception:  # noqa: BLE001 - a figure for the GFLOP/s line only
         counted = 0
     return int(3 * counted) if counted else 6 * parameters
