@@ -169,6 +169,7 @@ def test_check_model_keeps_tensorflows_lines_out_of_the_callers_output_unless_ve
     assert quiet.stderr == "the check's own line\n"
     shown = python_script(QUIET_CHECK.replace("VERBOSE", "True"), tmp_path)
     assert shown.returncode == 0 and "dtensor_device.cc" in shown.stderr, shown.stderr[-2000:]
+    assert "tensor_shape_from_node_def_name" not in shown.stderr  # the profiler's deprecation: never the user's
 
 
 def python_script(script: str, tmp_path) -> subprocess.CompletedProcess:

@@ -20,7 +20,11 @@ def probe_dies(compute: str) -> bool:
     return probe.returncode < 0
 
 
-@pytest.mark.parametrize("policy,compute", [("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")])
+# float16's refusal is bfloat16's path with another dtype: extended, to keep the default suite's minutes.
+@pytest.mark.parametrize(
+    "policy,compute",
+    [("mixed_bfloat16", "bfloat16"), pytest.param("mixed_float16", "float16", marks=pytest.mark.extended)],
+)
 def test_a_mixed_run_whose_matmul_kills_the_process_is_refused_before_anything_trains(tmp_path, policy, compute):
     if not probe_dies(compute):
         pytest.skip(f"ONEDNN_MAX_CPU_ISA=AVX2 leaves this CPU's {compute} matmul running")
