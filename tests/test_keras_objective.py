@@ -158,6 +158,8 @@ def test_a_regression_shows_its_loss_and_no_accuracy(data, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:]
     table = result.stdout.split("Results after the last epoch\n", 1)[1].splitlines()[0]
     assert "train loss" in table and "test loss" in table and "acc" not in table
+    epoch_lines = [line for line in result.stdout.splitlines() if " epoch 1/1 " in line]
+    assert len(epoch_lines) == 2 and all("  train_acc -  " in line and "  test_acc -  " in line for line in epoch_lines)
     assert "objective: the compiled loss mse on float targets, per example, averaged over the global batch" in (
         " ".join(line.strip() for line in result.stdout.splitlines())
     )

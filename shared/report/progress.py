@@ -11,14 +11,15 @@ from tqdm import tqdm
 NO_PROGRESS_BAR = "COMPARE_NO_PROGRESS_BAR"
 
 
-def format_epoch_line(trainer: str, record, epochs: int) -> str:
+def format_epoch_line(trainer: str, record, epochs: int, accuracy: bool = True) -> str:
     """One fixed-format line of a shared.measure.history.EpochRecord, the same keys for every trainer ("-" for test
-    metrics not evaluated)."""
+    metrics not evaluated, and for the accuracies of a model that has none: a regression)."""
     shown = lambda value: "-" if value is None else f"{value:.4f}"  # noqa: E731
+    train_accuracy, test_accuracy = (record.train_accuracy, record.test_accuracy) if accuracy else (None, None)
     return (
         f"{trainer:<10} epoch {record.epoch}/{epochs}  train_loss {record.train_loss:.4f}  "
-        f"train_acc {record.train_accuracy:.4f}  test_loss {shown(record.test_loss)}  "
-        f"test_acc {shown(record.test_accuracy)}  time {record.train_seconds:.2f}s"
+        f"train_acc {shown(train_accuracy)}  test_loss {shown(record.test_loss)}  "
+        f"test_acc {shown(test_accuracy)}  time {record.train_seconds:.2f}s"
     )
 
 
@@ -26,8 +27,8 @@ class Printed:
     """shared.training.protocol.Progress, printed through `log` (print, or a trainer process's channel); `quiet`
     (--quiet): no epoch lines; `bar` False: no progress bar (RunControl.progress_bar)."""
 
-    def __init__(self, log: Callable[[str], None] = print, quiet: bool = False, bar: bool = True):
-        self.log, self.quiet, self.bar_wanted = log, quiet, bar
+    def __init__(self, log: Callable[[str], None] = print, quiet: bool = False, bar: bool = True, accuracy=True):
+        self.log, self.quiet, self.bar_wanted, self.accuracy = log, quiet, bar, accuracy
         self.bar = None
 
     def line(self, text: str) -> None:
@@ -47,4 +48,4 @@ class Printed:
             self.bar.close()
             self.bar = None
         if not self.quiet:
-            self.log(format_epoch_line(trainer, record, epochs))
+            self.log(format_epoch_line(trainer, record, epochs, self.accuracy))

@@ -12,6 +12,7 @@ from shared.config import Config
 from shared.errors import UsageError, one_line
 from shared.measure.history import History
 from shared.measure.memory import peak_rss_mb, start_peak, with_peaks
+from shared.model.registry import definition_for
 from shared.report.progress import Printed
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, RunControl
@@ -68,6 +69,11 @@ def peak_memory(config: Config, devices: Sequence[str], baseline: Optional[float
     return {"peak_memory_mb": peak, "peak_memory_rise_mb": None if baseline is None else max(peak - baseline, 0.0)}
 
 
+def printed(log, config: Config, control: RunControl) -> Printed:
+    """What a trainer prints as it trains: no accuracy for a model that has none (a regression)."""
+    return Printed(log, config.quiet, control.progress_bar, definition_for(config).has_accuracy)
+
+
 def train_one(
     name: str, config: Config, data: Dataset, devices: Sequence[str], log, control: RunControl = PLAIN_RUN
 ) -> TrainerResult:
@@ -75,9 +81,7 @@ def train_one(
     reason."""
     baseline = reset_peak_memory(config, devices)
     try:
-        history, kept = fit_and_keep(
-            name, config, data, devices, Printed(log, config.quiet, control.progress_bar), control
-        )
+        history, kept = fit_and_keep(name, config, data, devices, printed(log, config, control), control)
     except UsageError:
         raise
     except Exception as error:  # noqa: BLE001 - any trainer failure is reported, the others still run
