@@ -148,3 +148,26 @@ def test_a_traced_steps_captured_constant_goes_on_the_mesh_replicated_where_dten
     with pytest.raises(tf.errors.UnimplementedError, match="got a regular tensor"):
         tf.function(step)()
     assert float(on_mesh(step)()) == float(np.sum(np.arange(28, 56)))
+
+
+@pytest.mark.parametrize(
+    "name, layer, error",
+    [
+        ("convolution", "dw", "'tf.DepthwiseConv2dNativeBackpropFilter' op does not implement layout propagation"),
+        pytest.param(
+            "grouped_convolution", "gc", "filter_size does not have enough elements", marks=pytest.mark.extended
+        ),
+    ],
+)
+def test_dtensor_fails_on_a_depthwise_or_grouped_convolution_as_its_caution_says_and_mirrored_trains_it(
+    name, layer, error, devices
+):
+    """TensorFlow 2.21's DTensor has no layout for a depthwise filter's gradient and fails on a grouped one: the
+    header's caution names the layer before anything trains, and is DTensor's FAILED reason; when a release fixes
+    it, this test fails and the caution goes."""
+    (caution,) = load(f"{SHAPES}:{name}").cautions
+    assert caution.trainers == ("dtensor",) and caution.text.startswith(f"{layer}: depthwise or grouped convolutions")
+    result = check_model(f"{SHAPES}:{name}", meshes=("batch=2",), devices=2, **FLOAT64)
+    assert set(result.errors) == {"dtensor batch=2"} and caution.text in result.errors["dtensor batch=2"]
+    assert error in " ".join(result.errors["dtensor batch=2"].split()), result.summary()
+    assert result.verdicts["mirrored"].verdict == "ok", result.summary()

@@ -33,6 +33,7 @@ from shared.model.definition import (
     ModelDefinition,
     Variable,
 )
+from shared.model.keras_depthwise import convolution_cautions
 from shared.model.keras_downcasts import float64_in_code, keeping_float64
 from shared.model.keras_inputs import embedding_vocabulary, keras_arrangement, keras_inputs
 from shared.model.keras_layouts import audit_layout_map, check_keys
@@ -639,6 +640,7 @@ def cautions(model, keras) -> Tuple[Caution, ...]:
                 random=True,
             )
         )
+    found += convolution_cautions(layers, keras)
     return tuple(found) + output_cautions(model, keras, getattr(model, "loss", None))
 
 

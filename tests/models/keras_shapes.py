@@ -142,3 +142,20 @@ def subclassed_input_spec():
     model = PooledTokens()
     model(keras.ops.zeros((1, SEQUENCE), "int32"))
     return model
+
+
+def convolution(depthwise=True):
+    """keras.applications' MobileNets' and EfficientNets' shape: a depthwise convolution (else a grouped one)."""
+    inputs = keras.Input((28, 28, 1))
+    x = keras.layers.Conv2D(8, 3, name="conv")(inputs)
+    x = (
+        keras.layers.DepthwiseConv2D(3, name="dw")(x)
+        if depthwise
+        else keras.layers.Conv2D(8, 3, groups=8, name="gc")(x)
+    )
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(10, name="out")(x))
+
+
+def grouped_convolution():
+    return convolution(depthwise=False)
