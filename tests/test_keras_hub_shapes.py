@@ -11,6 +11,7 @@ keras = pytest.importorskip("keras", minversion="3", reason="Keras models need K
 
 from shared.api import check_model  # noqa: E402 - after the skip: these need Keras 3
 from shared.model.definition import Model  # noqa: E402
+from shared.model.keras import rebuilt  # noqa: E402
 from shared.model.registry import load  # noqa: E402
 from tests.models.keras_shapes import write_tokens  # noqa: E402
 
@@ -30,6 +31,15 @@ def test_a_backbones_layer_called_again_outside_it_stays_one_layer_and_trains_on
     assert result.ok and len(result.verdicts) == 2, result.summary()
     assert all(verdict.verdict == "ok" for verdict in result.verdicts.values()), result.summary()
     assert all(parity.max_abs_loss_diff <= 1e-12 for parity in result.parity.values()), result.summary()
+
+
+def test_a_compiled_tied_models_copies_take_no_compile_settings():
+    """clone_model compiled the tied copies as the model is: an unregistered loss of the user's then failed every
+    copy ("could not be rebuilt in float64 ... Could not locate function 'my_loss'"), and each copy built an Adam."""
+    definition = load(f"{HUB_SHAPES}:tied_embedding_compiled")
+    assert definition.keras_model.compiled  # the user's model as compiled, its loss the objective's
+    copy = rebuilt(definition.keras_model, keras, "tied_embedding_compiled", "float64")
+    assert not copy.compiled and getattr(copy, "optimizer", None) is None
 
 
 def float64_logits(name):
@@ -59,5 +69,5 @@ def test_a_cast_to_float32_that_cannot_stay_float64_is_left_as_the_layers_code_h
     definition, logits = float64_logits("cast_beside_float32")
     assert logits.dtype == np.float64 and np.all(np.isfinite(logits))
     assert definition.description.endswith(
-        "its layers' keras.ops.cast to float32 stays float32 in a float64 run (kept float64: InvalidArgumentError)"
+        "float32 in its layers' code stays float32 in a float64 run (kept float64: InvalidArgumentError)"
     )

@@ -3,6 +3,7 @@
 for integers that reach an Embedding, its vocabulary (a 0/1 mask reaches none: it is checked only to be integers).
 """
 
+import collections
 from typing import Callable, Optional, Tuple
 
 from shared.model import keras_compat
@@ -28,9 +29,9 @@ def embedding_vocabulary(tensor, keras) -> Optional[int]:
     path followed up to its first Embedding; None when none is reached (a mask). Nearest: through the fewest layers
     and ops, a nested model's own Inputs no step, so that ids computed from the input (a BERT's segment ids as
     zeros_like(token_ids), into an Embedding of 2) do not bound the ids themselves."""
-    vocabularies, seen, frontier = [], set(), [(tensor, 0)]
-    while frontier:
-        tensor, depth = frontier.pop()
+    vocabularies, seen, frontier = [], set(), collections.deque([(tensor, 0)])
+    while frontier:  # breadth first: an operation is first reached by its shortest path
+        tensor, depth = frontier.popleft()
         for operation, outputs, fed in keras_compat.calls_taking(tensor):
             if isinstance(operation, keras.layers.Embedding):
                 vocabularies.append((depth, int(operation.input_dim)))

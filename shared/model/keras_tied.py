@@ -26,7 +26,7 @@ def calls_nested_layers(model, keras) -> bool:
 def tied_copy(model, keras, widen):
     """A new functional model of `model`'s graph: each layer cloned once from `widen(layer.get_config())`, its
     inputs `keras.Input`s of `widen`'s dtypes, a nested layer called again outside its model the nested copy's
-    own. Its values are its initializers' (clone_model compiles it as `model` is, if at all)."""
+    own. Its values are its initializers'; it is not compiled, as rebuilt's copies are not."""
     clones = {}
 
     def clone(layer):
@@ -47,4 +47,9 @@ def tied_copy(model, keras, widen):
         if isinstance(layer, keras.Model):
             clone(layer)
     inputs = keras.tree.map_structure(new_input, model.input)
-    return keras.models.clone_model(model, input_tensors=inputs, clone_function=clone)
+    compiled = model.compiled  # clone_model compiles a compiled model's clone: the copies take no compile settings
+    model.compiled = False
+    try:
+        return keras.models.clone_model(model, input_tensors=inputs, clone_function=clone)
+    finally:
+        model.compiled = compiled

@@ -20,6 +20,18 @@ def tied_embedding():
     return keras.Model(token_ids, keras.layers.Dense(CLASSES, name="out")(features))
 
 
+def tied_embedding_compiled():
+    """tied_embedding compiled with a loss of the user's own, not registered with Keras (a model a Keras user
+    compiles in the same file), and Adam."""
+
+    def my_loss(labels, logits):
+        return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+
+    model = tied_embedding()
+    model.compile(optimizer="adam", loss=my_loss)
+    return model
+
+
 class Float32Inside(keras.layers.Layer):
     """A softmax and a normalisation as keras-hub computes them, in float32 whatever the model's dtype (`in_float32`),
     or in the layer's own dtype."""
