@@ -161,6 +161,8 @@ print(check.ok)
 """
 
 
+# extended: tests/test_quiet_check.py asks the same of check_model by default, where the user set the log level.
+@pytest.mark.extended
 def test_check_model_keeps_tensorflows_lines_out_of_the_callers_output_unless_verbose(tmp_path):
     """A user's test output holds their own lines: not TensorFlow's start-up lines (the import of shared.api starts
     it), nor DTensor's, nor TensorFlow's deprecation warnings; verbose=True shows TensorFlow's."""

@@ -46,6 +46,8 @@ def test_token_ids_are_bounded_by_the_embedding_they_reach_directly_not_one_of_i
     assert vocabularies[0] == VOCABULARY
 
 
+# extended: every trainer and mesh on named inputs is the default's two-floats-and-backbone test's path too.
+@pytest.mark.extended
 def test_token_ids_and_a_padding_mask_match_one_device_in_float64_on_every_trainer_and_mesh(tmp_path):
     """The hidden layer split on the model axis by its LayoutMap on batch=2,model=2."""
     data = write_tokens(tmp_path / "tokens.npz")
