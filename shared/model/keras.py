@@ -13,7 +13,6 @@ model's config with every float32 dtype float64, from the float32 values widened
 
 import re
 import sys
-import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -494,14 +493,6 @@ def copy_in(model, keras, source: str, dtype: str):
     return copy
 
 
-def built_quietly(copy, model) -> None:
-    """`copy` built as `model` was. Keras warns when a subclassed model with no build() of its own is built: the
-    user saw that warning when building `model`, if at all; the tool's copies of it do not say it again."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"`build\(\)` was called on layer", category=UserWarning)
-        copy.build_from_config(model.get_build_config())
-
-
 def with_values(copy, model):
     """`copy` holding `model`'s values (widened where it is float64), and what its layers make of them when built
     (finalize_state: an adapted Normalization's mean and variance are constants it computes from its variables)."""
@@ -535,7 +526,7 @@ def rebuilt(model, keras, source: str, dtype: Optional[str]):
             else:
                 copy = keras.saving.deserialize_keras_object(config)
         if not copy.built:
-            built_quietly(copy, model)
+            copy.build_from_config(model.get_build_config())
     except Exception as error:  # noqa: BLE001 - the user's layers: any error is one line
         raise UsageError(
             f"--model {source}: the Keras model could not be rebuilt in {dtype or own_policy(model)} from its config "
@@ -693,5 +684,5 @@ def plain_copy(model, keras):
 
     copy = keras.saving.deserialize_keras_object(plain(keras.saving.serialize_keras_object(model)))
     if not copy.built:
-        built_quietly(copy, model)
+        copy.build_from_config(model.get_build_config())
     return copy
