@@ -189,6 +189,8 @@ def test_a_mixed_difference_beyond_its_tolerance_is_bf16_noise_when_float32_agre
         )
 
 
+# extended: the stale read itself is shown by default (tests/test_releases.py); 14 s of CI's minutes.
+@pytest.mark.extended
 def test_the_tutorial_adam_stays_a_mismatch_in_mixed_bfloat16(tmp_path):
     report_path = tmp_path / "report.json"
     result = run_compare(
