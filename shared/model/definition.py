@@ -132,9 +132,13 @@ def summarise_named_state(names: Sequence[str], all_names: Sequence[str]) -> str
             groups += members
     if groups[:3] == ["every variable", "every Adam m", "every Adam v"]:
         groups[:3] = ["every variable and Adam slot"]
-    if len(groups) > NAMES_SHOWN:
-        groups = groups[:NAMES_SHOWN] + [f"... and {len(groups) - NAMES_SHOWN} more"]
-    return ", ".join(groups)
+    return listed(groups)
+
+
+def listed(names: Sequence[str]) -> str:
+    """Names as a message lists them: the first NAMES_SHOWN, then "... and N more"."""
+    more = [f"... and {len(names) - NAMES_SHOWN} more"] if len(names) > NAMES_SHOWN else []
+    return ", ".join([*names[:NAMES_SHOWN], *more])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, as tf.function arguments are

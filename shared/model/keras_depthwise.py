@@ -9,7 +9,7 @@ from typing import List, Tuple
 
 import tensorflow as tf
 
-from shared.model.definition import NAMES_SHOWN, Caution
+from shared.model.definition import Caution, listed
 
 DEPTHWISE = ("DepthwiseConv1D", "DepthwiseConv2D", "SeparableConv1D", "SeparableConv2D")
 
@@ -29,15 +29,12 @@ def convolution_cautions(layers, keras) -> Tuple[Caution, ...]:
     names = unlaid_convolutions(layers, keras)
     if not names:
         return ()
-    shown = ", ".join(names[:NAMES_SHOWN]) + (
-        f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
-    )
     return (
         Caution(
-            f"{shown}: depthwise or grouped convolutions: DTensor on TensorFlow {tf.__version__} cannot compute their "
-            f"gradient (its depthwise filter gradient has no layout propagation, a grouped one fails), so DTensor "
-            f"fails on this model while the reference and MirroredStrategy train it: leave dtensor out of --trainers, "
-            f"or use plain Conv2D layers",
+            f"{listed(names)}: depthwise or grouped convolutions: DTensor on TensorFlow {tf.__version__} cannot "
+            f"compute their gradient (its depthwise filter gradient has no layout propagation, a grouped one fails), "
+            f"so DTensor fails on this model while the reference and MirroredStrategy train it: leave dtensor out of "
+            f"--trainers, or use plain Conv2D layers",
             ("dtensor",),
         ),
     )

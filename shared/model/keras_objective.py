@@ -138,7 +138,7 @@ def optimizer_choice(model) -> Optional[OptimizerChoice]:
     if optimizer is None or kind not in ("Adam", "SGD") or type(optimizer).__module__.split(".")[0] != "keras":
         return None
     config = optimizer.get_config()
-    if any(config.get(key) is not None for key in NOT_CARRIED) or any(config.get(key) for key in NOT_CARRIED_FLAGS):
+    if not_carried(config):
         return None
     rate = keras_compat.learning_rate_of(optimizer)
     learning_rate = rate if hasattr(rate, "get_config") else float(optimizer.learning_rate)

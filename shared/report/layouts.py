@@ -15,12 +15,11 @@ from dtensor_impl.mesh import MeshSpec, parse_mesh
 from shared.devices import keras_version
 from shared.measure.layout_memory import planned_weight_memory
 from shared.measure.memory import MB, largest_total_bytes
-from shared.model.definition import BATCH_AXIS, MODEL_AXIS, ModelDefinition
+from shared.model.definition import BATCH_AXIS, MODEL_AXIS, ModelDefinition, listed
 from shared.model.keras_layouts import RULE_RELEASES, LayoutAudit
 from shared.model.registry import definition_for
 
 LARGE_SHARE = 0.01  # a variable over this share of the parameters, whole on a model axis, is named
-SHOWN = 4  # names a header line lists before "... and N more"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,11 +123,6 @@ def difference_text(difference) -> str:
     by = "no key" if not there else (repr(there[0]) if len(there) == 1 else f"{len(there)} keys, an error there")
     here = repr(difference.key) if difference.key is not None else "no key"
     return f"{difference.path} by {by} (here {here})"
-
-
-def listed(items: List[str]) -> str:
-    shown = items[:SHOWN] + ([f"... and {len(items) - SHOWN} more"] if len(items) > SHOWN else [])
-    return ", ".join(shown)
 
 
 def layouts_dict(config) -> Optional[dict]:
