@@ -231,7 +231,7 @@ class Computes:
         self.model, self.keras, self.source, self.probe = model, keras, source, probe
         self.own = own_policy(model)
         self.made = {self.own: compute_for(model, probe)}
-        self.kept, self.float64_notes = set(), []  # the float64 copy's casts kept float64 (keras_downcasts.py)
+        self.keeps_casts, self.float64_notes = False, []  # the float64 copy's casts kept float64 (keras_downcasts.py)
         for dtype in ("float32", "float64"):
             self.prepare(dtype)
 
@@ -242,14 +242,12 @@ class Computes:
             return
         copy = copy_in(self.model, self.keras, self.source, dtype)
         if dtype == "float64":  # so that a float64 run rounds nothing to float32
-            keep, self.float64_notes = float64_in_code(copy, self.probe)
-            if keep:
-                self.kept.add(dtype)
+            self.keeps_casts, self.float64_notes = float64_in_code(copy, self.probe)
         self.made[dtype] = compute_for(copy, self.probe)
 
     def keeps_float64(self, compute) -> bool:
-        """Whether `compute` (one of made's) computes with keeping_float64."""
-        return any(self.made.get(dtype) is compute for dtype in self.kept)
+        """Whether `compute` (one of made's) computes with keeping_float64: the float64 copy, where it can."""
+        return self.keeps_casts and compute is self.made.get("float64")
 
     def get(self, dtype: str):
         if dtype not in self.made:
