@@ -3,6 +3,8 @@ MirroredStrategy, judged step by step: each trainer's skipped steps and loss sca
 side skips and the other applies a MISMATCH at that step that names the cause (Keras 3.15.1 takes the finite check
 from replica 0's local gradients)."""
 
+import pytest
+
 from shared.judge.mixed import first_skip_difference
 from shared.measure.history import History
 from tests.cli import read_report, run_here
@@ -26,6 +28,8 @@ def test_a_step_one_side_skips_and_the_other_applies_is_the_first_difference():
     assert first_skip_difference(History("mirrored", ""), reference) is None  # not recorded per step
 
 
+# The custom loop's skipped steps on every trainer: tests/test_mixed_precision.py; --fit under mixed_float16: below.
+@pytest.mark.extended
 def test_keras_loss_scaling_that_applies_a_step_one_device_skips_is_a_mismatch_naming_the_step(tmp_path):
     """Replica 1's piece of the first global batch overflows in float16: one device skips step 0, MirroredStrategy
     applies it (replica 0's check was finite) and its hidden layer turns NaN."""

@@ -167,6 +167,9 @@ def test_the_header_says_a_main_run_before_a_sweep_trains_beside_the_reference()
     assert describe_processes(Config()).endswith("the reference's timing rounds here (TensorFlow's default threads)")
 
 
+# The longest default test (40 s): a sweep's real run stays default on one lane (tests/test_profile.py), the
+# lanes' scheduling in the tests above.
+@pytest.mark.extended
 @pytest.mark.skipif(lane_count(Config()) < 2, reason="one core: a sweep trains on one lane")
 def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configuration(tmp_path, monkeypatch):
     """Adam at learning rate 1e4 (tests/test_verdicts.py): float32 leaves its tolerance on some configurations, and

@@ -53,6 +53,7 @@ def test_check_model_prints_no_tensorflow_line_and_no_warning_where_the_user_set
     assert [marker for marker in TENSORFLOW_LINES if marker in output] == [], output
 
 
+@pytest.mark.extended  # a second check_model process for verbose=True; the quiet default: the test above
 def test_verbose_shows_tensorflows_lines_but_not_the_profilers_deprecation(tmp_path):
     output = checked(tmp_path, "verbose")
     assert "cuInit" in output or "I0000" in output, output

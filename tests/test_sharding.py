@@ -197,7 +197,10 @@ def test_sharded_forward_expand_where_dtensor_cannot_expand_fails_in_one_line(sm
     ), str(failed.value)
 
 
-@pytest.mark.parametrize("model, count, chosen", [(UNEXPANDABLE, 2, "gather"), ("mlp", 8, "expand")])
+@pytest.mark.parametrize(
+    "model, count, chosen",
+    [(UNEXPANDABLE, 2, "gather"), pytest.param("mlp", 8, "expand", marks=pytest.mark.extended)],  # one rerun: default
+)
 def test_a_float64_rerun_computes_the_forward_its_float32_run_chose(small, devices, model, count, chosen):
     """Adam at learning rate 1e4 (tests/test_verdicts.py): float32 leaves its tolerance, and the float64 rerun
     of the sharded mesh takes the forward that the float32 run chose (--sharded-forward auto): the arg-max model at
