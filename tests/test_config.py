@@ -121,7 +121,7 @@ def test_trainers_default_to_the_registrys_and_under_fit_to_those_with_a_model_f
 
     assert Config().trainers is None
     assert chosen(Config()) == ("reference", "dtensor", "mirrored")
-    assert chosen(Config(fit=True, model="examples/keras_model.py:model")) == ("reference", "mirrored")
+    assert chosen(Config(fit=True, model="examples/keras_fit.py:plain")) == ("reference", "mirrored")
     assert with_trainers(Config(trainers=("mirrored",))).trainers == ("mirrored",)
     assert with_trainers(Config(fit=True)).trainers == ("reference", "mirrored")
 

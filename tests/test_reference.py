@@ -114,6 +114,8 @@ def test_device_requests_after_initialisation(devices):
             dict(train_examples=5000),
             "train_examples=5000 is more than the 4000 train examples in the embedded set; use",
         ),
+        (dict(train_examples=0), "argument train_examples: 0 is not a positive integer"),  # UsageError's field
+        (dict(hidden=(64,), model="vit"), "hidden sets the MLP's layers; drop it, or use model=mlp (not vit)"),
         (dict(meshes=("batch=3",)), "meshes entry batch=3 covers 3 devices"),
         (dict(data="/no/such/dir"), "data=/no/such/dir: no such directory; give a directory with the MNIST IDX files"),
         (dict(foo=1), "foo=1: check_model has no such option; use a field of shared.config.Config"),
