@@ -167,7 +167,7 @@ def run_command(argv, restore_stderr: bool = True) -> int:
     except _ParserExit as done:
         print(done.message, end="", file=sys.stderr)
         return done.status
-    except UsageError as error:  # a value or a combination Config refuses
+    except UsageError as error:  # a value Config refuses, or options that do not go together
         see_help = "; see --help" if error.field else ""  # one option's value, as argparse's own errors
         print(f"compare.py: error: {error}{see_help}", file=sys.stderr)
         return 2

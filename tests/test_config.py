@@ -1,5 +1,5 @@
-"""One Config for the whole run: every value and combination checked when it is made, with the
-line compare.py prints, so the command line and the Python API refuse alike; and a client of
+"""One Config for the whole run: every value checked when it is made, and the rules between options where a run
+starts, with the line compare.py prints, so the command line and the Python API refuse alike; and a client of
 --clients gets it whole, as JSON."""
 
 import argparse

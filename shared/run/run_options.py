@@ -3,8 +3,8 @@ starts a process, check_model's keywords), without TensorFlow: the model's (mode
 needs another (--link-gbps --profile, --reference-from-scratch --restore), and what --clients cannot do yet.
 --fit's own: fit_options.py; a trainer's: its spec."""
 
-from shared.config import Config, flag
-from shared.errors import UsageError
+from shared.config import Config
+from shared.errors import UsageError, flag
 from shared.run.model_options import check_model_options
 
 
