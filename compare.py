@@ -78,9 +78,7 @@ def _keywords(field: dataclasses.Field) -> dict:
     declared = field.metadata
     if isinstance(field.default, bool):
         return {"action": "store_false" if field.default else "store_true", "help": declared["help"]}
-    # A tuple default as the text that would give it: --help shows reference,dtensor,mirrored, and argparse
-    # parses a text default with `type` as it parses the flag.
-    default = ",".join(map(str, field.default)) if isinstance(field.default, tuple) else field.default
+    default = field.default  # None for every tuple (--trainers, --hidden, --sweep-devices): their help says it
     help = declared["help"].replace("{trainers}", ",".join(SPEC_MODULES))  # --trainers': the registry's names
     keywords = {"type": declared["parse"], "default": default, "help": help}
     return {**keywords, "metavar": declared["metavar"]} if declared["metavar"] else keywords

@@ -1,8 +1,9 @@
 """The trainers by name: one `TrainerSpec` each, registered by its package (shared/training/reference.py,
-dtensor_impl/spec.py, mirrored_impl/spec.py), and the one `fit` that trains any of them.
+dtensor_impl/spec.py, mirrored_impl/spec.py; their names in trainer_names.py), the run's trainers when --trainers
+is left to its default (`chosen`), and the one `fit` that trains any of them.
 
 The run layer (shared/run/) reaches a trainer only through this registry, so no module of shared/ imports a
-trainer package (tests/test_imports.py resolves the module names below as imports).
+trainer package (tests/test_imports.py resolves the module names of trainer_names.py as imports).
 """
 
 import importlib
