@@ -42,7 +42,6 @@ try:
     from shared.run.comparison import check_config, check_trainer_options
     from shared.run.options import python_value, type_name, value_fits
     from shared.run.plan import Entry, RunPlan
-    from shared.run.run_options import check_run_options
     from shared.run.sequence import RunResult, TrainedBy, train_and_judge
     from shared.training.data import load_run_data
     from shared.training.registry import SPEC_MODULES, distributed, trainer_spec
@@ -124,7 +123,6 @@ def _check(model, meshes, trainers, devices, data, replica_counts, options) -> M
     if unknown or not trainers:
         raise UsageError(f"trainers {list(trainers)}: choose from {', '.join(known)}")
     config = Config(model=model, devices=devices, data=data, quiet=True, trainers=("reference", *trainers), **options)
-    check_run_options(config)
     check_trainer_options(config)
     entries = lineup(config, trainers, meshes, replica_counts)
     for entry in entries[1:]:

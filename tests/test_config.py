@@ -202,3 +202,14 @@ def test_config_holds_the_options_and_names_no_trainer():
         getattr(node, "id", getattr(node, "name", None)) for node in ast.walk(tree)
     }
     assert len(text.splitlines()) <= 300
+
+
+@pytest.mark.parametrize("changes, message", REFUSED_TOGETHER[1:])
+def test_a_run_of_a_config_made_in_python_checks_the_rules_between_its_options(changes, message):
+    """comparison.run, the --clients launcher and check_model all start with check_trainer_options, which holds the
+    rules compare.py checks on its flags: a Config made in Python is refused alike before anything runs."""
+    from shared.run.comparison import check_trainer_options
+
+    with pytest.raises(UsageError) as refused:
+        check_trainer_options(Config(**changes))
+    assert str(refused.value) == message

@@ -22,6 +22,7 @@ from shared.report.header import header
 from shared.report.sweep import describe_plan
 from shared.run import kernels, sweep
 from shared.run.fit_options import check_fit_options
+from shared.run.run_options import check_run_options
 from shared.run.sequence import RunResult, describe_processes, train_all
 from shared.training import checkpoint
 from shared.training.data import Dataset, load_run_data
@@ -43,7 +44,9 @@ def check_trainer_options(config: Config) -> None:
     """One line for an option that does nothing in this run: one that only a trainer not chosen reads (its spec's
     `options`), or --sharded-forward where no weight is split on the batch axis (a built-in model without
     --shard-weights, outside a sweep, whose sharded meshes split them; a model of yours may split its own); and
-    --fit's checks (shared/run/fit_options.py)."""
+    --fit's checks (shared/run/fit_options.py), after the rules between options (shared/run/run_options.py), for
+    a Config made in Python too."""
+    check_run_options(config)
     check_fit_options(config)
     defaults, trainers = Config(), chosen(config)
     for spec in specs():
