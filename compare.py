@@ -31,6 +31,8 @@ from shared.errors import UsageError
 from shared.run import kernels
 from shared.run.fit_options import check_fit_options
 from shared.run.options import config_from_json
+from shared.run.run_options import check_run_options
+from shared.training.trainer_names import SPEC_MODULES, check_trainer_names
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -76,10 +78,9 @@ def _keywords(field: dataclasses.Field) -> dict:
     declared = field.metadata
     if isinstance(field.default, bool):
         return {"action": "store_false" if field.default else "store_true", "help": declared["help"]}
-    # A tuple default as the text that would give it: --help shows reference,dtensor,mirrored, and argparse
-    # parses a text default with `type` as it parses the flag.
-    default = ",".join(map(str, field.default)) if isinstance(field.default, tuple) else field.default
-    keywords = {"type": declared["parse"], "default": default, "help": declared["help"]}
+    default = field.default  # None for every tuple (--trainers, --hidden, --sweep-devices): their help says it
+    help = declared["help"].replace("{trainers}", ",".join(SPEC_MODULES))  # --trainers': the registry's names
+    keywords = {"type": declared["parse"], "default": default, "help": help}
     return {**keywords, "metavar": declared["metavar"]} if declared["metavar"] else keywords
 
 
@@ -90,7 +91,9 @@ def config_from_args(args: argparse.Namespace) -> Tuple[Config, Optional[str]]:
         return client_config(args.client_config)
     fields = {field.name for field in dataclasses.fields(Config)}
     config = Config(**{name: value for name, value in vars(args).items() if name in fields})
-    check_fit_options(config)  # before --clients starts a process: the launcher's config is checked here
+    check_trainer_names(config.trainers)  # before --clients starts a process: the launcher's config is checked here
+    check_run_options(config)
+    check_fit_options(config)
     return config, None
 
 
@@ -162,8 +165,8 @@ def run_command(argv, restore_stderr: bool = True) -> int:
     except _ParserExit as done:
         print(done.message, end="", file=sys.stderr)
         return done.status
-    except UsageError as error:  # a value or a combination Config refuses
-        see_help = "; see --help" if str(error).startswith("argument --") else ""
+    except UsageError as error:  # a value Config refuses, or options that do not go together
+        see_help = "; see --help" if error.field else ""  # one option's value, as argparse's own errors
         print(f"compare.py: error: {error}{see_help}", file=sys.stderr)
         return 2
     restore = hide_tensorflow_messages(config.verbose)

@@ -1,8 +1,8 @@
 """Everything the trainers share, in layers, one sentence a folder, lowest first. Imports run one way, down the
 layers: a module imports its own layer and lower ones, never a higher one.
 
-config.py, errors.py, console.py, files.py, devices.py: the process (one Config, the error a user can fix,
-    what is printed, files written atomically, logical devices).
+config.py, option.py, errors.py, console.py, files.py, devices.py: the process (one Config and how its options
+    are declared, the error a user can fix, what is printed, files written atomically, logical devices).
 model/     What is trained: named variables, initial values, one forward and a layout each; imports no training.
 measure/   What is measured: the history a run fills, memory, bytes per device, step profile, checksums.
 judge/     What is decided: numbers in, verdicts out, and which runs are needed in float64; it never trains.

@@ -30,20 +30,21 @@ _shown_again = hide_tensorflow_messages(verbose="tensorflow" in sys.modules, env
 try:
     import numpy as np
 
-    from shared.config import BUILT_IN_MODELS, Config, int_list, option_flag
+    from shared.config import BUILT_IN_MODELS, Config, option_flag
     from shared.devices import configure_devices
     from shared.errors import UsageError
     from shared.judge.parity import Parity
     from shared.judge.verdict import Verdict
     from shared.model.definition import ModelDefinition
     from shared.model.registry import register
+    from shared.option import int_list
     from shared.run import worker
     from shared.run.comparison import check_config, check_trainer_options
     from shared.run.options import python_value, type_name, value_fits
     from shared.run.plan import Entry, RunPlan
     from shared.run.sequence import RunResult, TrainedBy, train_and_judge
     from shared.training.data import load_run_data
-    from shared.training.registry import distributed, trainer_spec
+    from shared.training.registry import SPEC_MODULES, distributed, trainer_spec
 finally:
     _shown_again()
 
@@ -92,7 +93,7 @@ def check_model(
     try:
         return _check(model, meshes, trainers, devices, data, replica_counts, options)
     except UsageError as error:
-        raise UsageError(in_api_terms(str(error))) from None
+        raise UsageError(in_api_terms(error)) from None
     except KeyboardInterrupt:  # Ctrl-C: no trainer process outlives the check, then the caller's interrupt
         worker.stop_on_interrupt()
         raise
@@ -117,7 +118,7 @@ def _check(model, meshes, trainers, devices, data, replica_counts, options) -> M
             raise UsageError("a model given as an object trains in this process: trainer_process='shared'")
         model = register(model, getattr(model, "__name__", "given to check_model"), options.get("seed", Config().seed))
         options = {**options, "trainer_process": "shared"}
-    known = distributed(Config().trainers)
+    known = distributed(SPEC_MODULES)
     unknown = [name for name in trainers if name not in known]
     if unknown or not trainers:
         raise UsageError(f"trainers {list(trainers)}: choose from {', '.join(known)}")
@@ -172,7 +173,15 @@ def check_options(options: dict) -> dict:
     return {name: python_value(value) for name, value in options.items()}
 
 
-def in_api_terms(message: str) -> str:
+def in_api_terms(error: UsageError) -> str:
+    """The error's line in check_model's terms: a field's as `argument train_examples: ...`; a message without one,
+    which names compare.py's flags itself, with its options renamed as check_model's arguments (_named_in_api)."""
+    if error.field:
+        return f"argument {error.field}: {error.message}"
+    return _named_in_api(error.message)
+
+
+def _named_in_api(message: str) -> str:
     """compare.py's message with its options named as check_model's arguments: `--train-examples 5000` becomes
     `train_examples=5000`, `--data /no/dir:` `data=/no/dir:` (a value: _parses; else the name alone, `--restore
     starts` `restore starts`), `--mesh batch=3` `meshes entry batch=3`, a switch `--shard-weights`

@@ -8,7 +8,7 @@ prints that line and exits with code 2, without a traceback.
 import os
 import re
 import traceback
-from typing import Callable
+from typing import Callable, Optional
 
 # What TensorFlow wraps an op's error in: its function's name before, the op's after.
 TENSORFLOW_WRAPPING = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$")
@@ -22,7 +22,23 @@ TFDS_BROKEN = "tensorflow_datasets does not work here"
 
 
 class UsageError(Exception):
-    """Bad input; the message is one line that says what to fix."""
+    """Bad input; the message is one line that says what to fix. `field`: the Config field it is about, when the
+    message is that option's alone (`0 is not a positive integer`): each front end names the option its way,
+    `argument --train-examples: ...` here (str) and on the command line, `argument train_examples: ...` in
+    check_model (shared/api.py). Without a field the message names its options itself, as compare.py's flags."""
+
+    def __init__(self, message: str, field: Optional[str] = None):
+        super().__init__(message, field)
+        self.message, self.field = message, field
+
+    def __str__(self) -> str:
+        return f"argument {flag(self.field)}: {self.message}" if self.field else self.message
+
+
+def flag(field: str) -> str:
+    """The compare.py flag of Config field `field`; a switch whose flag negates it (--no-timing) has its own
+    (shared.config.option_flag) and is never a UsageError's field."""
+    return "--" + field.replace("_", "-")
 
 
 def installed(filename: str) -> bool:

@@ -267,8 +267,10 @@ def test_a_baseline_without_this_runs_trainers_is_refused(small_data):
 
 
 def test_with_float64_cannot_start_from_a_float32_checkpoint():
+    from shared.run.run_options import check_run_options
+
     with pytest.raises(UsageError) as refused:
-        Config(with_float64=True, restore="/ckpt", trainers=("reference",))
+        check_run_options(Config(with_float64=True, restore="/ckpt", trainers=("reference",)))
     assert str(refused.value) == (
         "--with-float64 cannot start a float64 run from the float32 checkpoint --restore /ckpt; drop one of them"
     )

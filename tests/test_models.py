@@ -206,6 +206,8 @@ def test_a_broken_user_model_is_one_line_and_exit_2(tmp_path, capsys, case):
 
 
 def test_model_spec_errors(tmp_path):
+    from shared.run.model_options import check_model_options
+
     with pytest.raises(UsageError, match=r"--model 'nope' is unknown; use mlp, vit, gpt or FILE.py:FUNCTION"):
         models.load("nope")
     with pytest.raises(UsageError, match=r"no file /no/such.py"):
@@ -214,7 +216,7 @@ def test_model_spec_errors(tmp_path):
     with pytest.raises(UsageError, match=r"user_model.py has no function model"):
         models.load(spec)
     with pytest.raises(UsageError, match=r"--hidden sets the MLP's layers; drop it, or use --model mlp \(not vit\)"):
-        Config(model="vit", hidden=(64,))
+        check_model_options(Config(model="vit", hidden=(64,)))  # where a run starts (compare.py, check_model)
 
 
 def test_the_example_model_loads_and_is_the_same_definition_each_time():

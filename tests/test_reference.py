@@ -114,6 +114,8 @@ def test_device_requests_after_initialisation(devices):
             dict(train_examples=5000),
             "train_examples=5000 is more than the 4000 train examples in the embedded set; use",
         ),
+        (dict(train_examples=0), "argument train_examples: 0 is not a positive integer"),  # UsageError's field
+        (dict(hidden=(64,), model="vit"), "hidden sets the MLP's layers; drop it, or use model=mlp (not vit)"),
         (dict(meshes=("batch=3",)), "meshes entry batch=3 covers 3 devices"),
         (dict(data="/no/such/dir"), "data=/no/such/dir: no such directory; give a directory with the MNIST IDX files"),
         (dict(foo=1), "foo=1: check_model has no such option; use a field of shared.config.Config"),
@@ -134,12 +136,12 @@ def test_check_model_names_its_own_arguments_in_its_one_line(arguments, message)
 
 
 def test_check_models_terms_leave_paths_and_words_alone_and_numpy_numbers_pass():
-    from shared.api import check_options, in_api_terms
+    from shared.api import _named_in_api, check_options
 
-    assert in_api_terms("checkpoint /tmp/x--seed/ckpt is at epoch 3 and --epochs 3 leaves nothing") == (
+    assert _named_in_api("checkpoint /tmp/x--seed/ckpt is at epoch 3 and --epochs 3 leaves nothing") == (
         "checkpoint /tmp/x--seed/ckpt is at epoch 3 and epochs=3 leaves nothing"
     )
-    assert in_api_terms("--clip-global-norm clips; --restore's file; --hidden 64,32; --no-timing") == (
+    assert _named_in_api("--clip-global-norm clips; --restore's file; --hidden 64,32; --no-timing") == (
         "clip_global_norm clips; --restore's file; hidden=64,32; timing=False"
     )
     checked = check_options({"epochs": np.int64(2), "learning_rate": np.float32(0.5), "hidden": (16,)})

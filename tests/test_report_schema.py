@@ -36,7 +36,7 @@ def minimal_report():
             {
                 "schema_version": SCHEMA_VERSION,
                 "ok": False,
-                "config": dataclasses.asdict(Config()),
+                "config": dataclasses.asdict(Config(trainers=("reference",))),  # a run names its trainers
                 "environment": {
                     "tensorflow": "2.21.0",
                     "keras": "3.15.1",

@@ -68,7 +68,8 @@ def check_options(report: dict, config: Config, data, data_sha256: str, path: st
     """Refuse a baseline whose run would compute other numbers: one line naming every differing option."""
     recorded, environment = report["config"], report["environment"]
     saved = [name for name, entry in report["trainers"].items() if not entry.get("failed")]
-    if not set(saved) & {"reference", *config.trainers}:
+    ran = {"reference", *(saved if config.trainers is None else config.trainers)}  # None: every trainer (registry)
+    if not set(saved) & ran:
         raise UsageError(
             f"--baseline {path}: holds none of this run's trainers (it has "
             f"{', '.join(report['trainers']) or 'none'}); save a baseline of them"

@@ -19,7 +19,7 @@ from shared.report.header import run_machine
 from shared.report.layouts import layouts_dict
 from shared.report.parity import float64_rerun_dict, parity_dict
 from shared.report.schema import SCHEMA_VERSION
-from shared.training.registry import cautions_for
+from shared.training.registry import cautions_for, with_trainers
 
 
 def model_facts(definition, cautions=None) -> dict:
@@ -77,7 +77,7 @@ def report_dict(run, sweep) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,  # shared/report/report.schema.json; docs/report-changelog.md
         "ok": exit_ok(run, sweep),  # compare.py's exit code was 0
-        "config": dataclasses.asdict(run.config),
+        "config": dataclasses.asdict(with_trainers(run.config)),  # the trainers it ran, named
         "environment": {
             "tensorflow": tf.__version__,
             "keras": keras_version(),

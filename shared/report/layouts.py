@@ -18,6 +18,7 @@ from shared.measure.memory import MB, largest_total_bytes
 from shared.model.definition import BATCH_AXIS, MODEL_AXIS, ModelDefinition, listed
 from shared.model.keras_layouts import RULE_RELEASES, LayoutAudit
 from shared.model.registry import definition_for
+from shared.training.registry import chosen
 
 LARGE_SHARE = 0.01  # a variable over this share of the parameters, whole on a model axis, is named
 
@@ -42,7 +43,7 @@ def mesh_layouts(config) -> Optional[MeshLayouts]:
         return None
     dtype_bytes = 8 if config.dtype == "float64" else 4
     weight_bytes = definition.parameter_count() * dtype_bytes
-    if "dtensor" not in config.trainers or config.fit:
+    if "dtensor" not in chosen(config) or config.fit:
         return MeshLayouts(audit, None, tuple(v.layout for v in definition.variables), weight_bytes, None, ())
     mesh = parse_mesh(config.mesh, config.devices * config.clients)
     plan = plan_layouts(definition, mesh.batch, mesh.model, config.shard_weights)

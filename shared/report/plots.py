@@ -15,14 +15,14 @@ import numpy as np
 from matplotlib import pyplot as plt
 from matplotlib.patches import Patch
 
-from shared.config import TRAINER_NAMES
 from shared.files import write_atomically
 from shared.measure.history import throughput
+from shared.training.trainer_names import SPEC_MODULES
 
 FIGURE_SIZE = (9, 6)  # the tutorial's rcParams['figure.figsize']
 DPI = 100  # 900 x 600 pixels
 # Each trainer's colour, in --trainers' order: the reference grey, then matplotlib's first two.
-TRAINER_COLOURS = dict(zip(TRAINER_NAMES, ("#555555", "#1f77b4", "#ff7f0e")))
+TRAINER_COLOURS = dict(zip(SPEC_MODULES, ("#555555", "#1f77b4", "#ff7f0e")))
 OTHER_COLOUR = "#777777"
 EXACT_FLOOR = 1e-10  # where a zero loss difference is drawn when no step differs at all
 

@@ -39,7 +39,7 @@ from shared.run.plan import Entry, RunPlan, lineup
 from shared.run.sequence import TrainerResult, in_process, train_and_judge, train_one
 from shared.training.data import load_run_data
 from shared.training.protocol import PLAIN_RUN
-from shared.training.registry import describe_runs, distributed, specs, trainer_spec
+from shared.training.registry import chosen, describe_runs, distributed, specs, trainer_spec, with_trainers
 
 COMPARE_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "compare.py")
 HOST = "127.0.0.1"
@@ -114,6 +114,7 @@ def free_ports(count: int) -> List[int]:
 def run(config: Config, result_file: Optional[str] = None) -> int:
     """compare.py --clients C: a client when the environment names one, else the launcher. `result_file`: where a
     client that the launcher started writes its result (the launcher hands it over with the Config)."""
+    config = with_trainers(config)
     role = role_from_environment(config)
     if role is None:
         check_trainer_options(config)  # the launcher's, before anything is written or started (a client runs one)
@@ -133,7 +134,7 @@ def write_client_config(path: str, config: Config, result_file: str) -> None:
 
 def run_client(config: Config, role: ClientRole, result_file: Optional[str] = None) -> int:
     """Train `role.trainer` as one client; under the launcher, write the result file."""
-    others = [name for name in distributed(config.trainers) if name != role.trainer]
+    others = [name for name in distributed(chosen(config)) if name != role.trainer]
     if others:
         raise UsageError(
             f"this process is {role.trainer} client {role.client_id} ({role.source} is set) "

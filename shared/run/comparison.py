@@ -22,11 +22,12 @@ from shared.report.header import header
 from shared.report.sweep import describe_plan
 from shared.run import kernels, sweep
 from shared.run.fit_options import check_fit_options
+from shared.run.run_options import check_run_options
 from shared.run.sequence import RunResult, describe_processes, train_all
 from shared.training import checkpoint
 from shared.training.data import Dataset, load_run_data
 from shared.training.keras_fit import check_fit_model
-from shared.training.registry import describe_runs, specs
+from shared.training.registry import chosen, describe_runs, specs, with_trainers
 
 
 def check_config(config: Config, devices: Sequence[str]) -> None:
@@ -34,7 +35,7 @@ def check_config(config: Config, devices: Sequence[str]) -> None:
     kernels.check(config, devices)  # a mixed run: its dtype's matmul, probed apart (a Keras model's load computes)
     definition_for(config)  # --model: a user's definition is loaded and checked here, once
     check_fit_model(config)  # --fit: a Keras model whose compile settings rebuild
-    for spec in specs(config.trainers):
+    for spec in specs(chosen(config)):
         spec.check_config(config, devices)
     checkpoint.check_config(config)  # --restore, --checkpoint-dir, --export
 
@@ -43,12 +44,14 @@ def check_trainer_options(config: Config) -> None:
     """One line for an option that does nothing in this run: one that only a trainer not chosen reads (its spec's
     `options`), or --sharded-forward where no weight is split on the batch axis (a built-in model without
     --shard-weights, outside a sweep, whose sharded meshes split them; a model of yours may split its own); and
-    --fit's checks (shared/run/fit_options.py)."""
+    --fit's checks (shared/run/fit_options.py), after the rules between options (shared/run/run_options.py), for
+    a Config made in Python too."""
+    check_run_options(config)
     check_fit_options(config)
-    defaults = Config()
+    defaults, trainers = Config(), chosen(config)
     for spec in specs():
         for field, what in spec.options.items():
-            if spec.name not in config.trainers and getattr(config, field) != getattr(defaults, field):
+            if spec.name not in trainers and getattr(config, field) != getattr(defaults, field):
                 advice = f"add {spec.name} to --trainers, or drop it"
                 if config.fit and spec.name == "dtensor":
                     advice = "--fit trains no DTensor (Keras's model.fit has none): drop it"
@@ -69,7 +72,7 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str
     kernels.start(config)  # its TensorFlow import overlaps the set-up below (compare.py started it sooner)
     configure_determinism(config.deterministic)  # before any op runs
     device_count = max([config.devices, *sweep_devices])
-    for spec in specs(config.trainers):  # e.g. DTensor's NCCL: before anything starts TensorFlow's runtime
+    for spec in specs(chosen(config)):  # e.g. DTensor's NCCL: before anything starts TensorFlow's runtime
         spec.before_runtime(config, device_count)
     all_devices = configure_devices(device_count, config.device_type)
     check_config(config, all_devices[: config.devices])
@@ -79,6 +82,7 @@ def prepare(config: Config, sweep_devices: Sequence[int] = ()) -> Tuple[List[str
 
 def run(config: Config) -> int:
     """compare.py's whole job in one process; returns the exit code (0 parity holds, 1 it does not)."""
+    config = with_trainers(config)
     check_trainer_options(config)  # before anything is written or started
     outputs.check_outputs(config)
     saved_baseline = saved.load(config.baseline) if config.baseline else None

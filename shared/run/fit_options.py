@@ -18,7 +18,7 @@ def check_fit_options(config: Config) -> None:
             f"--fit trains a Keras model with its own model.fit; give --model FILE.py:FUNCTION returning one "
             f"(not {config.model})"
         )
-    if "dtensor" in config.trainers:
+    if "dtensor" in (config.trainers or ()):  # None: --fit's own default, which has no DTensor
         raise UsageError(
             "--fit trains Keras's model.fit, which has no DTensor path (keras-team/keras#18473); drop dtensor "
             "from --trainers"

@@ -18,7 +18,7 @@ from typing import Callable, List, Optional, Sequence
 from shared.config import Config
 from shared.measure.timing import wanted as timed_run
 from shared.run import worker
-from shared.training.registry import distributed
+from shared.training.registry import chosen, distributed
 
 MAX_LANES = 2
 # Configurations a lane trains and keeps before a block is timed, all sharing the reference's rounds: more would
@@ -45,7 +45,7 @@ def reference_apart(config: Config) -> bool:
     with the default threads the default run's float32 loss could leave its tolerance where with one thread it
     agreed (the run that showed it: docs/parity.md, "Kernels"). Decided by fields
     that a run's float64 reruns and repeats keep, so that all of the reference's runs train in one place."""
-    return own_process(config) and config.device_type == "CPU" and bool(distributed(config.trainers))
+    return own_process(config) and config.device_type == "CPU" and bool(distributed(chosen(config)))
 
 
 def lane_count(config: Config) -> int:

@@ -11,6 +11,7 @@ from shared.measure.timing import wanted as timed_run
 from shared.run.results import TrainerResult
 from shared.training.data import Dataset
 from shared.training.protocol import RunControl
+from shared.training.registry import chosen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +30,7 @@ Train = Callable[..., TrainerResult]
 
 def lineup(config: Config) -> List[Entry]:
     """The reference first (it is the ground truth), then each chosen trainer, each with the run's config."""
-    names = ["reference"] + [name for name in config.trainers if name != "reference"]
+    names = ["reference"] + [name for name in chosen(config) if name != "reference"]
     return [Entry(name, name, config) for name in names]
 
 

@@ -37,7 +37,7 @@ from shared.training import checkpoint
 from shared.training.batches import batch_slices
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, RunControl
-from shared.training.registry import cautions_for, distributed, kept_untrained, specs, trainer_spec
+from shared.training.registry import cautions_for, chosen, distributed, kept_untrained, specs, trainer_spec
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -92,7 +92,7 @@ def in_process(data: Dataset, devices: Sequence[str], log=print_fitted) -> Train
 def describe_processes(config: Config) -> str:
     """The header's line on where each trainer trains and with which threads; "" when all train here. It names what
     the chosen trainers ask of their process (another's part, DTensor's for a MirroredStrategy run, is left out)."""
-    names = distributed(config.trainers)
+    names = distributed(chosen(config))
     if not names or not own_process(config):
         return ""
     apart = ["reference"] if reference_apart(config) else []
@@ -450,7 +450,7 @@ def train_all(
     # Their processes load TensorFlow at once: the lanes' while the reference trains, the reference's (reference_apart)
     # while this process makes its timing reference.
     wanted = ["reference"] if reference_apart(config) else []
-    for lane, name in itertools.product(lanes, wanted + (distributed(config.trainers) if count > 1 else [])):
+    for lane, name in itertools.product(lanes, wanted + (distributed(chosen(config)) if count > 1 else [])):
         found = lane.process(name, config)
         if found is not None:
             found.started()

@@ -37,7 +37,7 @@ from shared.run.sequence import (
 )
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, RunControl
-from shared.training.registry import distributed, trainer_spec
+from shared.training.registry import chosen, distributed, trainer_spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -84,7 +84,7 @@ def plan_sweep(config: Config, all_devices: Sequence[str]) -> List[SweepPoint]:
     )
     points = []
     for count in config.sweep_devices or ():
-        for name in distributed(config.trainers):
+        for name in distributed(chosen(config)):
             spec = trainer_spec(name)
             for variant in spec.variants(base.replace(trainers=(name,)), count, config.sweep_meshes == "all"):
                 skipped = _skip_reason(spec, variant.config, all_devices[:count])

@@ -99,7 +99,7 @@ class TrainerProcess:
             elif kind == "status":
                 status = value
             elif kind == "usage":
-                raise UsageError(value)
+                raise UsageError(*value)  # its message and field, for the front end to word
             elif kind == "kept":
                 token = value
             else:
@@ -254,7 +254,7 @@ def serve(jobs, replies) -> None:
             log = lambda line: send(replies, ("line", line))  # noqa: E731 - each line to the parent as it comes
             result = train_one(name, config, data, devices, log, control or PLAIN_RUN)
         except UsageError as error:  # the parent raises it, as train_one would have there
-            send(replies, ("usage", str(error)))
+            send(replies, ("usage", (error.message, error.field)))
             continue
         if result.kept is not None:
             kept[len(kept) + 1] = result.kept
@@ -280,10 +280,10 @@ def start_tensorflow(config, device_count: int) -> None:
     """What the run's own process does before anything trains: determinism, the trainers' pre-runtime
     settings, the logical devices."""
     from shared.devices import configure_determinism, configure_devices
-    from shared.training.registry import specs
+    from shared.training.registry import chosen, specs
 
     configure_determinism(config.deterministic)
-    for spec in specs(config.trainers):
+    for spec in specs(chosen(config)):
         spec.before_runtime(config, device_count)
     configure_devices(device_count, config.device_type)
 

@@ -1,8 +1,9 @@
 """The trainers by name: one `TrainerSpec` each, registered by its package (shared/training/reference.py,
-dtensor_impl/spec.py, mirrored_impl/spec.py), and the one `fit` that trains any of them.
+dtensor_impl/spec.py, mirrored_impl/spec.py; their names in trainer_names.py), the run's trainers when --trainers
+is left to its default (`chosen`), and the one `fit` that trains any of them.
 
 The run layer (shared/run/) reaches a trainer only through this registry, so no module of shared/ imports a
-trainer package (tests/test_imports.py resolves the module names below as imports).
+trainer package (tests/test_imports.py resolves the module names of trainer_names.py as imports).
 """
 
 import importlib
@@ -16,15 +17,11 @@ from shared.model.registry import definition_for
 from shared.training import loop
 from shared.training.data import Dataset
 from shared.training.protocol import PLAIN_RUN, Progress, RunControl, RunFacts, Silent, Trainer, TrainerSpec
-
-SPEC_MODULES = {  # each module's SPEC; shared.config.TRAINER_NAMES lists the same names (a test keeps them equal)
-    "reference": "shared.training.reference",
-    "dtensor": "dtensor_impl.spec",
-    "mirrored": "mirrored_impl.spec",
-}
+from shared.training.trainer_names import SPEC_MODULES, check_trainer_names
 
 
 def trainer_spec(name: str) -> TrainerSpec:
+    check_trainer_names([name])
     spec = importlib.import_module(SPEC_MODULES[name]).SPEC
     if not isinstance(spec, TrainerSpec) or spec.name != name:
         raise TypeError(f"{SPEC_MODULES[name]}.SPEC is not the TrainerSpec of {name}")
@@ -35,12 +32,25 @@ def specs(names: Sequence[str] = tuple(SPEC_MODULES)) -> List[TrainerSpec]:
     return [trainer_spec(name) for name in names]
 
 
+def chosen(config: Config) -> Tuple[str, ...]:
+    """The run's trainers: --trainers, or by default every registered one; under --fit those with a model.fit."""
+    if config.trainers is not None:
+        check_trainer_names(config.trainers)
+        return tuple(config.trainers)
+    return tuple(spec.name for spec in specs() if not config.fit or spec.fit_trainer is not None)
+
+
+def with_trainers(config: Config) -> Config:
+    """`config` with its trainers named (chosen): what a run hands its trainer processes, clients and reports."""
+    return config if config.trainers is not None else config.replace(trainers=chosen(config))
+
+
 def cautions_for(config: Config, train_examples: int) -> Tuple[Caution, ...]:
     """The run's cautions: with --fit those of model.fit in each trainer's place (its spec's fit_cautions: what
     makes it compute otherwise than on one device), else the model's own (ModelDefinition.cautions)."""
     if not config.fit:
         return definition_for(config).cautions
-    return tuple(caution for spec in specs(config.trainers) for caution in spec.fit_cautions(config, train_examples))
+    return tuple(caution for spec in specs(chosen(config)) for caution in spec.fit_cautions(config, train_examples))
 
 
 def distributed(names: Sequence[str]) -> List[str]:
@@ -123,4 +133,4 @@ class Kept:
 
 def describe_runs(config: Config) -> Dict[str, RunFacts]:
     """{trainer: facts the header prints before anything trains}, e.g. DTensor's mesh and per-replica batch."""
-    return {name: trainer_spec(name).describe_run(config) for name in config.trainers}
+    return {name: trainer_spec(name).describe_run(config) for name in chosen(config)}
