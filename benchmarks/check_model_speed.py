@@ -43,7 +43,7 @@ def small_keras():
 def measure() -> dict:
     """In this process, from the tree on sys.path: the import's and each check's seconds."""
     started = time.perf_counter()
-    from shared.api import check_model
+    from dtensor_vs_mirrored.shared.api import check_model
 
     figures = {"import_s": time.perf_counter() - started}
     for name in ("first_s", "second_s"):

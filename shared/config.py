@@ -14,7 +14,7 @@ import json
 import math
 from typing import Optional, Tuple
 
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 # The trainers (shared/training/registry.py registers each one's spec; a test keeps the two equal) and the
 # built-in models (shared/model/registry.py): named here, at the bottom, where every layer can read them.
@@ -96,7 +96,7 @@ class Config:
     model: str = option(
         "mlp",
         "mlp (the tutorial's), vit (a small Vision Transformer), gpt (a character GPT on tiny Shakespeare), "
-        "or FILE.py:FUNCTION returning a shared.model.ModelDefinition (examples/my_model.py)",
+        "or FILE.py:FUNCTION returning a dtensor_vs_mirrored.shared.model.ModelDefinition (examples/my_model.py)",
         MODEL,
     )
     hidden: Optional[Tuple[int, ...]] = option(

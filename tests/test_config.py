@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-import compare
-from shared.config import CHOICES, Config
-from shared.errors import UsageError
-from shared.run.options import config_from_json
+from dtensor_vs_mirrored.shared import cli as compare
+from dtensor_vs_mirrored.shared.config import CHOICES, Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.run.options import config_from_json
 
 REFUSED = [
     (dict(batch_size=0), "argument --batch-size: 0 is not a positive integer"),
@@ -132,7 +132,7 @@ def test_config_names_a_trainer_only_as_the_trainers_defaults():
     import ast
     import os
 
-    from shared.training.registry import SPEC_MODULES
+    from dtensor_vs_mirrored.shared.training.registry import SPEC_MODULES
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shared", "config.py")
     tree = ast.parse(open(path).read())

@@ -17,9 +17,9 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from shared.errors import UsageError
-from shared.model.gpt import VOCABULARY
-from shared.training.dataset import Dataset, host_answers, take
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model.gpt import VOCABULARY
+from dtensor_vs_mirrored.shared.training.dataset import Dataset, host_answers, take
 
 EXCERPT = "training/embedded/tiny_shakespeare_excerpt.txt.gz"
 TFDS_HOST = "raw.githubusercontent.com"  # where tensorflow-datasets downloads tiny_shakespeare from
