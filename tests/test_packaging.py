@@ -47,7 +47,7 @@ def test_the_expected_files_include_the_data_the_code_loads():
 
 
 # A user's repository: a package of its own named `shared`, imported first, as their tests would.
-USERS_SHARED = {"shared/__init__.py": "NAME = 'the user's own shared'\n", "shared/training/__init__.py": ""}
+USERS_SHARED = {"shared/__init__.py": 'NAME = "the user\'s own shared"\n', "shared/training/__init__.py": ""}
 # Both runs in one process (one TensorFlow start): check_model's MLP on DTensor and the GPT's reference, a few batches.
 RUNS = """
 import sys, shared
@@ -94,3 +94,17 @@ def test_a_wheel_holds_every_tracked_file_and_trains_the_mlp_and_the_gpt_from_an
     command = site / "bin" / "dtensor-vs-mirrored"  # the installed command: its --help without TensorFlow
     shown = subprocess.run([command, "--help"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and shown.stdout.startswith("usage: compare.py"), shown.stdout + shown.stderr
+
+
+def test_the_projects_folder_imported_by_its_own_name_says_which_name_to_use():
+    """From the clone's root `shared` is this project's folder: imported so, it names the import that works (in a
+    user's repository `shared` is theirs, and the project's modules never import it by that name:
+    tests/test_imports.py)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from shared.api import check_model"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "ImportError: this project's shared/ is imported as dtensor_vs_mirrored.shared "
+        "(from dtensor_vs_mirrored.shared.api import check_model), not as shared"
+    )

@@ -61,7 +61,7 @@ def embedded_split() -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     (a stride permutation, no RNG whose stream could change between NumPy versions)
     that mixes the digits in every batch.
     """
-    with importlib.resources.files("shared").joinpath("training/embedded/mnist_5k.npz").open("rb") as f:
+    with importlib.resources.files(__package__).joinpath("embedded/mnist_5k.npz").open("rb") as f:
         arrays = np.load(f)
         images, labels = arrays["x"], arrays["y"]
     position_in_class = np.zeros(len(labels), dtype=np.int64)
