@@ -56,7 +56,7 @@ def test_help_lists_every_option_with_its_default():
 def test_every_option_states_its_default_in_help():
     """Each option's paragraph of --help as a user reads it says its default (--fit's said "the default trainers"
     and no default of its own)."""
-    from compare import build_parser
+    from dtensor_vs_mirrored.shared.cli import build_parser
 
     text = build_parser().format_help().split("options:", 1)[1]
     paragraphs = re.split(r"\n  (?=-)", text)[1:]  # each option's lines, from its flag

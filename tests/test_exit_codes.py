@@ -61,7 +61,8 @@ def test_verbose_shows_the_internal_errors_traceback_on_stderr_too(monkeypatch, 
 # As a command, with descriptor 2 hidden as for a user (shared/console.py): the run breaks right after, before
 # TensorFlow is imported (a second instead of ten).
 BROKEN_COMMAND = """
-import sys, compare
+import sys
+from dtensor_vs_mirrored.shared import cli as compare
 hide = compare.hide_tensorflow_messages
 def hide_then_break(verbose):
     hide(verbose)
@@ -85,7 +86,8 @@ def test_an_internal_error_from_the_command_is_one_line_and_exit_3(tmp_path):
 
 # compare.main called twice by a Python caller, with descriptor 2 hidden as for a user: then the caller's own lines.
 TWICE_THEN_THE_CALLERS = """
-import contextlib, io, os, sys, compare
+import contextlib, io, os, sys
+from dtensor_vs_mirrored.shared import cli as compare
 bad = ["--data", "embedded", "--train-examples", "5000"]
 for _ in range(2):
     print(compare.main(bad), flush=True)
