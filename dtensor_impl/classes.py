@@ -12,7 +12,7 @@ measured it against a vocabulary-parallel cross-entropy, whose max and sum are a
 
 from tensorflow.experimental import dtensor
 
-from shared.model.definition import BATCH_AXIS, UNSHARDED
+from dtensor_vs_mirrored.shared.model.definition import BATCH_AXIS, UNSHARDED
 
 
 def whole_classes(mesh: dtensor.Mesh):

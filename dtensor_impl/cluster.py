@@ -5,10 +5,10 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from tensorflow.experimental import dtensor
 
-from dtensor_impl import combining, nccl
-from shared.config import Config
-from shared.errors import UsageError
-from shared.training.protocol import Cluster, ClusterRole
+from dtensor_vs_mirrored.dtensor_impl import combining, nccl
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.training.protocol import Cluster, ClusterRole
 
 VARIABLES = ("DTENSOR_CLIENT_ID", "DTENSOR_NUM_CLIENTS", "DTENSOR_JOB_NAME", "DTENSOR_JOBS")
 JOB_NAME = "worker"

@@ -17,7 +17,7 @@ value, set before the run, wins.
 import os
 from typing import Dict, Optional
 
-from shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.model.registry import definition_for
 
 VARIABLE = "DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION"
 COMBINE_ABOVE_VARIABLES = 16  # trainable variables: the MLP's 6 unroll, the GPT's 38 and the ViT's 39 combine

@@ -12,13 +12,13 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl.mesh import BATCH_AXIS, batch_layout
-from shared.config import Config
-from shared.errors import UsageError
-from shared.training import batch_inputs
-from shared.training.batches import epoch_batches, epoch_order, without_autotune
-from shared.training.data import Dataset
-from shared.training.losses import host_label_count
+from dtensor_vs_mirrored.dtensor_impl.mesh import BATCH_AXIS, batch_layout
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.training import batch_inputs
+from dtensor_vs_mirrored.shared.training.batches import epoch_batches, epoch_order, without_autotune
+from dtensor_vs_mirrored.shared.training.data import Dataset
+from dtensor_vs_mirrored.shared.training.losses import host_label_count
 
 DATASET_PREFETCH = 2  # global batches DTensorDataset prepares ahead of the step
 

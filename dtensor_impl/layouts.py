@@ -13,8 +13,8 @@ and the step assigns them whole.
 import dataclasses
 from typing import Dict, List, Optional, Tuple
 
-from shared.model.definition import BATCH_AXIS, MODEL_AXIS, UNSHARDED, ModelDefinition, Variable
-from shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.model.definition import BATCH_AXIS, MODEL_AXIS, UNSHARDED, ModelDefinition, Variable
+from dtensor_vs_mirrored.shared.model.registry import definition_for
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,9 +12,9 @@ from typing import List, Optional, Sequence, Tuple
 
 from tensorflow.experimental import dtensor
 
-from dtensor_impl import combining
-from shared.errors import UsageError
-from shared.model.definition import BATCH_AXIS, MODEL_AXIS
+from dtensor_vs_mirrored.dtensor_impl import combining
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model.definition import BATCH_AXIS, MODEL_AXIS
 
 MESH_FORMAT = "batch=B[,model=M]"
 

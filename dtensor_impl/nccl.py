@@ -16,7 +16,7 @@ runtime was configured with. CPUs have no NCCL.
 import os
 from typing import Dict, Mapping, Optional, Tuple
 
-from shared.measure.traffic import Implementation
+from dtensor_vs_mirrored.shared.measure.traffic import Implementation
 
 VARIABLE = "DTENSOR_GPU_USE_NCCL_COMMUNICATION"
 _setting: Optional[Implementation] = None  # what this process's DTensor collectives use; None until `settle`

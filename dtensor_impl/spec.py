@@ -5,17 +5,17 @@ from typing import Dict, List, Sequence, Tuple
 
 import tensorflow as tf
 
-from dtensor_impl import combining, nccl
-from dtensor_impl.cluster import CLUSTER
-from dtensor_impl.inputs import check_input_mode, pack_batch
-from dtensor_impl.layouts import layout_plan
-from dtensor_impl.mesh import MeshSpec, every_mesh, mesh_spec, parse_mesh
-from dtensor_impl.trainer import DTensorTrainer
-from shared.config import Config
-from shared.devices import one_intra_op_thread
-from shared.errors import UsageError
-from shared.measure.history import History
-from shared.training.protocol import RunFacts, TrainerSpec, Variant
+from dtensor_vs_mirrored.dtensor_impl import combining, nccl
+from dtensor_vs_mirrored.dtensor_impl.cluster import CLUSTER
+from dtensor_vs_mirrored.dtensor_impl.inputs import check_input_mode, pack_batch
+from dtensor_vs_mirrored.dtensor_impl.layouts import layout_plan
+from dtensor_vs_mirrored.dtensor_impl.mesh import MeshSpec, every_mesh, mesh_spec, parse_mesh
+from dtensor_vs_mirrored.dtensor_impl.trainer import DTensorTrainer
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.devices import one_intra_op_thread
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.measure.history import History
+from dtensor_vs_mirrored.shared.training.protocol import RunFacts, TrainerSpec, Variant
 
 FLOAT64_ALL_REDUCE_SINCE = (2, 13)  # measured: 2.12.1 fails, 2.13.1 to 2.21.0 pass (docs/releases.md)
 FLOAT64_ALL_GATHER_SINCE = (2, 14)  # measured: 2.13.1 fails, 2.14.1 to 2.21.0 pass

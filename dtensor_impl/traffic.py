@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from shared.measure.traffic import COLLECTIVE_KINDS, Collective, DeviceTraffic, Traffic, ring_bytes
+from dtensor_vs_mirrored.shared.measure.traffic import COLLECTIVE_KINDS, Collective, DeviceTraffic, Traffic, ring_bytes
 
 
 def _function_def(name: str):

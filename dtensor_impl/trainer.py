@@ -16,29 +16,29 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl import combining, gathering, nccl, variables
-from dtensor_impl.captures import on_mesh
-from dtensor_impl.inputs import dataset_batches, pack_batch, packed_batches, padded_length
-from dtensor_impl.layouts import layout_plan
-from dtensor_impl.mesh import BATCH_AXIS, create_client_mesh, create_mesh, mesh_spec
-from dtensor_impl.traffic import dtensor_traffic
-from dtensor_impl.variables import build_model, build_optimizer, to_numpy
-from shared.config import Config
-from shared.console import status
-from shared.measure import profile
-from shared.measure.checksums import state_checksums, state_variables
-from shared.measure.history import History
-from shared.measure.memory import short_device
-from shared.measure.taps import Taps
-from shared.model.definition import MODEL_AXIS
-from shared.model.registry import definition_for
-from shared.training import batch_inputs, step
-from shared.training.batches import epoch_batches, equal_shape_runs
-from shared.training.build import build_model_and_optimizer
-from shared.training.data import Dataset
-from shared.training.loss_scale import loss_scale_of, mixed_compute
-from shared.training.losses import label_count
-from shared.training.protocol import Trainer
+from dtensor_vs_mirrored.dtensor_impl import combining, gathering, nccl, variables
+from dtensor_vs_mirrored.dtensor_impl.captures import on_mesh
+from dtensor_vs_mirrored.dtensor_impl.inputs import dataset_batches, pack_batch, packed_batches, padded_length
+from dtensor_vs_mirrored.dtensor_impl.layouts import layout_plan
+from dtensor_vs_mirrored.dtensor_impl.mesh import BATCH_AXIS, create_client_mesh, create_mesh, mesh_spec
+from dtensor_vs_mirrored.dtensor_impl.traffic import dtensor_traffic
+from dtensor_vs_mirrored.dtensor_impl.variables import build_model, build_optimizer, to_numpy
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.console import status
+from dtensor_vs_mirrored.shared.measure import profile
+from dtensor_vs_mirrored.shared.measure.checksums import state_checksums, state_variables
+from dtensor_vs_mirrored.shared.measure.history import History
+from dtensor_vs_mirrored.shared.measure.memory import short_device
+from dtensor_vs_mirrored.shared.measure.taps import Taps
+from dtensor_vs_mirrored.shared.model.definition import MODEL_AXIS
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.training import batch_inputs, step
+from dtensor_vs_mirrored.shared.training.batches import epoch_batches, equal_shape_runs
+from dtensor_vs_mirrored.shared.training.build import build_model_and_optimizer
+from dtensor_vs_mirrored.shared.training.data import Dataset
+from dtensor_vs_mirrored.shared.training.loss_scale import loss_scale_of, mixed_compute
+from dtensor_vs_mirrored.shared.training.losses import label_count
+from dtensor_vs_mirrored.shared.training.protocol import Trainer
 
 STEPS_PER_CALL = 4  # steps per train_steps call: one dispatch for several (docs/trainers.md, "Steps per call")
 UNROLL_MAX_OPERATIONS = 1000  # a larger step's graph traces too long unrolled: one step per call

@@ -12,12 +12,12 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl.classes import whole_classes
-from dtensor_impl.layouts import LayoutPlan, plan_layouts
-from dtensor_impl.mesh import BATCH_AXIS
-from shared.config import Config
-from shared.model.definition import MODEL_AXIS, UNSHARDED, Model
-from shared.training.optim import make_optimizer
+from dtensor_vs_mirrored.dtensor_impl.classes import whole_classes
+from dtensor_vs_mirrored.dtensor_impl.layouts import LayoutPlan, plan_layouts
+from dtensor_vs_mirrored.dtensor_impl.mesh import BATCH_AXIS
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.model.definition import MODEL_AXIS, UNSHARDED, Model
+from dtensor_vs_mirrored.shared.training.optim import make_optimizer
 
 
 def on_mesh(value: np.ndarray, layout: dtensor.Layout):

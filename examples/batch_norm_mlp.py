@@ -16,7 +16,7 @@ count in the statistics, so `independent_examples` stays off: a short last batch
 
 import tensorflow as tf
 
-from shared.model.definition import ModelDefinition, Variable, ones, truncated_normal, zeros
+from dtensor_vs_mirrored.shared.model.definition import ModelDefinition, Variable, ones, truncated_normal, zeros
 
 UNITS = 128
 EPSILON = 1e-3

@@ -12,7 +12,7 @@ One example is an image [32, 32, 3] float32 with one label of 10 classes (`input
 
 import tensorflow as tf
 
-from shared.model import MODEL_AXIS, UNSHARDED, ModelDefinition, Variable, truncated_normal, zeros
+from dtensor_vs_mirrored.shared.model import MODEL_AXIS, UNSHARDED, ModelDefinition, Variable, truncated_normal, zeros
 
 SIDE, COLOURS, CLASSES, UNITS = 32, 3, 10, 128
 FLAT = 8 * 8 * 32  # after two 2x2 pools

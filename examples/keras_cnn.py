@@ -11,13 +11,13 @@ its own variables train with Keras's own forward, the LayoutMap splitting the de
 - `keras_cnn`: BatchNormalization as Keras makes it: DTensor `ok`, MirroredStrategy `MISMATCH at step 0` (each
   replica normalises its own piece of the batch).
 - `synchronized`: BatchNormalization(synchronized=True): `ok` on both, on every mesh.
-- `keras_dropout`: keras.layers.Dropout instead of the drop-in shared.model.keras_layers.Dropout: a MISMATCH on
-  both whose reason names it.
+- `keras_dropout`: keras.layers.Dropout instead of the drop-in
+  dtensor_vs_mirrored.shared.model.keras_layers.Dropout: a MISMATCH on both whose reason names it.
 """
 
 import keras
 
-from shared.model.keras_layers import Dropout
+from dtensor_vs_mirrored.shared.model.keras_layers import Dropout
 
 UNITS, CLASSES = 32, 10
 

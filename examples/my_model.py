@@ -12,7 +12,14 @@ layer of 128 units split over the model axis (column then row parallel, as Megat
 
 import tensorflow as tf
 
-from shared.model.definition import MODEL_AXIS, UNSHARDED, ModelDefinition, Variable, truncated_normal, zeros
+from dtensor_vs_mirrored.shared.model.definition import (
+    MODEL_AXIS,
+    UNSHARDED,
+    ModelDefinition,
+    Variable,
+    truncated_normal,
+    zeros,
+)
 
 CHANNELS, UNITS = 8, 128
 POOLED = 14 * 14 * CHANNELS  # 28x28 images, 2x2 pool

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from shared.api import check_model
+from dtensor_vs_mirrored.shared.api import check_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from shared.api import check_model
-from shared.config import Config
-from shared.report.layouts import layouts_dict
+from dtensor_vs_mirrored.shared.api import check_model
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.report.layouts import layouts_dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEMMA = f"{HERE}/keras_hub_gemma.py:gemma"

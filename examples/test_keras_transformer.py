@@ -15,7 +15,7 @@ pytest.importorskip(
     reason="Keras models need Keras 3 (TensorFlow 2.16 or later); this TensorFlow brings Keras 2",
 )
 
-from shared.api import check_model
+from dtensor_vs_mirrored.shared.api import check_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = dict(devices=8, dtype="float64", epochs=1, batch_size=64, train_examples=256, test_examples=64)

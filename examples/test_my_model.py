@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from shared.api import check_model
+from dtensor_vs_mirrored.shared.api import check_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SMALL = dict(epochs=2, train_examples=512, test_examples=256, data="embedded")

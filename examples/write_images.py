@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from shared.files import write_atomically
+from dtensor_vs_mirrored.shared.files import write_atomically
 
 SIDE, COLOURS, CLASSES = 32, 3, 10
 

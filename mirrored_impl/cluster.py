@@ -7,9 +7,9 @@ from typing import Dict, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
-from shared.config import Config
-from shared.errors import UsageError
-from shared.training.protocol import Cluster, ClusterRole
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.training.protocol import Cluster, ClusterRole
 
 COLLECTIVE_TIMEOUT_S = 60  # longest wait for a peer in one collective (first step: tracing skew)
 

@@ -4,7 +4,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from shared.measure.traffic import Implementation
+from dtensor_vs_mirrored.shared.measure.traffic import Implementation
 
 
 def choose_cross_device_ops(devices: Sequence[str]) -> tf.distribute.CrossDeviceOps:

@@ -6,12 +6,12 @@ batches split over the replicas. docs/keras.md, "model.fit under MirroredStrateg
 import math
 from typing import List, Tuple
 
-from shared.config import Config
-from shared.model import keras_compat
-from shared.model.definition import Caution
-from shared.model.keras import draws, unsynchronized_batch_norms
-from shared.model.registry import definition_for
-from shared.training.keras_fit import CLIPPING, compile_settings, keras_module
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.model import keras_compat
+from dtensor_vs_mirrored.shared.model.definition import Caution
+from dtensor_vs_mirrored.shared.model.keras import draws, unsynchronized_batch_norms
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.training.keras_fit import CLIPPING, compile_settings, keras_module
 
 
 def rebatch_pieces(batch: int, replicas: int) -> List[int]:

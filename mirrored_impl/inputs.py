@@ -8,9 +8,14 @@ from typing import Callable, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from shared.measure import profile
-from shared.training import batch_inputs
-from shared.training.batches import batch_slices, epoch_batches, example_label_counts, without_autotune
+from dtensor_vs_mirrored.shared.measure import profile
+from dtensor_vs_mirrored.shared.training import batch_inputs
+from dtensor_vs_mirrored.shared.training.batches import (
+    batch_slices,
+    epoch_batches,
+    example_label_counts,
+    without_autotune,
+)
 
 
 def piece_sizes(global_count: int, num_replicas: int):

@@ -7,8 +7,8 @@ ops; MultiWorkerMirroredStrategy with --clients), judged against model.fit on on
 
 from typing import Sequence
 
-from mirrored_impl.trainer import make_strategy
-from shared.training.keras_fit import KerasFitTrainer
+from dtensor_vs_mirrored.mirrored_impl.trainer import make_strategy
+from dtensor_vs_mirrored.shared.training.keras_fit import KerasFitTrainer
 
 
 class MirroredFitTrainer(KerasFitTrainer):

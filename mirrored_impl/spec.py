@@ -5,16 +5,16 @@ from typing import List, Sequence
 
 import tensorflow as tf
 
-from mirrored_impl.cluster import CLUSTER
-from mirrored_impl.fit_cautions import fit_cautions, rebatch_pieces
-from mirrored_impl.inputs import describe_pieces
-from mirrored_impl.keras_fit import MirroredFitTrainer
-from mirrored_impl.trainer import UPDATE_MODES, MirroredTrainer, train_step, update_mode
-from shared.config import Config
-from shared.devices import one_intra_op_thread
-from shared.errors import UsageError
-from shared.measure import traffic
-from shared.training.protocol import RunFacts, TrainerSpec, Variant
+from dtensor_vs_mirrored.mirrored_impl.cluster import CLUSTER
+from dtensor_vs_mirrored.mirrored_impl.fit_cautions import fit_cautions, rebatch_pieces
+from dtensor_vs_mirrored.mirrored_impl.inputs import describe_pieces
+from dtensor_vs_mirrored.mirrored_impl.keras_fit import MirroredFitTrainer
+from dtensor_vs_mirrored.mirrored_impl.trainer import UPDATE_MODES, MirroredTrainer, train_step, update_mode
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.devices import one_intra_op_thread
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.measure import traffic
+from dtensor_vs_mirrored.shared.training.protocol import RunFacts, TrainerSpec, Variant
 
 
 def check_config(config: Config, devices: Sequence[str]) -> None:

@@ -14,23 +14,29 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from mirrored_impl.cluster import multi_worker_strategy
-from mirrored_impl.collectives import choose_cross_device_ops, implementation
-from mirrored_impl.inputs import describe_pieces, distribute_batches, distribute_pieces, piece, replica_values
-from shared.config import Config
-from shared.measure import profile
-from shared.measure.checksums import state_variables
-from shared.measure.history import History
-from shared.measure.taps import Taps
-from shared.measure.traffic import Implementation
-from shared.model.definition import Model
-from shared.training import batch_inputs, step
-from shared.training.batches import batch_label_counts, epoch_batches
-from shared.training.build import build_model_and_optimizer
-from shared.training.data import Dataset
-from shared.training.loss_scale import loss_scale_of
-from shared.training.optim import apply_gradients_fused
-from shared.training.protocol import Trainer
+from dtensor_vs_mirrored.mirrored_impl.cluster import multi_worker_strategy
+from dtensor_vs_mirrored.mirrored_impl.collectives import choose_cross_device_ops, implementation
+from dtensor_vs_mirrored.mirrored_impl.inputs import (
+    describe_pieces,
+    distribute_batches,
+    distribute_pieces,
+    piece,
+    replica_values,
+)
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.measure import profile
+from dtensor_vs_mirrored.shared.measure.checksums import state_variables
+from dtensor_vs_mirrored.shared.measure.history import History
+from dtensor_vs_mirrored.shared.measure.taps import Taps
+from dtensor_vs_mirrored.shared.measure.traffic import Implementation
+from dtensor_vs_mirrored.shared.model.definition import Model
+from dtensor_vs_mirrored.shared.training import batch_inputs, step
+from dtensor_vs_mirrored.shared.training.batches import batch_label_counts, epoch_batches
+from dtensor_vs_mirrored.shared.training.build import build_model_and_optimizer
+from dtensor_vs_mirrored.shared.training.data import Dataset
+from dtensor_vs_mirrored.shared.training.loss_scale import loss_scale_of
+from dtensor_vs_mirrored.shared.training.optim import apply_gradients_fused
+from dtensor_vs_mirrored.shared.training.protocol import Trainer
 
 SUM = tf.distribute.ReduceOp.SUM
 UPDATE_MODES = ("primary", "replicas")  # --mirrored-update, besides auto; see train_step

@@ -23,7 +23,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 from importlib import metadata
 
-from shared.files import write_atomically
+from dtensor_vs_mirrored.shared.files import write_atomically
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMBINE_ALL_REDUCES = "DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION"

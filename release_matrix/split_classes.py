@@ -24,11 +24,11 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl.classes import whole_classes
-from dtensor_impl.mesh import MeshSpec, create_mesh
-from dtensor_impl.variables import on_mesh, to_numpy
-from shared.devices import configure_devices
-from shared.model.definition import BATCH_AXIS, MODEL_AXIS, UNSHARDED
+from dtensor_vs_mirrored.dtensor_impl.classes import whole_classes
+from dtensor_vs_mirrored.dtensor_impl.mesh import MeshSpec, create_mesh
+from dtensor_vs_mirrored.dtensor_impl.variables import on_mesh, to_numpy
+from dtensor_vs_mirrored.shared.devices import configure_devices
+from dtensor_vs_mirrored.shared.model.definition import BATCH_AXIS, MODEL_AXIS, UNSHARDED
 
 MESH = MeshSpec(batch=4, model=2)
 CASES = {"mnist head": ((128,), 32, 10), "vocabulary": ((64, 64), 32, 1024)}  # (examples' shape, width, classes)

@@ -23,14 +23,14 @@ import sys
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl.combining import VARIABLE as COMBINE_ALL_REDUCES
-from dtensor_impl.inputs import pack_batch
-from dtensor_impl.mesh import MeshSpec, create_mesh
-from dtensor_impl.variables import build_model
-from shared.devices import configure_devices
-from shared.model.mlp import mlp
-from shared.training.data import load_data
-from shared.training.losses import mean_loss
+from dtensor_vs_mirrored.dtensor_impl.combining import VARIABLE as COMBINE_ALL_REDUCES
+from dtensor_vs_mirrored.dtensor_impl.inputs import pack_batch
+from dtensor_vs_mirrored.dtensor_impl.mesh import MeshSpec, create_mesh
+from dtensor_vs_mirrored.dtensor_impl.variables import build_model
+from dtensor_vs_mirrored.shared.devices import configure_devices
+from dtensor_vs_mirrored.shared.model.mlp import mlp
+from dtensor_vs_mirrored.shared.training.data import load_data
+from dtensor_vs_mirrored.shared.training.losses import mean_loss
 
 DEVICES = 8
 BATCH = 128

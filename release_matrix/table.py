@@ -20,10 +20,10 @@ import os
 import sys
 from typing import List, Optional
 
+from dtensor_vs_mirrored.shared.errors import TFDS_BROKEN
+from dtensor_vs_mirrored.shared.files import write_atomically
+from dtensor_vs_mirrored.shared.judge.bounds import FLOAT_TOLERANCE
 from release_matrix.releases import BASELINE_RELEASE, RELEASES
-from shared.errors import TFDS_BROKEN
-from shared.files import write_atomically
-from shared.judge.bounds import FLOAT_TOLERANCE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join("out", "releases")

@@ -1,6 +1,6 @@
 """Check a model from your own tests: the reference, DTensor on each mesh and MirroredStrategy, judged.
 
-    from shared.api import check_model
+    from dtensor_vs_mirrored.shared.api import check_model
     result = check_model("examples/my_model.py:my_model", meshes=("batch=8", "batch=2,model=4"),
                          epochs=2, train_examples=512, test_examples=256)
     assert result.ok, result.summary()
@@ -10,9 +10,9 @@ or a function returning either (or a Keras model and its LayoutMap; called after
 this process then: a trainer process could not import it. The reference trains once; DTensor once per mesh and
 MirroredStrategy once, on the first `devices` logical devices (configured here if TensorFlow has not started, CPUs
 at least CHECK_CPUS of them; else the process's own must suffice). Every verdict is compare.py's: a float32
-failure is rerun in float64 to tell float noise from a MISMATCH. Bad input raises shared.errors.UsageError with
-compare.py's one line, in check_model's terms (in_api_terms). TensorFlow's lines (its start-up, DTensor's) stay out
-of your test's output unless verbose=True, whatever TF_CPP_MIN_LOG_LEVEL says.
+failure is rerun in float64 to tell float noise from a MISMATCH. Bad input raises UsageError (shared/errors.py)
+with compare.py's one line, in check_model's terms (in_api_terms). TensorFlow's lines (its start-up, DTensor's)
+stay out of your test's output unless verbose=True, whatever TF_CPP_MIN_LOG_LEVEL says.
 """
 
 import argparse
@@ -22,7 +22,7 @@ import re
 import sys
 from typing import Callable, Dict, Optional, Sequence, Union
 
-from shared.console import hide_tensorflow_messages
+from dtensor_vs_mirrored.shared.console import hide_tensorflow_messages
 
 # Where this import starts TensorFlow, its start-up lines are hidden too, as check_model hides its own: whatever
 # TF_CPP_MIN_LOG_LEVEL says (a user's setting for their own code; TensorFlow's first lines ignore it anyway).
@@ -30,21 +30,21 @@ _shown_again = hide_tensorflow_messages(verbose="tensorflow" in sys.modules, env
 try:
     import numpy as np
 
-    from shared.config import BUILT_IN_MODELS, Config, option_flag
-    from shared.devices import configure_devices
-    from shared.errors import UsageError
-    from shared.judge.parity import Parity
-    from shared.judge.verdict import Verdict
-    from shared.model.definition import ModelDefinition
-    from shared.model.registry import register
-    from shared.option import int_list
-    from shared.run import worker
-    from shared.run.comparison import check_config, check_trainer_options
-    from shared.run.options import python_value, type_name, value_fits
-    from shared.run.plan import Entry, RunPlan
-    from shared.run.sequence import RunResult, TrainedBy, train_and_judge
-    from shared.training.data import load_run_data
-    from shared.training.registry import SPEC_MODULES, distributed, trainer_spec
+    from dtensor_vs_mirrored.shared.config import BUILT_IN_MODELS, Config, option_flag
+    from dtensor_vs_mirrored.shared.devices import configure_devices
+    from dtensor_vs_mirrored.shared.errors import UsageError
+    from dtensor_vs_mirrored.shared.judge.parity import Parity
+    from dtensor_vs_mirrored.shared.judge.verdict import Verdict
+    from dtensor_vs_mirrored.shared.model.definition import ModelDefinition
+    from dtensor_vs_mirrored.shared.model.registry import register
+    from dtensor_vs_mirrored.shared.option import int_list
+    from dtensor_vs_mirrored.shared.run import worker
+    from dtensor_vs_mirrored.shared.run.comparison import check_config, check_trainer_options
+    from dtensor_vs_mirrored.shared.run.options import python_value, type_name, value_fits
+    from dtensor_vs_mirrored.shared.run.plan import Entry, RunPlan
+    from dtensor_vs_mirrored.shared.run.sequence import RunResult, TrainedBy, train_and_judge
+    from dtensor_vs_mirrored.shared.training.data import load_run_data
+    from dtensor_vs_mirrored.shared.training.registry import SPEC_MODULES, distributed, trainer_spec
 finally:
     _shown_again()
 
@@ -84,7 +84,7 @@ def check_model(
     as the reference and under MirroredStrategy on each of `replica_counts` (default: `devices`), keyed
     "mirrored" or "mirrored N".
 
-    `options` are shared.config.Config fields: epochs, batch_size, train_examples, dtype, fit, ...
+    `options` are dtensor_vs_mirrored.shared.config.Config fields: epochs, batch_size, train_examples, dtype, fit, ...
     Python's and NumPy's global random states are put back afterwards (a Keras model's function is called after
     keras.utils.set_random_seed, which seeds them); TensorFlow's and Keras's global seeds stay the run's.
     """
@@ -167,7 +167,10 @@ def check_options(options: dict) -> dict:
         if name == "quiet":
             raise UsageError("quiet: check_model always runs quietly; drop it")
         if name not in fields:
-            raise UsageError(f"{name}={value!r}: check_model has no such option; use a field of shared.config.Config")
+            raise UsageError(
+                f"{name}={value!r}: check_model has no such option; "
+                "use a field of dtensor_vs_mirrored.shared.config.Config"
+            )
         if not value_fits(name, value):
             raise UsageError(f"{name}={value!r}: {name} takes {type_name(name)}")
     return {name: python_value(value) for name, value in options.items()}

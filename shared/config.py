@@ -9,8 +9,8 @@ import dataclasses
 import json
 from typing import Optional, Tuple
 
-from shared.errors import flag
-from shared.option import COUNT, COUNTS, EPOCHS, NATURAL, POSITIVE, Group, check_values, name_list
+from dtensor_vs_mirrored.shared.errors import flag
+from dtensor_vs_mirrored.shared.option import COUNT, COUNTS, EPOCHS, NATURAL, POSITIVE, Group, check_values, name_list
 
 # --help's groups; the fields' order is their order, and the options' order within each.
 WHERE = Group("what trains where")
@@ -64,7 +64,7 @@ class Config:
     model: str = MODEL.option(
         "mlp",
         "mlp (the tutorial's), vit (a small Vision Transformer), gpt (a character GPT on tiny Shakespeare), "
-        "or FILE.py:FUNCTION returning a shared.model.ModelDefinition (examples/my_model.py)",
+        "or FILE.py:FUNCTION returning a dtensor_vs_mirrored.shared.model.ModelDefinition (examples/my_model.py)",
     )
     hidden: Optional[Tuple[int, ...]] = MODEL.option(
         None, f"the MLP's hidden layer sizes (default: {','.join(map(str, TUTORIAL_HIDDEN))})", kind=COUNTS

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 
 import tensorflow as tf
 
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 MAX_LOGICAL_CPUS = 64
 LOGICAL_GPU_MEMORY_MB = 2048  # per logical GPU when one physical GPU is split; the MLP needs far less

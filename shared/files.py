@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 
 def write_atomically(path: str, payload: bytes) -> None:

@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import Callable, Optional, Tuple
 
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 Check = Callable[[object], Optional[str]]  # a value -> None, or what is wrong with it
 

@@ -12,7 +12,7 @@ import sys
 
 import jsonschema
 
-from shared.report.schema import SCHEMA_PATH
+from dtensor_vs_mirrored.shared.report.schema import SCHEMA_PATH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A compare.py run of a few seconds' training: 4 steps of 64 embedded examples on 2 devices, every trainer in the
@@ -57,7 +57,7 @@ def run_here(*args):
     devices are set up already and autograph has converted the trainers' functions, so a small run
     takes a third of a new process's time (which spends 8 s importing TensorFlow). A traceback
     propagates and fails the test."""
-    import compare
+    from dtensor_vs_mirrored.shared import cli as compare
 
     def run():
         out, err = io.StringIO(), io.StringIO()

@@ -10,7 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
 
-from shared.devices import configure_devices
+from dtensor_vs_mirrored.shared.devices import configure_devices
 
 TEST_DEVICES = configure_devices(8, "CPU")
 
@@ -22,7 +22,7 @@ def devices():
 
 @pytest.fixture(scope="session")
 def embedded():
-    from shared.training.data import load_data
+    from dtensor_vs_mirrored.shared.training.data import load_data
 
     return load_data("embedded")
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from shared.run.kernels import PROBE
+from dtensor_vs_mirrored.shared.run.kernels import PROBE
 
 
 @functools.lru_cache(maxsize=None)

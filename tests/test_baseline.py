@@ -13,15 +13,15 @@ import re
 import numpy as np
 import pytest
 
-from shared.config import Config
-from shared.errors import UsageError
-from shared.judge import baseline
-from shared.judge.digest import SAMPLE_COUNT, data_sha256, digest, digests
-from shared.measure.history import History
-from shared.report import baseline as baseline_report
-from shared.report import saved
-from shared.report.schema import SCHEMA_VERSION
-from shared.run.sequence import TrainerResult, why_no_float64
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge import baseline
+from dtensor_vs_mirrored.shared.judge.digest import SAMPLE_COUNT, data_sha256, digest, digests
+from dtensor_vs_mirrored.shared.measure.history import History
+from dtensor_vs_mirrored.shared.report import baseline as baseline_report
+from dtensor_vs_mirrored.shared.report import saved
+from dtensor_vs_mirrored.shared.report.schema import SCHEMA_VERSION
+from dtensor_vs_mirrored.shared.run.sequence import TrainerResult, why_no_float64
 from tests import cli
 from tests.cli import read_report, run_here, unwrapped
 
@@ -267,7 +267,7 @@ def test_a_baseline_without_this_runs_trainers_is_refused(small_data):
 
 
 def test_with_float64_cannot_start_from_a_float32_checkpoint():
-    from shared.run.run_options import check_run_options
+    from dtensor_vs_mirrored.shared.run.run_options import check_run_options
 
     with pytest.raises(UsageError) as refused:
         check_run_options(Config(with_float64=True, restore="/ckpt", trainers=("reference",)))

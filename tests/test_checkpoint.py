@@ -18,13 +18,13 @@ import time
 import numpy as np
 import pytest
 
-from shared.config import Config
-from shared.errors import UsageError
-from shared.judge.parity import TOLERANCES
-from shared.model.mlp import mlp
-from shared.report.progress import Printed
-from shared.training import checkpoint, export
-from shared.training.registry import fit
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge.parity import TOLERANCES
+from dtensor_vs_mirrored.shared.model.mlp import mlp
+from dtensor_vs_mirrored.shared.report.progress import Printed
+from dtensor_vs_mirrored.shared.training import checkpoint, export
+from dtensor_vs_mirrored.shared.training.registry import fit
 from tests.cli import data_slice, run_here, unwrapped
 
 TRAIN_EXAMPLES, TEST_EXAMPLES = 236, 100
@@ -223,11 +223,11 @@ WRITER = """
 import sys
 import numpy as np
 import tensorflow as tf
-from shared.training.checkpoint import TrainingState
-from shared.config import Config
-from shared.model.mlp import mlp
-from shared.model.definition import Model
-from shared.training.optim import make_optimizer
+from dtensor_vs_mirrored.shared.training.checkpoint import TrainingState
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.model.mlp import mlp
+from dtensor_vs_mirrored.shared.model.definition import Model
+from dtensor_vs_mirrored.shared.training.optim import make_optimizer
 config = Config(hidden=(2048, 2048))
 model = Model(mlp(config.hidden), [np.zeros(v.shape, np.float32) for v in mlp(config.hidden).initial_values(0)])
 optimizer = make_optimizer(config, model.weights, lambda v: tf.Variable(tf.zeros_like(v)),
@@ -269,9 +269,9 @@ def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     assert prefix == str(directory / "epoch-0001" / "ckpt")
     import tensorflow as tf
 
-    from shared.model.definition import Model
-    from shared.model.mlp import mlp
-    from shared.training.optim import make_optimizer
+    from dtensor_vs_mirrored.shared.model.definition import Model
+    from dtensor_vs_mirrored.shared.model.mlp import mlp
+    from dtensor_vs_mirrored.shared.training.optim import make_optimizer
 
     config = Config(hidden=(2048, 2048), epochs=3, restore=str(directory), quiet=True)
     definition = mlp(config.hidden)
@@ -321,10 +321,10 @@ def test_only_the_newest_checkpoints_are_kept_and_they_honour_the_umask(small, d
 
 
 def export_check(*directories):
-    """`python -m shared.export DIR...` as a user runs it: TF_CPP_MIN_LOG_LEVEL unset."""
+    """`python -m dtensor_vs_mirrored.shared.export DIR...` as a user runs it: TF_CPP_MIN_LOG_LEVEL unset."""
     env = dict({k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, PYTHONPATH=ROOT)
     return subprocess.run(
-        [sys.executable, "-m", "shared.export", *directories],
+        [sys.executable, "-m", "dtensor_vs_mirrored.shared.export", *directories],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -364,13 +364,13 @@ def test_exports_serve_the_trainers_predictions_in_a_fresh_process(resumed):
     not_an_export = export_check(directories["dtensor"], os.path.dirname(directories["dtensor"]))
     assert not_an_export.returncode == 2 and not_an_export.stdout == ""
     assert not_an_export.stderr.splitlines() == [
-        f"python -m shared.export: error: {os.path.dirname(directories['dtensor'])} is not an export of compare.py "
-        f"--export (it has no assets.extra/probe.npz)"
+        f"python -m dtensor_vs_mirrored.shared.export: error: {os.path.dirname(directories['dtensor'])} is not an "
+        f"export of compare.py --export (it has no assets.extra/probe.npz)"
     ]
     missing = export_check(directories["dtensor"] + "-not-there")
     assert missing.returncode == 2 and missing.stderr.splitlines() == [
-        f"python -m shared.export: error: {directories['dtensor']}-not-there: no such directory; give one that "
-        f"compare.py --export DIR wrote, DIR/<trainer>"
+        f"python -m dtensor_vs_mirrored.shared.export: error: {directories['dtensor']}-not-there: no such directory; "
+        f"give one that compare.py --export DIR wrote, DIR/<trainer>"
     ]
 
     import tensorflow as tf

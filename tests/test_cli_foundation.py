@@ -56,7 +56,7 @@ def test_help_lists_every_option_with_its_default():
 def test_every_option_states_its_default_in_help():
     """Each option's paragraph of --help as a user reads it says its default (--fit's said "the default trainers"
     and no default of its own)."""
-    from compare import build_parser
+    from dtensor_vs_mirrored.shared.cli import build_parser
 
     text = build_parser().format_help().split("options:", 1)[1]
     paragraphs = re.split(r"\n  (?=-)", text)[1:]  # each option's lines, from its flag
@@ -127,7 +127,7 @@ def test_bad_input_exits_2_before_training(args, message):
 def test_main_in_python_returns_2_for_any_bad_input_without_raising(argv, message, capsys):
     """compare.main(argv) is the Python API: an argparse error is the same return value and line as any other
     bad input (no SystemExit), so a caller gets one behaviour."""
-    import compare
+    from dtensor_vs_mirrored.shared import cli as compare
 
     assert compare.main(argv) == 2
     captured = capsys.readouterr()
@@ -135,7 +135,7 @@ def test_main_in_python_returns_2_for_any_bad_input_without_raising(argv, messag
 
 
 def test_main_in_python_returns_0_for_help(capsys):
-    import compare
+    from dtensor_vs_mirrored.shared import cli as compare
 
     assert compare.main(["--help"]) == 0
     captured = capsys.readouterr()

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from shared.api import check_model
-from shared.errors import UsageError
-from shared.training.optim import SGD, Adam, clip_by_global_norm, clipping_record
+from dtensor_vs_mirrored.shared.api import check_model
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.training.optim import SGD, Adam, clip_by_global_norm, clipping_record
 from tests.cli import run_here
 
 EVERY_MESH_OF_8 = ("batch=8", "batch=4,model=2", "batch=2,model=4", "batch=1,model=8")
@@ -68,7 +68,7 @@ def test_a_restore_across_clipping_settings_is_one_line(tmp_path):
 
 
 def test_a_clipping_limit_must_be_a_positive_number():
-    from shared.config import Config
+    from dtensor_vs_mirrored.shared.config import Config
 
     with pytest.raises(UsageError, match="argument --clip-global-norm: 0.0 is not a positive number"):
         Config(clip_global_norm=0.0)

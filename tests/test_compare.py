@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from shared.console import LINE_WIDTH
+from dtensor_vs_mirrored.shared.console import LINE_WIDTH
 from tests.cli import PNG_SIZE, SMALL, check_report, png_size, read_report, run_compare, run_here
 
 
@@ -199,11 +199,11 @@ def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devic
     """The failure path of compare.py in-process: the trainer's error becomes one table cell."""
     import io
 
-    from mirrored_impl.trainer import MirroredTrainer
-    from shared.config import Config
-    from shared.report import document
-    from shared.report import tables as report
-    from shared.run import sequence
+    from dtensor_vs_mirrored.mirrored_impl.trainer import MirroredTrainer
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.report import document
+    from dtensor_vs_mirrored.shared.report import tables as report
+    from dtensor_vs_mirrored.shared.run import sequence
 
     def broken_epoch(*args, **kwargs):
         raise RuntimeError("replica 3 lost its device\nsecond line that must not show")
@@ -248,11 +248,11 @@ def test_a_trainer_that_raises_is_reported_failed_and_the_others_still_run(devic
     ],
 )
 def test_the_header_names_only_what_the_chosen_trainers_use(devices, embedded, trainers, shown, hidden):
-    from shared.config import Config
-    from shared.report.header import header
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.report.header import header
 
     # A mesh for 3 devices: were the mesh parsed without DTensor, this would raise.
-    from shared.training.registry import describe_runs
+    from dtensor_vs_mirrored.shared.training.registry import describe_runs
 
     mesh = None if "dtensor" in trainers else "batch=3"
     config = Config(trainers=trainers, mesh=mesh)
@@ -265,11 +265,11 @@ def test_the_header_names_only_what_the_chosen_trainers_use(devices, embedded, t
 def test_a_float64_run_measures_its_matmul_peak_in_float64_and_says_so(devices, embedded):
     import io
 
-    from shared.config import Config
-    from shared.measure.peak import matmul_peak_gflops
-    from shared.report import document
-    from shared.report import tables as report
-    from shared.run import sequence
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.measure.peak import matmul_peak_gflops
+    from dtensor_vs_mirrored.shared.report import document
+    from dtensor_vs_mirrored.shared.report import tables as report
+    from dtensor_vs_mirrored.shared.run import sequence
 
     small = embedded.__class__(
         embedded.x_train[:256],
@@ -292,8 +292,8 @@ def test_a_float64_run_measures_its_matmul_peak_in_float64_and_says_so(devices, 
 def test_a_trainer_that_beats_the_matmul_is_the_yardstick_and_none_reads_over_100_percent():
     """The model's FLOP count is a convention that counts work a step skips: the reference once read 114% of a
     matmul "peak" (126 against 110 GFLOP/s)."""
-    from shared.measure.peak import yardstick
-    from shared.report.tables import gflops_line
+    from dtensor_vs_mirrored.shared.measure.peak import yardstick
+    from dtensor_vs_mirrored.shared.report.tables import gflops_line
 
     achieved = {"reference": 126.0, "dtensor": 11.0, "mirrored": None}
     top, what = yardstick(110.0, achieved)
@@ -319,10 +319,10 @@ def test_when_auto_falls_back_the_json_says_so(devices, monkeypatch):
     import sys
     import types
 
-    from shared.config import Config
-    from shared.report import document
-    from shared.run import sequence
-    from shared.training.data import load_data
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.report import document
+    from dtensor_vs_mirrored.shared.run import sequence
+    from dtensor_vs_mirrored.shared.training.data import load_data
 
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", types.ModuleType("tensorflow_datasets"))
     config = Config(
@@ -345,8 +345,8 @@ def test_when_auto_falls_back_the_json_says_so(devices, monkeypatch):
 
 
 def test_the_header_says_when_the_training_set_is_reshuffled():
-    from shared.config import Config
-    from shared.report.header import describe_training
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.report.header import describe_training
 
     assert describe_training(Config()) == "adam lr 0.001 (fixed Adam); float32; seed 22"
     shuffled = describe_training(Config(shuffle=True))

@@ -8,10 +8,10 @@ import pickle
 
 import pytest
 
-import compare
-from shared.config import CHOICES, Config
-from shared.errors import UsageError
-from shared.run.options import config_from_json
+from dtensor_vs_mirrored.shared import cli as compare
+from dtensor_vs_mirrored.shared.config import CHOICES, Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.run.options import config_from_json
 
 REFUSED = [  # (options, the field the value is refused for, compare.py's line)
     (dict(batch_size=0), "batch_size", "argument --batch-size: 0 is not a positive integer"),
@@ -74,8 +74,8 @@ def test_a_bad_value_is_refused_alike_by_the_config_and_the_command_line(changes
 
 @pytest.mark.parametrize("changes, message", REFUSED_TOGETHER)
 def test_options_that_do_not_go_together_are_refused_where_a_run_starts(changes, message, capsys):
-    from shared.run.run_options import check_run_options
-    from shared.training.trainer_names import check_trainer_names
+    from dtensor_vs_mirrored.shared.run.run_options import check_run_options
+    from dtensor_vs_mirrored.shared.training.trainer_names import check_trainer_names
 
     config = Config(**changes)  # the options themselves: each value is one the field takes
     with pytest.raises(UsageError) as refused:
@@ -90,7 +90,7 @@ def test_options_that_do_not_go_together_are_refused_where_a_run_starts(changes,
 def test_a_usage_error_carries_its_field_and_each_front_end_names_it_its_way():
     """The message says what is wrong with the value; the command line names the option by its flag, check_model
     by its keyword (shared/api.py), and a message with no field keeps the options it names itself."""
-    from shared.api import in_api_terms
+    from dtensor_vs_mirrored.shared.api import in_api_terms
 
     error = UsageError("0 is not a positive integer", field="train_examples")
     assert (error.message, error.field) == ("0 is not a positive integer", "train_examples")
@@ -117,7 +117,7 @@ def test_replace_checks_the_whole_new_config_and_leaves_the_old_one_as_it_was():
 def test_trainers_default_to_the_registrys_and_under_fit_to_those_with_a_model_fit():
     """--trainers' default (None) is filled in where a run starts, from the specs: every trainer, and with --fit
     those whose spec has a fit_trainer (Keras's model.fit has no DTensor path)."""
-    from shared.training.registry import chosen, with_trainers
+    from dtensor_vs_mirrored.shared.training.registry import chosen, with_trainers
 
     assert Config().trainers is None
     assert chosen(Config()) == ("reference", "dtensor", "mirrored")
@@ -187,7 +187,7 @@ def test_config_holds_the_options_and_names_no_trainer():
     import ast
     import os
 
-    from shared.training.registry import SPEC_MODULES
+    from dtensor_vs_mirrored.shared.training.registry import SPEC_MODULES
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shared", "config.py")
     text = open(path).read()
@@ -208,7 +208,7 @@ def test_config_holds_the_options_and_names_no_trainer():
 def test_a_run_of_a_config_made_in_python_checks_the_rules_between_its_options(changes, message):
     """comparison.run, the --clients launcher and check_model all start with check_trainer_options, which holds the
     rules compare.py checks on its flags: a Config made in Python is refused alike before anything runs."""
-    from shared.run.comparison import check_trainer_options
+    from dtensor_vs_mirrored.shared.run.comparison import check_trainer_options
 
     with pytest.raises(UsageError) as refused:
         check_trainer_options(Config(**changes))

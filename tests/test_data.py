@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from shared.errors import UsageError
-from shared.training.batches import batch_slices, epoch_batches
-from shared.training.data import (
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.training.batches import batch_slices, epoch_batches
+from dtensor_vs_mirrored.shared.training.data import (
     IDX_FILES,
     IDX_IMAGES_MAGIC,
     IDX_LABELS_MAGIC,

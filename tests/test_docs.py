@@ -12,8 +12,8 @@ import re
 import subprocess
 import sys
 
-from shared.console import LINE_WIDTH
-from shared.training.export import LOGIT_TOLERANCE
+from dtensor_vs_mirrored.shared.console import LINE_WIDTH
+from dtensor_vs_mirrored.shared.training.export import LOGIT_TOLERANCE
 from tests.cli import ROOT
 
 
@@ -25,7 +25,7 @@ def read(path):
 def test_the_ci_advice_fixes_the_data():
     """--data auto trains on tfds or on the embedded set, depending on the network: CI should not. The command the
     README's introduction gives parses to a run whose data does not depend on the network, and writes its report."""
-    import compare
+    from dtensor_vs_mirrored.shared import cli as compare
 
     introduction = read("README.md").split("\n## ", 1)[0]
     (command,) = re.findall(r"^    python compare\.py (.*)$", introduction, re.M)
@@ -34,7 +34,7 @@ def test_the_ci_advice_fixes_the_data():
 
 
 def compare_parser():
-    import compare
+    from dtensor_vs_mirrored.shared import cli as compare
 
     return compare.build_parser()
 
@@ -52,10 +52,10 @@ def test_the_checkpoint_docs_name_the_real_layout_and_the_export_tolerance():
 
 
 def test_the_readmes_run_excerpt_starts_with_the_header_compare_prints(devices, embedded):
-    from shared.config import Config
-    from shared.report.header import header as run_header
-    from shared.run.sequence import describe_processes
-    from shared.training.registry import describe_runs
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.report.header import header as run_header
+    from dtensor_vs_mirrored.shared.run.sequence import describe_processes
+    from dtensor_vs_mirrored.shared.training.registry import describe_runs
 
     section = read("README.md").split("## What a run prints", 1)[1].split("\n## ", 1)[0]
     excerpt = [line[4:] for line in section.splitlines() if line.startswith("    ")]
@@ -102,7 +102,7 @@ def documented_option_groups():
 
 
 def test_the_options_doc_has_the_groups_of_help_in_its_order():
-    import compare
+    from dtensor_vs_mirrored.shared import cli as compare
 
     own = {"positional arguments", "options", "optional arguments"}  # argparse's, not ours
     titles = [group.title for group in compare.build_parser()._action_groups if group.title not in own]
@@ -113,7 +113,7 @@ def test_the_options_doc_puts_every_option_in_its_group_of_help():
     """Each option the doc names is one of its --help group's; each visible option of a group is named."""
     import argparse
 
-    import compare
+    from dtensor_vs_mirrored.shared import cli as compare
 
     parser_groups = {
         group.title: [action for action in group._group_actions if action.help != argparse.SUPPRESS]
@@ -138,7 +138,7 @@ def documented_parts(title: str) -> list:
 
 
 def test_the_trainer_contract_in_the_docs_is_the_one_in_the_code():
-    from shared.training.protocol import Cluster, Trainer, TrainerSpec
+    from dtensor_vs_mirrored.shared.training.protocol import Cluster, Trainer, TrainerSpec
 
     trainer_parts = set(Trainer.__annotations__) | {
         name for name, value in vars(Trainer).items() if callable(value) and not name.startswith("_")
@@ -307,8 +307,8 @@ def test_every_message_a_doc_quotes_is_one_a_test_expects():
 
 
 def test_the_baselines_doc_lists_the_numeric_options_that_the_baseline_judge_declares():
-    from shared.config import flag
-    from shared.judge.baseline import NUMERIC_OPTIONS
+    from dtensor_vs_mirrored.shared.config import flag
+    from dtensor_vs_mirrored.shared.judge.baseline import NUMERIC_OPTIONS
 
     paragraph = read("docs/baselines.md").split("`shared/judge/baseline.NUMERIC_OPTIONS`: ", 1)[1].split(";", 1)[0]
     assert re.findall(r"`(--[\w-]+)`", paragraph) == [flag(name) for name in NUMERIC_OPTIONS]
@@ -321,8 +321,8 @@ def test_no_doc_gives_a_source_files_line_count():
 
 
 def test_the_multi_machine_doc_shows_the_network_lines_the_launcher_prints():
-    from shared.console import fit_width
-    from shared.run.network import PrivateNetwork
+    from dtensor_vs_mirrored.shared.console import fit_width
+    from dtensor_vs_mirrored.shared.run.network import PrivateNetwork
 
     private, refused = PrivateNetwork(), PrivateNetwork()
     private.holder = object()  # a namespace is held: its pid is not shown

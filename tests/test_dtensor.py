@@ -18,16 +18,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dtensor_impl import combining
-from dtensor_impl import inputs as dtensor_inputs
-from dtensor_impl import spec as dtensor_spec
-from dtensor_impl import trainer as dtensor_trainer
-from dtensor_impl import variables as dtensor_variables
-from dtensor_impl.mesh import parse_mesh
-from shared.config import Config
-from shared.errors import UsageError
-from shared.judge.parity import TOLERANCES, check_parity
-from shared.training.registry import fit
+from dtensor_vs_mirrored.dtensor_impl import combining
+from dtensor_vs_mirrored.dtensor_impl import inputs as dtensor_inputs
+from dtensor_vs_mirrored.dtensor_impl import spec as dtensor_spec
+from dtensor_vs_mirrored.dtensor_impl import trainer as dtensor_trainer
+from dtensor_vs_mirrored.dtensor_impl import variables as dtensor_variables
+from dtensor_vs_mirrored.dtensor_impl.mesh import parse_mesh
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge.parity import TOLERANCES, check_parity
+from dtensor_vs_mirrored.shared.training.registry import fit
 from tests.cli import data_slice
 
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
@@ -213,8 +213,8 @@ def test_padded_model_hands_out_the_unpadded_one(run):
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_padded_units_stay_exactly_zero(devices, small, optimizer):
     """Zero in, zero bias, zero out: ReLU gives 0 with gradient 0, so no update ever moves them."""
-    from dtensor_impl.mesh import create_mesh
-    from shared.model.mlp import mlp
+    from dtensor_vs_mirrored.dtensor_impl.mesh import create_mesh
+    from dtensor_vs_mirrored.shared.model.mlp import mlp
 
     spec, definition = parse_mesh(PADDED_MESH, 8), mlp((60, 32))
     mesh = create_mesh(spec, devices)
@@ -268,7 +268,7 @@ def test_all_reduce_combining_is_off_on_cpu(run):
 
 
 def test_a_trainer_process_combines_the_all_reduces_of_a_model_of_many_variables(monkeypatch):
-    from shared.run.sequence import describe_processes, process_environment
+    from dtensor_vs_mirrored.shared.run.sequence import describe_processes, process_environment
 
     monkeypatch.setenv(combining.VARIABLE, "0")  # as `settle` leaves it, here or in a process that started this one
     monkeypatch.setenv(combining.SETTLED, "0")
@@ -294,7 +294,7 @@ def test_a_trainer_process_combines_the_all_reduces_of_a_model_of_many_variables
 def test_with_the_combining_on_a_step_a_call_matches_the_reference_in_float64():
     """An MLP of 9 layers (18 variables) in its trainer process: the combining on, one step a call, every step exact
     (6 steps: were it to unroll, a call of 4 would read stale weights)."""
-    from shared.api import check_model
+    from dtensor_vs_mirrored.shared.api import check_model
 
     options = dict(hidden=(16,) * 8, train_examples=192, test_examples=32, batch_size=32, epochs=1, dtype="float64")
     result = check_model("mlp", meshes=("batch=2",), trainers=("dtensor",), devices=2, **options)
@@ -309,17 +309,17 @@ def test_with_the_combining_on_a_step_a_call_matches_the_reference_in_float64():
 STARTED_BEFORE = """
 import json
 import os
-from shared.devices import configure_devices
+from dtensor_vs_mirrored.shared.devices import configure_devices
 devices = configure_devices(8, "CPU")
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 mesh = dtensor.create_mesh([("batch", 8)], devices=devices)
 dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 1), shape=(2,))  # DTensor starts here
-from dtensor_impl import combining, trainer
-from shared.training import reference
-from shared.config import Config
-from shared.training.data import load_data
-from shared.training.registry import fit
+from dtensor_vs_mirrored.dtensor_impl import combining, trainer
+from dtensor_vs_mirrored.shared.training import reference
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.training.data import load_data
+from dtensor_vs_mirrored.shared.training.registry import fit
 data = load_data("embedded", 512, 64)
 config = Config(epochs=1, quiet=True)
 expected = fit("reference", config, data, devices[:1]).step_losses

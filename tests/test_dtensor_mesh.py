@@ -8,14 +8,14 @@ import pytest
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from dtensor_impl import inputs as dtensor_inputs
-from dtensor_impl import spec as dtensor_spec
-from dtensor_impl import variables as dtensor_variables
-from dtensor_impl.mesh import MeshSpec, create_mesh, every_mesh, mesh_spec, parse_mesh
-from shared.config import Config
-from shared.errors import UsageError
-from shared.model.mlp import mlp
-from shared.training.registry import fit
+from dtensor_vs_mirrored.dtensor_impl import inputs as dtensor_inputs
+from dtensor_vs_mirrored.dtensor_impl import spec as dtensor_spec
+from dtensor_vs_mirrored.dtensor_impl import variables as dtensor_variables
+from dtensor_vs_mirrored.dtensor_impl.mesh import MeshSpec, create_mesh, every_mesh, mesh_spec, parse_mesh
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model.mlp import mlp
+from dtensor_vs_mirrored.shared.training.registry import fit
 
 U = dtensor.UNSHARDED
 MLP = mlp()

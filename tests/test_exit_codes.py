@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from shared.report.schema import SCHEMA_VERSION
+from dtensor_vs_mirrored.shared.report.schema import SCHEMA_VERSION
 from tests.cli import ROOT, run_here
 
 INTERNAL = re.compile(r"^compare\.py: internal error: (\w+): (.*) \(traceback in (\S+)\)$")
@@ -28,7 +28,7 @@ def own_temp_dir(tmp_path, monkeypatch):
 
 def fail_inside(monkeypatch):
     """Make the run itself raise, past argument parsing, as a bug in compare.py would."""
-    from shared.run import comparison
+    from dtensor_vs_mirrored.shared.run import comparison
 
     def broken(config):
         raise RuntimeError("forced for the test\nsecond line")
@@ -61,7 +61,8 @@ def test_verbose_shows_the_internal_errors_traceback_on_stderr_too(monkeypatch, 
 # As a command, with descriptor 2 hidden as for a user (shared/console.py): the run breaks right after, before
 # TensorFlow is imported (a second instead of ten).
 BROKEN_COMMAND = """
-import sys, compare
+import sys
+from dtensor_vs_mirrored.shared import cli as compare
 hide = compare.hide_tensorflow_messages
 def hide_then_break(verbose):
     hide(verbose)
@@ -85,7 +86,8 @@ def test_an_internal_error_from_the_command_is_one_line_and_exit_3(tmp_path):
 
 # compare.main called twice by a Python caller, with descriptor 2 hidden as for a user: then the caller's own lines.
 TWICE_THEN_THE_CALLERS = """
-import contextlib, io, os, sys, compare
+import contextlib, io, os, sys
+from dtensor_vs_mirrored.shared import cli as compare
 bad = ["--data", "embedded", "--train-examples", "5000"]
 for _ in range(2):
     print(compare.main(bad), flush=True)
@@ -114,7 +116,7 @@ def test_a_python_caller_keeps_its_stderr_after_main(tmp_path):
 # restore its lines show, and never land in a file the caller opens next (on the descriptor number freed).
 HANDLER_AFTER_RESTORE = """
 import logging, sys
-from shared.console import hide_tensorflow_messages
+from dtensor_vs_mirrored.shared.console import hide_tensorflow_messages
 restore = hide_tensorflow_messages(False, environ={})
 handler = logging.StreamHandler(sys.stderr)
 restore()
@@ -129,7 +131,7 @@ print(open("caller.txt").read() == "", flush=True)
 # descriptor 2 (shared/run/worker.py starts them with shown_descriptor()), not /dev/null.
 STRINGIO_WHILE_HIDDEN = """
 import contextlib, io, os, subprocess, sys
-from shared.console import hide_tensorflow_messages, shown_descriptor
+from dtensor_vs_mirrored.shared.console import hide_tensorflow_messages, shown_descriptor
 with contextlib.redirect_stderr(io.StringIO()):
     restore = hide_tensorflow_messages(False, environ={})
     child = [sys.executable, "-c", "import sys; sys.stderr.write('a trainer process line\\\\n')"]
@@ -153,7 +155,7 @@ def test_a_log_handler_made_while_hidden_writes_to_stderr_after_restore_not_into
 
 QUIET_CHECK = """
 import sys
-from shared.api import check_model
+from dtensor_vs_mirrored.shared.api import check_model
 print("the check's own line", file=sys.stderr)
 check = check_model("mlp", meshes=["batch=2"], trainers=["dtensor"], devices=2, train_examples=256, test_examples=128,
                     epochs=1, verbose=VERBOSE)
@@ -231,7 +233,7 @@ def test_a_broken_baseline_is_one_line_and_exit_2_before_anything_trains(tmp_pat
 
 def test_an_older_minors_baseline_without_the_newer_fields_is_read(tmp_path):
     """2.3 added config.dropout and parity first_difference; a 2.2 report without them is still a baseline."""
-    from shared.report.saved import load
+    from dtensor_vs_mirrored.shared.report.saved import load
 
     def as_2_2(report):
         report.update(schema_version="2.2")
@@ -272,7 +274,7 @@ def test_a_failure_is_one_line_that_names_the_error_even_where_tensorflow_traced
     an error raised while TensorFlow traced a function, the traced error and its frame, not "in user code:"."""
     import tensorflow as tf
 
-    from shared.errors import one_line
+    from dtensor_vs_mirrored.shared.errors import one_line
 
     @tf.function
     def grows():

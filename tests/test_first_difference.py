@@ -9,12 +9,12 @@ import re
 
 import numpy as np
 
-from shared.judge.first_difference import locate
-from shared.judge.parity import Tolerance
-from shared.measure.taps import Taps
-from shared.model.registry import load
-from shared.training.checkpoint import weights_of
-from shared.training.data import load_data
+from dtensor_vs_mirrored.shared.judge.first_difference import locate
+from dtensor_vs_mirrored.shared.judge.parity import Tolerance
+from dtensor_vs_mirrored.shared.measure.taps import Taps
+from dtensor_vs_mirrored.shared.model.registry import load
+from dtensor_vs_mirrored.shared.training.checkpoint import weights_of
+from dtensor_vs_mirrored.shared.training.data import load_data
 from tests.cli import run_here
 
 TOLERANCE = Tolerance(1e-7, 1e-7)
@@ -49,9 +49,9 @@ def test_zero_units_are_cut_and_a_tap_without_the_examples_first_is_said():
 def test_a_replay_from_a_mid_run_state_agrees_where_the_run_agreed(devices):
     """Step 3 of an MLP run (a checkpoint of the reference after 3 steps, restored into MirroredStrategy and a
     padded DTensor mesh): every tap and gradient agrees in float64."""
-    from shared.config import Config
-    from shared.run import replay
-    from shared.run.sequence import Entry, float64_config, in_process
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.run import replay
+    from dtensor_vs_mirrored.shared.run.sequence import Entry, float64_config, in_process
 
     data = load_data("embedded", 256, 64)
     for trainer, mesh in (("mirrored", "batch=8"), ("dtensor", "batch=2,model=4")):
@@ -67,10 +67,10 @@ def test_a_replay_from_a_mid_run_state_agrees_where_the_run_agreed(devices):
 def test_a_trainer_that_cannot_run_float64_here_gives_no_replay_and_says_why(devices, monkeypatch):
     """TensorFlow 2.12's DTensor has no float64 collectives (its release stood in for here): the replay of a float32
     MISMATCH says so in the verdict's line instead of ending the run with exit 2 (found by the release matrix)."""
-    from dtensor_impl import spec as dtensor_spec
-    from shared.config import Config
-    from shared.run import replay
-    from shared.run.sequence import Entry, float64_config, in_process
+    from dtensor_vs_mirrored.dtensor_impl import spec as dtensor_spec
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.run import replay
+    from dtensor_vs_mirrored.shared.run.sequence import Entry, float64_config, in_process
 
     monkeypatch.setattr(dtensor_spec, "tensorflow_release", lambda: (2, 12))
     data = load_data("embedded", 128, 32)
@@ -129,11 +129,11 @@ def test_batch_norm_with_running_statistics(tmp_path):
 def test_with_clients_the_replay_is_not_run_and_the_reason_says_how_to_locate_it():
     """The replay restores a mid-run checkpoint in one process, which --clients runs cannot: the MISMATCH's reason
     says so in one line, and nothing is trained for it."""
-    from shared.config import Config
-    from shared.judge.verdict import MISMATCH, Verdict
-    from shared.measure.history import History
-    from shared.run.results import TrainerResult
-    from shared.run.sequence import Entry, locate_differences
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.judge.verdict import MISMATCH, Verdict
+    from dtensor_vs_mirrored.shared.measure.history import History
+    from dtensor_vs_mirrored.shared.run.results import TrainerResult
+    from dtensor_vs_mirrored.shared.run.sequence import Entry, locate_differences
 
     config = Config(trainers=("dtensor",), clients=2, devices=2, dtype="float64")
     found = Verdict(MISMATCH, reason="at step 1: loss", first_disagreeing_step=1)
@@ -160,10 +160,10 @@ def test_every_trainers_step_on_a_host_batch_is_the_references(devices):
     import numpy as np
     import tensorflow as tf
 
-    from dtensor_impl.trainer import DTensorTrainer
-    from mirrored_impl.trainer import MirroredTrainer
-    from shared.config import Config
-    from shared.training.reference import ReferenceTrainer
+    from dtensor_vs_mirrored.dtensor_impl.trainer import DTensorTrainer
+    from dtensor_vs_mirrored.mirrored_impl.trainer import MirroredTrainer
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.training.reference import ReferenceTrainer
 
     data = load_data("embedded", 64, 32)
     config = Config(hidden=(16, 8), batch_size=32, dtype="float64", quiet=True, mesh="batch=2,model=2")
@@ -184,6 +184,6 @@ def test_every_trainers_step_on_a_host_batch_is_the_references(devices):
 
 
 def config_initial(config):
-    from shared.model.registry import definition_for
+    from dtensor_vs_mirrored.shared.model.registry import definition_for
 
     return definition_for(config).initial_values(config.seed, config.dtype)

@@ -12,19 +12,19 @@ pytest.importorskip(
 )
 import tensorflow as tf
 
-import compare
-from mirrored_impl.fit_cautions import fit_cautions, rebatch_pieces
-from shared.api import check_model
-from shared.config import Config
-from shared.errors import UsageError
-from shared.judge.verdict import OK
-from shared.model.registry import definition_for
-from shared.report.header import describe_training
-from shared.run.fit_options import check_fit_options
-from shared.training import registry
-from shared.training.batches import epoch_batches
-from shared.training.data import load_run_data
-from shared.training.keras_fit import check_fit_model, fit_model
+from dtensor_vs_mirrored.mirrored_impl.fit_cautions import fit_cautions, rebatch_pieces
+from dtensor_vs_mirrored.shared import cli as compare
+from dtensor_vs_mirrored.shared.api import check_model
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge.verdict import OK
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.report.header import describe_training
+from dtensor_vs_mirrored.shared.run.fit_options import check_fit_options
+from dtensor_vs_mirrored.shared.training import registry
+from dtensor_vs_mirrored.shared.training.batches import epoch_batches
+from dtensor_vs_mirrored.shared.training.data import load_run_data
+from dtensor_vs_mirrored.shared.training.keras_fit import check_fit_model, fit_model
 
 EXAMPLE = "examples/keras_fit.py"
 MISTAKES = "tests/models/keras_mistakes.py"
@@ -83,7 +83,7 @@ def test_the_pre_run_check_lists_keras_s_causes_that_apply_to_the_compile_settin
 
 
 def test_fit_trains_the_reference_and_mirrored_by_default():
-    from shared.training.registry import chosen
+    from dtensor_vs_mirrored.shared.training.registry import chosen
 
     assert chosen(Config(model=f"{EXAMPLE}:plain", fit=True)) == ("reference", "mirrored")
 
@@ -132,7 +132,7 @@ def test_a_model_fit_cannot_train_is_one_line():
 # extended: the cautions' texts are asserted above without training; this trains 8 replicas.
 @pytest.mark.extended
 def test_a_partial_last_batch_in_unequal_pieces_is_a_mismatch_at_that_step_naming_the_cause():
-    from shared.api import check_model
+    from dtensor_vs_mirrored.shared.api import check_model
 
     result = check_model(
         f"{EXAMPLE}:plain", fit=True, devices=8, dtype="float64", epochs=1, batch_size=64, train_examples=100,
@@ -151,7 +151,7 @@ SMALL_FIT = {"data": "embedded", "train_examples": 256, "test_examples": 128, "e
 def test_a_loss_given_by_name_computes_in_float64_in_a_float64_fit():
     """Keras builds a named loss at the first fit, in float32 floatx: before the tool resolved it, one device and
     MirroredStrategy differed by float32's rounding (1.2e-7 here); in float64 they agree to 1e-12."""
-    from shared.api import check_model
+    from dtensor_vs_mirrored.shared.api import check_model
 
     check = check_model(f"{FLOAT64}:softmax_string_loss", fit=True, devices=2, dtype="float64", **SMALL_FIT)
     parity = check.parity["mirrored"]
@@ -160,7 +160,7 @@ def test_a_loss_given_by_name_computes_in_float64_in_a_float64_fit():
 
 
 def test_a_metric_with_no_float64_kernel_computes_on_a_float32_cast_and_fails_nothing():
-    from shared.api import check_model
+    from dtensor_vs_mirrored.shared.api import check_model
 
     check = check_model(f"{FLOAT64}:top_k_metric", fit=True, devices=2, dtype="float64", **SMALL_FIT)
     assert check.errors == {} and check.verdicts["mirrored"].verdict == OK, check.errors

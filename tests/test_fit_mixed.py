@@ -5,8 +5,8 @@ from replica 0's local gradients)."""
 
 import pytest
 
-from shared.judge.mixed import first_skip_difference
-from shared.measure.history import History
+from dtensor_vs_mirrored.shared.judge.mixed import first_skip_difference
+from dtensor_vs_mirrored.shared.measure.history import History
 from tests.cli import read_report, run_here
 from tests.kernels import require_matmul
 from tests.models.keras_mixed import write_normal, write_overflow

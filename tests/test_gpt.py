@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dtensor_impl import gathering
-from dtensor_impl import spec as dtensor_spec
-from dtensor_impl.mesh import parse_mesh
-from shared.config import Config
-from shared.judge.parity import check_parity
-from shared.model.gpt import CONTEXT, VOCABULARY, gpt
-from shared.training import checkpoint, export
-from shared.training.data import load_data
-from shared.training.registry import fit
-from shared.training.text import excerpt
+from dtensor_vs_mirrored.dtensor_impl import gathering
+from dtensor_vs_mirrored.dtensor_impl import spec as dtensor_spec
+from dtensor_vs_mirrored.dtensor_impl.mesh import parse_mesh
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.judge.parity import check_parity
+from dtensor_vs_mirrored.shared.model.gpt import CONTEXT, VOCABULARY, gpt
+from dtensor_vs_mirrored.shared.training import checkpoint, export
+from dtensor_vs_mirrored.shared.training.data import load_data
+from dtensor_vs_mirrored.shared.training.registry import fit
+from dtensor_vs_mirrored.shared.training.text import excerpt
 
 MESH = "batch=2,model=2"
 BASE = Config(model="gpt", data="embedded", epochs=2, batch_size=32, dtype="float64", quiet=True)

@@ -1,13 +1,15 @@
 """Imports run one way, down the layers: a module imports its own layer and lower ones, never a higher one
 (shared/__init__.py says each folder's rule), directly, inside a function or by name (`importlib.import_module`,
 a `-m shared...` command, a registry's module names), and none reaches back to itself. The trainer packages sit
-at the training layer; the run layer reaches them only through shared/training/registry.py."""
+at the training layer; the run layer reaches them only through shared/training/registry.py. Every import names
+the project's modules by its unique name (`dtensor_vs_mirrored.shared...`): a user's own `shared` never mixes in."""
 
 import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("shared", "dtensor_impl", "mirrored_impl", "release_matrix")
+UNIQUE = "dtensor_vs_mirrored."  # the import name that holds shared/, dtensor_impl/ and mirrored_impl/
 # Lowest first. A module may import its own layer and those below it.
 LAYERS = [
     (
@@ -20,7 +22,7 @@ LAYERS = [
     ("training", ["shared.training", "dtensor_impl", "mirrored_impl"]),
     ("report", ["shared.report"]),
     ("run", ["shared.run"]),
-    ("entry points", ["shared.api", "shared.export", "compare", "release_matrix"]),
+    ("entry points", ["shared.api", "shared.cli", "shared.export", "compare", "release_matrix"]),
 ]
 
 
@@ -39,9 +41,17 @@ def project_modules() -> dict:
 
 
 def imported_project_modules(path: str, modules: dict, source: str = "") -> set:
-    """Project modules that `path` (or `source`) imports anywhere in its code (`from shared.report import tables`
-    counts), and those it names in a string: an `importlib.import_module("...")` argument, a `-m` command's
-    module, a registry's module names. A module naming itself (its own `-m` command) does not count."""
+    """Project modules that `path` (or `source`) imports anywhere in its code (`from dtensor_vs_mirrored.shared.report
+    import tables` counts, as shared.report.tables), and those it names in a string: an `importlib.import_module("...")`
+    argument, a `-m` command's module, a registry's module names. A module naming itself (its own `-m` command) does
+    not count."""
+    found = {name.removeprefix(UNIQUE) for name in named_modules(path, source)}
+    own = {name for name, module_path in modules.items() if module_path == path}
+    return {name for name in found if name in modules} - own
+
+
+def named_modules(path: str, source: str = "") -> set:
+    """Every module name `path` (or `source`) imports or names in a string outside its docstrings, as written."""
     found = set()
     tree = ast.parse(source or open(path).read(), path)
     docstrings = {
@@ -60,8 +70,17 @@ def imported_project_modules(path: str, modules: dict, source: str = "") -> set:
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             found.add(node.value)
-    own = {name for name, module_path in modules.items() if module_path == path}
-    return {name for name in found if name in modules} - own
+    return found
+
+
+def bare_imports(path: str, modules: dict, source: str = "") -> set:
+    """The project modules `path` imports by their folder's name (`from shared.config import Config`): in a user's
+    repository with a `shared` package of its own, that name is theirs. release_matrix is the repository's own
+    tooling, run from its root."""
+    tree = ast.parse(source or open(path).read(), path)
+    written = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    written |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    return {name for name in written if name in modules and not name.startswith(("compare", "release_matrix"))}
 
 
 def import_graph() -> dict:
@@ -121,11 +140,23 @@ def find_cycle(graph: dict):
 
 def test_the_import_graph_sees_the_known_edges():
     graph = import_graph()
-    assert "shared.run.comparison" in graph["compare"] and "shared.run.clients" in graph["compare"]
+    assert "shared.cli" in graph["compare"]  # the command's file: its code is the package's
+    assert "shared.run.comparison" in graph["shared.cli"] and "shared.run.clients" in graph["shared.cli"]
     assert "shared.run.sequence" in graph["shared.run.clients"]  # the launcher trains through the one sequence
     assert "shared.report.plots" in graph["shared.report.outputs"]  # outputs writes the plots
     assert "dtensor_impl.mesh" in graph["dtensor_impl.trainer"]
     assert "shared.model.definition" in graph["shared.model"]  # a package's __init__ counts as a module
+
+
+def test_every_import_of_the_project_uses_its_unique_name():
+    """Product, tests and examples: `from dtensor_vs_mirrored.shared.config import Config`, not `from shared.config`."""
+    modules = project_modules()
+    sources = {**product_sources(), **sources_of_tests()}
+    assert {name: found for name, path in sources.items() if (found := bare_imports(path, modules))} == {}
+    source = (
+        "from shared.config import Config\nimport dtensor_vs_mirrored.shared.errors\nfrom release_matrix import table\n"
+    )
+    assert bare_imports(sources["compare.py"], modules, source) == {"shared.config"}
 
 
 def test_every_module_sits_in_a_layer_and_imports_only_its_own_and_lower_ones():
@@ -160,16 +191,17 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
 
 
-def test_shared_holds_at_most_9_modules_at_its_top_and_only_layer_folders():
-    """The process layer's modules (config.py and option.py, how its options are declared, errors.py, ...), the
-    package's __init__ and the entry points (api.py, export.py); everything else in a layer's folder."""
+def test_shared_holds_at_most_10_modules_at_its_top_and_only_layer_folders():
+    """The process layer's six (config.py and option.py, how its options are declared, errors.py, console.py,
+    files.py, devices.py), the package's __init__ and the entry points (api.py, cli.py, export.py); everything
+    else in a layer's folder."""
     top = sorted(name for name in os.listdir(os.path.join(ROOT, "shared")) if name.endswith(".py"))
     folders = sorted(
         name
         for name in os.listdir(os.path.join(ROOT, "shared"))
         if os.path.isfile(os.path.join(ROOT, "shared", name, "__init__.py"))
     )
-    assert len(top) <= 9, top
+    assert len(top) <= 10, top
     assert folders == sorted(prefix.split(".")[1] for _, prefixes in LAYERS[1:7] for prefix in prefixes[:1])
 
 
@@ -185,8 +217,8 @@ def test_nothing_under_shared_asks_a_trainer_for_an_optional_part():
 
 
 def test_every_trainer_is_registered_by_its_spec_and_offers_the_whole_contract():
-    from shared.training.protocol import Trainer
-    from shared.training.registry import SPEC_MODULES, trainer_spec
+    from dtensor_vs_mirrored.shared.training.protocol import Trainer
+    from dtensor_vs_mirrored.shared.training.registry import SPEC_MODULES, trainer_spec
 
     for name in SPEC_MODULES:  # --trainers' choices: the registry's names, each its spec's
         spec = trainer_spec(name)
@@ -197,7 +229,7 @@ def test_every_trainer_is_registered_by_its_spec_and_offers_the_whole_contract()
 
 
 def test_a_trainer_that_leaves_an_attribute_unset_cannot_be_made():
-    from shared.training.reference import ReferenceTrainer
+    from dtensor_vs_mirrored.shared.training.reference import ReferenceTrainer
 
     class Forgetful(ReferenceTrainer):
         def __init__(self):
@@ -262,6 +294,15 @@ def product_sources() -> dict:
             if name.endswith(".py"):
                 sources[os.path.relpath(os.path.join(directory, name), ROOT)] = os.path.join(directory, name)
     return sources
+
+
+def sources_of_tests() -> dict:
+    """{path relative to ROOT: path} for every .py file under tests/."""
+    sources = {}
+    for directory, folders, files in os.walk(os.path.join(ROOT, "tests")):
+        folders[:] = sorted(f for f in folders if not f.startswith((".", "_")))
+        sources.update({os.path.relpath(os.path.join(directory, n), ROOT): os.path.join(directory, n) for n in files})
+    return {name: path for name, path in sources.items() if name.endswith(".py")}
 
 
 def long_module_docstrings(sources: dict) -> dict:

@@ -11,13 +11,13 @@ import sys
 import numpy as np
 import pytest
 
-from shared.config import Config
-from shared.errors import UsageError
-from shared.model.definition import ModelDefinition, Variable, check_definition
-from shared.model.gpt import CONTEXT, VOCABULARY
-from shared.model.registry import load
-from shared.training.data import load_data, load_run_data
-from shared.training.export import PROBE_FILE, check_targets
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model.definition import ModelDefinition, Variable, check_definition
+from dtensor_vs_mirrored.shared.model.gpt import CONTEXT, VOCABULARY
+from dtensor_vs_mirrored.shared.model.registry import load
+from dtensor_vs_mirrored.shared.training.data import load_data, load_run_data
+from dtensor_vs_mirrored.shared.training.export import PROBE_FILE, check_targets
 from tests.cli import SMALL, run_here
 
 GPT = load("gpt")
@@ -168,7 +168,7 @@ def forward(v, images):
 """
 MODEL = """
 from helpers_for_test_inputs import forward
-from shared.model.definition import ModelDefinition, Variable, truncated_normal
+from dtensor_vs_mirrored.shared.model.definition import ModelDefinition, Variable, truncated_normal
 
 
 def model():

@@ -85,7 +85,7 @@ def test_ctrl_c_mid_training_is_one_line_exit_130_within_seconds_and_no_process_
 
 CHECK_INTERRUPTED = """
 import os, sys
-from shared.api import check_model
+from dtensor_vs_mirrored.shared.api import check_model
 print("started", flush=True)
 try:
     check_model("mlp", meshes=["batch=2"], devices=2, epochs=30, trainer_process="own", timing=False)

@@ -20,12 +20,12 @@ keras = pytest.importorskip(
     reason="Keras models need Keras 3 (TensorFlow 2.16 or later); this TensorFlow brings Keras 2",
 )
 
-from shared.errors import UsageError  # noqa: E402 - after the skip: these need Keras 3
-from shared.model.definition import Model  # noqa: E402
-from shared.model.keras_layers import Dropout  # noqa: E402
-from shared.model.registry import load, random_ops, register  # noqa: E402
-from shared.report.document import model_facts  # noqa: E402
-from shared.report.schema import SCHEMA_PATH  # noqa: E402
+from dtensor_vs_mirrored.shared.errors import UsageError  # noqa: E402 - after the skip: these need Keras 3
+from dtensor_vs_mirrored.shared.model.definition import Model  # noqa: E402
+from dtensor_vs_mirrored.shared.model.keras_layers import Dropout  # noqa: E402
+from dtensor_vs_mirrored.shared.model.registry import load, random_ops, register  # noqa: E402
+from dtensor_vs_mirrored.shared.report.document import model_facts  # noqa: E402
+from dtensor_vs_mirrored.shared.report.schema import SCHEMA_PATH  # noqa: E402
 from tests.cli import run_here  # noqa: E402
 
 CNN = "examples/keras_cnn.py:keras_cnn"
@@ -184,9 +184,9 @@ def test_a_token_models_vocabulary_is_its_embeddings():
 def test_a_keras_language_model_trains_on_the_shipped_tiny_shakespeare_and_matches_one_device_in_float64():
     """Token ids in, a label for every position out: --data embedded gives it tiny Shakespeare's windows (each
     [N, T] int32 of 65 characters, labels the next character), not MNIST's images, which it cannot take."""
-    from shared.api import check_model
-    from shared.config import Config
-    from shared.training.data import load_run_data
+    from dtensor_vs_mirrored.shared.api import check_model
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.training.data import load_run_data
 
     model = f"{MISTAKES}:embedded_tokens"
     assert load(model).default_data == "tiny_shakespeare"

@@ -9,10 +9,10 @@ import tensorflow as tf
 
 keras = pytest.importorskip("keras", minversion="3", reason="Keras models need Keras 3")
 
-from shared.api import check_model  # noqa: E402 - after the skip: these need Keras 3
-from shared.model.definition import Model  # noqa: E402
-from shared.model.keras import rebuilt  # noqa: E402
-from shared.model.registry import load  # noqa: E402
+from dtensor_vs_mirrored.shared.api import check_model  # noqa: E402 - after the skip: these need Keras 3
+from dtensor_vs_mirrored.shared.model.definition import Model  # noqa: E402
+from dtensor_vs_mirrored.shared.model.keras import rebuilt  # noqa: E402
+from dtensor_vs_mirrored.shared.model.registry import load  # noqa: E402
 from tests.models.keras_shapes import write_tokens  # noqa: E402
 
 HUB_SHAPES = "tests/models/keras_hub_shapes.py"

@@ -9,14 +9,14 @@ import tensorflow as tf
 
 keras = pytest.importorskip("keras", minversion="3", reason="Keras models need Keras 3")
 
-from shared.api import check_model  # noqa: E402 - after the skip: these need Keras 3
-from shared.config import Config  # noqa: E402
-from shared.errors import UsageError  # noqa: E402
-from shared.model.definition import Model  # noqa: E402
-from shared.model.forward import ForwardContext  # noqa: E402
-from shared.model.named_inputs import NamedInput, example_batch  # noqa: E402
-from shared.model.registry import load  # noqa: E402
-from shared.training.data import load_run_data  # noqa: E402
+from dtensor_vs_mirrored.shared.api import check_model  # noqa: E402 - after the skip: these need Keras 3
+from dtensor_vs_mirrored.shared.config import Config  # noqa: E402
+from dtensor_vs_mirrored.shared.errors import UsageError  # noqa: E402
+from dtensor_vs_mirrored.shared.model.definition import Model  # noqa: E402
+from dtensor_vs_mirrored.shared.model.forward import ForwardContext  # noqa: E402
+from dtensor_vs_mirrored.shared.model.named_inputs import NamedInput, example_batch  # noqa: E402
+from dtensor_vs_mirrored.shared.model.registry import load  # noqa: E402
+from dtensor_vs_mirrored.shared.training.data import load_run_data  # noqa: E402
 from tests.cli import run_here  # noqa: E402
 from tests.models.keras_inputs import LENGTH, VOCABULARY, write_floats, write_tokens  # noqa: E402
 

@@ -14,12 +14,18 @@ keras = pytest.importorskip(
     reason="Keras models need Keras 3 (TensorFlow 2.16 or later); this TensorFlow brings Keras 2",
 )
 
-from shared.config import Config  # noqa: E402 - after the skip: these need Keras 3
-from shared.errors import UsageError  # noqa: E402
-from shared.model.keras_layouts import FULLMATCH, SEARCH, RuleDifference, installed_rule, matching_keys  # noqa: E402
-from shared.model.registry import load  # noqa: E402
-from shared.report.layouts import describe_layouts, difference_text, layouts_dict  # noqa: E402
-from shared.report.schema import SCHEMA_PATH  # noqa: E402
+from dtensor_vs_mirrored.shared.config import Config  # noqa: E402 - after the skip: these need Keras 3
+from dtensor_vs_mirrored.shared.errors import UsageError  # noqa: E402
+from dtensor_vs_mirrored.shared.model.keras_layouts import (  # noqa: E402
+    FULLMATCH,
+    SEARCH,
+    RuleDifference,
+    installed_rule,
+    matching_keys,
+)
+from dtensor_vs_mirrored.shared.model.registry import load  # noqa: E402
+from dtensor_vs_mirrored.shared.report.layouts import describe_layouts, difference_text, layouts_dict  # noqa: E402
+from dtensor_vs_mirrored.shared.report.schema import SCHEMA_PATH  # noqa: E402
 from tests.cli import run_here  # noqa: E402
 
 AUDITED = "tests/models/keras_layouts.py:audited"

@@ -11,11 +11,11 @@ import tensorflow as tf
 
 pytest.importorskip("keras", minversion="3", reason="Keras models need Keras 3 (TensorFlow 2.16 or later)")
 
-from shared.api import check_model
-from shared.errors import UsageError
-from shared.model.registry import load
-from shared.training import npz
-from shared.training.losses import label_count, loss_sum
+from dtensor_vs_mirrored.shared.api import check_model
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model.registry import load
+from dtensor_vs_mirrored.shared.training import npz
+from dtensor_vs_mirrored.shared.training.losses import label_count, loss_sum
 from tests.cli import check_report, run_here
 from tests.models.keras_objectives import write_data
 
@@ -169,7 +169,7 @@ def test_a_regression_shows_its_loss_and_no_accuracy(data, tmp_path):
 
 def linear_regression():
     """An own-interface model of float targets: one unit, the default mean squared error."""
-    from shared.model.definition import ModelDefinition, Variable, truncated_normal
+    from dtensor_vs_mirrored.shared.model.definition import ModelDefinition, Variable, truncated_normal
 
     return ModelDefinition(
         name="linear regression",
@@ -191,8 +191,8 @@ def test_a_model_of_the_projects_interface_declares_float_targets_too(data):
 
 
 def test_a_compiled_adams_schedule_and_moments_train_as_the_projects_adam_per_step():
-    from shared.config import Config
-    from shared.training.optim import adam_update, make_optimizer
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.training.optim import adam_update, make_optimizer
 
     choice = load(f"{MODELS}:cosine").optimizer
     assert (choice.name, choice.beta_1, choice.beta_2, choice.epsilon) == ("adam", 0.9, 0.999, 1e-7)
@@ -215,8 +215,8 @@ def test_a_compiled_adams_schedule_and_moments_train_as_the_projects_adam_per_st
 
 
 def test_the_header_names_the_compiled_optimizer_that_trains():
-    from shared.config import Config
-    from shared.report.header import describe_training
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.report.header import describe_training
 
     line = describe_training(Config(model=f"{MODELS}:cosine", dtype="float64"))
     assert line == (

@@ -10,10 +10,10 @@ import tensorflow as tf
 
 keras = pytest.importorskip("keras", minversion="3", reason="Keras models need Keras 3")
 
-from shared.api import check_model  # noqa: E402 - after the skip: these need Keras 3
-from shared.model.definition import Model  # noqa: E402
-from shared.model.forward import ForwardContext  # noqa: E402
-from shared.model.registry import load  # noqa: E402
+from dtensor_vs_mirrored.shared.api import check_model  # noqa: E402 - after the skip: these need Keras 3
+from dtensor_vs_mirrored.shared.model.definition import Model  # noqa: E402
+from dtensor_vs_mirrored.shared.model.forward import ForwardContext  # noqa: E402
+from dtensor_vs_mirrored.shared.model.registry import load  # noqa: E402
 from tests.models.keras_shapes import SEQUENCE, VOCABULARY, write_tokens  # noqa: E402
 
 SHAPES = "tests/models/keras_shapes.py"
@@ -133,7 +133,7 @@ def test_a_subclassed_model_whose_first_layer_is_an_embedding_takes_token_ids():
 def test_a_traced_steps_captured_constant_goes_on_the_mesh_replicated_where_dtensor_refuses_it(devices):
     from tensorflow.experimental import dtensor
 
-    from dtensor_impl.captures import on_mesh
+    from dtensor_vs_mirrored.dtensor_impl.captures import on_mesh
 
     mesh = dtensor.create_mesh([("batch", 2)], devices=devices[:2])
     weight = dtensor.DVariable(dtensor.copy_to_mesh(tf.ones([28]), dtensor.Layout.replicated(mesh, 1)))

@@ -13,11 +13,11 @@ keras = pytest.importorskip(
     reason="Keras models need Keras 3 (TensorFlow 2.16 or later); this TensorFlow brings Keras 2",
 )
 
-from shared.api import check_model  # noqa: E402 - after the skip: these need Keras 3
-from shared.model.gpt import VOCABULARY  # noqa: E402
-from shared.model.registry import load  # noqa: E402
-from shared.training.data import load_data  # noqa: E402
-from shared.training.text import excerpt, windows  # noqa: E402
+from dtensor_vs_mirrored.shared.api import check_model  # noqa: E402 - after the skip: these need Keras 3
+from dtensor_vs_mirrored.shared.model.gpt import VOCABULARY  # noqa: E402
+from dtensor_vs_mirrored.shared.model.registry import load  # noqa: E402
+from dtensor_vs_mirrored.shared.training.data import load_data  # noqa: E402
+from dtensor_vs_mirrored.shared.training.text import excerpt, windows  # noqa: E402
 from tests.cli import ROOT  # noqa: E402
 
 CHAR_LM = "tests/models/keras_layouts.py:char_lm"

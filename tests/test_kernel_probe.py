@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from shared.run.kernels import PROBE
+from dtensor_vs_mirrored.shared.run.kernels import PROBE
 from tests.cli import SMALL, run_compare
 
 CAPPED = {"ONEDNN_MAX_CPU_ISA": "AVX2"}

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from shared.config import Config
-from shared.run import worker
-from shared.run.lanes import lane_count, queued, reference_apart
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.run import worker
+from dtensor_vs_mirrored.shared.run.lanes import lane_count, queued, reference_apart
 from tests.cli import SMALL, data_slice, read_report, run_here
 
 WAIT_S = 30  # a job waits this long at most for the other lane's: a hang fails, it does not stall the suite
@@ -88,7 +88,7 @@ def test_the_reference_runs_apart_wherever_a_distributed_trainer_has_a_process_o
     assert not reference_apart(Config(trainer_process="shared"))  # everything here: the same threads for all
     assert not reference_apart(Config(device_type="GPU", trainer_process="own"))  # a GPU's kernels use no intra-op pool
     # Decided by what its float64 reruns and repeats keep: --profile (which they drop) does not move it.
-    from shared.run.sequence import float64_config, repeat_config
+    from dtensor_vs_mirrored.shared.run.sequence import float64_config, repeat_config
 
     for config in (Config(profile=True), Config(profile=True, sweep_devices=(2,))):
         assert all(reference_apart(run) for run in (config, float64_config(config), repeat_config(config)))
@@ -98,9 +98,9 @@ def test_the_reference_runs_apart_wherever_a_distributed_trainer_has_a_process_o
 def test_the_reference_runs_in_a_process_with_one_intra_op_thread_and_is_timed_here(devices, embedded):
     """Its run in the trainer process (TF_NUM_INTRAOP_THREADS=1), the trainer kept for its timing rounds made here,
     where TensorFlow's default threads are: rounds timed without a message to that process."""
-    from shared.run.sequence import TrainedBy, lineup
-    from shared.training.protocol import RunControl
-    from shared.training.registry import Kept
+    from dtensor_vs_mirrored.shared.run.sequence import TrainedBy, lineup
+    from dtensor_vs_mirrored.shared.training.protocol import RunControl
+    from dtensor_vs_mirrored.shared.training.registry import Kept
 
     config = Config(trainers=("reference", "dtensor"), epochs=1, devices=2, batch_size=64, quiet=True)
     train = TrainedBy(data_slice(embedded, 256, 64), devices)
@@ -119,7 +119,7 @@ def test_the_reference_runs_in_a_process_with_one_intra_op_thread_and_is_timed_h
 
 
 def test_what_is_made_in_a_thread_is_waited_for_and_what_it_raises_is_raised_where_it_is_waited_for():
-    from shared.run.sequence import in_a_thread, untimed_on_error
+    from dtensor_vs_mirrored.shared.run.sequence import in_a_thread, untimed_on_error
 
     started = threading.Event()
     made = in_a_thread(lambda: started.wait(WAIT_S) and "made")
@@ -142,7 +142,7 @@ def test_what_is_made_in_a_thread_is_waited_for_and_what_it_raises_is_raised_whe
 def test_where_lanes_train_beside_the_reference_its_runs_float64_too_have_a_process_no_lane_has(devices, embedded):
     """The main run before a sweep trains the reference while the lanes train the others, and its float64 rerun while
     they rerun theirs (explain): one process driven from two threads at once would cross their messages."""
-    from shared.run.sequence import float64_config, main_run_lanes
+    from dtensor_vs_mirrored.shared.run.sequence import float64_config, main_run_lanes
 
     config = Config(trainers=("reference", "dtensor", "mirrored"), devices=2, sweep_devices=(2,))
     lanes = main_run_lanes(config, embedded, devices)
@@ -157,7 +157,7 @@ def test_where_lanes_train_beside_the_reference_its_runs_float64_too_have_a_proc
 
 @pytest.mark.skipif(lane_count(Config()) < 2, reason="one core: a sweep trains on one lane")
 def test_the_header_says_a_main_run_before_a_sweep_trains_beside_the_reference():
-    from shared.run.sequence import describe_processes
+    from dtensor_vs_mirrored.shared.run.sequence import describe_processes
 
     one = describe_processes(Config(trainers=("reference", "dtensor"), sweep_devices=(2,)))
     assert "dtensor trains in its process while the reference trains in its own: the epoch and trace times ran" in one
@@ -174,7 +174,7 @@ def test_the_header_says_a_main_run_before_a_sweep_trains_beside_the_reference()
 def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configuration(tmp_path, monkeypatch):
     """Adam at learning rate 1e4 (tests/test_verdicts.py): float32 leaves its tolerance on some configurations, and
     their float64 reruns train on the lanes with their block (Blocks.rerun), which the judge then takes."""
-    from shared.run import sweep as sweep_module
+    from dtensor_vs_mirrored.shared.run import sweep as sweep_module
 
     rerun, pretrained = sweep_module.Blocks.rerun, []
 
@@ -183,7 +183,7 @@ def test_a_timed_sweep_trains_on_two_lanes_and_times_and_judges_every_configurat
         pretrained.append((sorted(key for key, _ in self.reruns), "float64" in self.done, self))
 
     monkeypatch.setattr(sweep_module.Blocks, "rerun", recorded)
-    from shared.run import sequence
+    from dtensor_vs_mirrored.shared.run import sequence
 
     side_by_side, on_lanes = sequence.side_by_side, []
 
@@ -257,7 +257,7 @@ def test_on_a_terminal_the_reference_beside_the_lanes_draws_no_progress_bar(monk
     over it (RunControl.progress_bar)."""
     import io
 
-    from shared.report.progress import Printed
+    from dtensor_vs_mirrored.shared.report.progress import Printed
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -7,14 +7,14 @@ Hidden 64,32 keeps it small; 64 divides by 8, so each model-sharded device holds
 import pytest
 import tensorflow as tf
 
-from dtensor_impl.mesh import parse_mesh
-from dtensor_impl.trainer import DTensorTrainer
-from mirrored_impl.trainer import MirroredTrainer
-from shared.config import Config
-from shared.measure import memory
-from shared.model.mlp import layer_sizes, parameter_count
-from shared.training import step
-from shared.training.reference import ReferenceTrainer
+from dtensor_vs_mirrored.dtensor_impl.mesh import parse_mesh
+from dtensor_vs_mirrored.dtensor_impl.trainer import DTensorTrainer
+from dtensor_vs_mirrored.mirrored_impl.trainer import MirroredTrainer
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.measure import memory
+from dtensor_vs_mirrored.shared.model.mlp import layer_sizes, parameter_count
+from dtensor_vs_mirrored.shared.training import step
+from dtensor_vs_mirrored.shared.training.reference import ReferenceTrainer
 
 CONFIG = Config(hidden=(64, 32))
 FLOAT = 4
@@ -83,9 +83,9 @@ def test_each_trainers_peak_is_its_own_not_the_largest_its_process_trained_befor
     """The peak RSS is reset before each trainer (Linux) and the figure is the rise above where the process stood:
     a small model trained after a large one in the same process reports its own small rise, where the process's
     peak so far would have been the large one's; and the header says what the figure is."""
-    from shared.report.header import describe_peak
-    from shared.run.results import train_one
-    from shared.training.data import Dataset
+    from dtensor_vs_mirrored.shared.report.header import describe_peak
+    from dtensor_vs_mirrored.shared.run.results import train_one
+    from dtensor_vs_mirrored.shared.training.data import Dataset
 
     data = Dataset(embedded.x_train[:256], embedded.y_train[:256], embedded.x_test[:64], embedded.y_test[:64], "e", "")
     large = CONFIG.replace(hidden=(4096, 4096), epochs=1, batch_size=64, quiet=True)  # 19.9M parameters + Adam

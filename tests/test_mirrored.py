@@ -12,22 +12,22 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from mirrored_impl import inputs as mirrored_inputs
-from mirrored_impl import spec as mirrored_spec
-from mirrored_impl import trainer as mirrored_trainer
-from mirrored_impl.trainer import MirroredTrainer
-from shared.config import Config
-from shared.errors import UsageError
-from shared.judge.parity import TOLERANCES, check_parity
-from shared.judge.verdict import mismatch
-from shared.model.mlp import summarise_state
-from shared.report.progress import Printed, format_epoch_line
-from shared.training import step as training_step
-from shared.training.batches import epoch_batches
-from shared.training.data import load_data
-from shared.training.losses import loss_sum
-from shared.training.reference import ReferenceTrainer
-from shared.training.registry import fit
+from dtensor_vs_mirrored.mirrored_impl import inputs as mirrored_inputs
+from dtensor_vs_mirrored.mirrored_impl import spec as mirrored_spec
+from dtensor_vs_mirrored.mirrored_impl import trainer as mirrored_trainer
+from dtensor_vs_mirrored.mirrored_impl.trainer import MirroredTrainer
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge.parity import TOLERANCES, check_parity
+from dtensor_vs_mirrored.shared.judge.verdict import mismatch
+from dtensor_vs_mirrored.shared.model.mlp import summarise_state
+from dtensor_vs_mirrored.shared.report.progress import Printed, format_epoch_line
+from dtensor_vs_mirrored.shared.training import step as training_step
+from dtensor_vs_mirrored.shared.training.batches import epoch_batches
+from dtensor_vs_mirrored.shared.training.data import load_data
+from dtensor_vs_mirrored.shared.training.losses import loss_sum
+from dtensor_vs_mirrored.shared.training.reference import ReferenceTrainer
+from dtensor_vs_mirrored.shared.training.registry import fit
 
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
 
@@ -283,7 +283,7 @@ def test_a_replicas_gradient_without_its_static_shape_is_carried_out_of_the_step
     pytest.importorskip("keras", minversion="3", reason="a Keras model needs Keras 3 (TensorFlow 2.16 or later)")
     import random
 
-    from shared.api import check_model
+    from dtensor_vs_mirrored.shared.api import check_model
 
     small = dict(train_examples=96, test_examples=32, batch_size=32, epochs=1, dtype="float64")
     random.seed(7)

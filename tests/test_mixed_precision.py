@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from shared.api import check_model
-from shared.config import MIXED_COMPUTE, Config
-from shared.judge.parity import tolerances
-from shared.model.blocks import attention
-from shared.model.definition import Model, ModelDefinition, Variable
-from shared.model.mlp import mlp
-from shared.model.registry import definition_for
-from shared.report.header import describe_model
-from shared.training.loss_scale import GROWTH_STEPS, loss_scale_of, loss_scale_record
-from shared.training.optim import SGD, Adam
+from dtensor_vs_mirrored.shared.api import check_model
+from dtensor_vs_mirrored.shared.config import MIXED_COMPUTE, Config
+from dtensor_vs_mirrored.shared.judge.parity import tolerances
+from dtensor_vs_mirrored.shared.model.blocks import attention
+from dtensor_vs_mirrored.shared.model.definition import Model, ModelDefinition, Variable
+from dtensor_vs_mirrored.shared.model.mlp import mlp
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.report.header import describe_model
+from dtensor_vs_mirrored.shared.training.loss_scale import GROWTH_STEPS, loss_scale_of, loss_scale_record
+from dtensor_vs_mirrored.shared.training.optim import SGD, Adam
 from tests.cli import SMALL, read_report, run_compare, run_here
 
 # Whether this CPU's kernels (as ONEDNN_MAX_CPU_ISA leaves them) compute a bfloat16 and a float16 matmul and its

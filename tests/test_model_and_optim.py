@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from shared.model.definition import Model
-from shared.model.mlp import layer_sizes, mlp, parameter_count
-from shared.training.losses import correct_count, mean_loss
-from shared.training.optim import SGD, Adam
+from dtensor_vs_mirrored.shared.model.definition import Model
+from dtensor_vs_mirrored.shared.model.mlp import layer_sizes, mlp, parameter_count
+from dtensor_vs_mirrored.shared.training.losses import correct_count, mean_loss
+from dtensor_vs_mirrored.shared.training.optim import SGD, Adam
 
 TUTORIAL_SIZES = (784, 700, 500, 10)
 

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import compare
-from dtensor_impl import spec as dtensor_spec
-from shared.config import Config
-from shared.errors import UsageError
-from shared.model import registry as models
-from shared.model import vit
-from shared.model.definition import Model
-from shared.model.mlp import mlp
+from dtensor_vs_mirrored.dtensor_impl import spec as dtensor_spec
+from dtensor_vs_mirrored.shared import cli as compare
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model import registry as models
+from dtensor_vs_mirrored.shared.model import vit
+from dtensor_vs_mirrored.shared.model.definition import Model
+from dtensor_vs_mirrored.shared.model.mlp import mlp
 
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
 
@@ -140,7 +140,7 @@ def write_model(tmp_path, body: str) -> str:
     path.write_text(
         textwrap.dedent("""
         import tensorflow as tf
-        from shared.model.definition import ModelDefinition, Variable, zeros
+        from dtensor_vs_mirrored.shared.model.definition import ModelDefinition, Variable, zeros
 
         def forward(v, images):
             return tf.matmul(images, v["dense/w"]) + v["dense/b"]
@@ -190,7 +190,8 @@ BROKEN = {
         def model():
             return 3
         """,
-        "returned int; return a Keras model, a (Keras model, LayoutMap) pair or a shared.model.ModelDefinition",
+        "returned int; return a Keras model, a (Keras model, LayoutMap) pair or a "
+        "dtensor_vs_mirrored.shared.model.ModelDefinition",
     ),
 }
 
@@ -206,7 +207,7 @@ def test_a_broken_user_model_is_one_line_and_exit_2(tmp_path, capsys, case):
 
 
 def test_model_spec_errors(tmp_path):
-    from shared.run.model_options import check_model_options
+    from dtensor_vs_mirrored.shared.run.model_options import check_model_options
 
     with pytest.raises(UsageError, match=r"--model 'nope' is unknown; use mlp, vit, gpt or FILE.py:FUNCTION"):
         models.load("nope")

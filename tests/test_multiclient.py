@@ -19,10 +19,15 @@ import time
 
 import pytest
 
-from shared.config import Config
-from shared.errors import UsageError
-from shared.run.clients import STARTUP_TIMEOUT_S, client_environment, free_ports, role_from_environment
-from shared.run.network import PrivateNetwork
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.run.clients import (
+    STARTUP_TIMEOUT_S,
+    client_environment,
+    free_ports,
+    role_from_environment,
+)
+from dtensor_vs_mirrored.shared.run.network import PrivateNetwork
 from tests.cli import ROOT, read_report
 
 TWO_CLIENTS = [
@@ -188,7 +193,7 @@ sys.stdin.read()
 
 
 def test_where_no_namespace_can_be_made_the_header_says_the_servers_listen_on_every_interface(monkeypatch):
-    from shared.run import network as network_module
+    from dtensor_vs_mirrored.shared.run import network as network_module
 
     refused = ["sh", "-c", "echo 'unshare: unshare failed: Operation not permitted' >&2; exit 1", "--"]
     monkeypatch.setattr(network_module, "UNSHARE", refused)

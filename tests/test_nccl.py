@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from dtensor_impl.nccl import VARIABLE, decide
-from shared.measure.traffic import Implementation
+from dtensor_vs_mirrored.dtensor_impl.nccl import VARIABLE, decide
+from dtensor_vs_mirrored.shared.measure.traffic import Implementation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,8 +50,8 @@ def test_nccl_wherever_tensorflow_allows_it_unless_turned_off(facts, environ, ex
 # A fresh process; argv[1] "before": settle before anything starts TensorFlow's runtime, "after": after it.
 SETTLE = """
 import json, os, sys
-from dtensor_impl import combining, nccl
-from shared.devices import configure_devices
+from dtensor_vs_mirrored.dtensor_impl import combining, nccl
+from dtensor_vs_mirrored.shared.devices import configure_devices
 devices = configure_devices(8, "CPU")
 import tensorflow as tf
 from tensorflow.dtensor.python import config as dtensor_config
@@ -98,8 +98,8 @@ def test_after_tensorflow_started_the_setting_says_so_and_changes_nothing():
 
 
 def test_a_cpu_trainer_says_it_has_no_nccl(devices, embedded):
-    from dtensor_impl.trainer import DTensorTrainer
-    from shared.config import Config
+    from dtensor_vs_mirrored.dtensor_impl.trainer import DTensorTrainer
+    from dtensor_vs_mirrored.shared.config import Config
 
     trainer = DTensorTrainer(Config(trainers=("dtensor",), epochs=1, quiet=True), embedded, devices)
     assert trainer.collectives == Implementation("ring", False, "CPUs have no NCCL")
@@ -143,6 +143,6 @@ def test_a_cpu_trainer_says_it_has_no_nccl(devices, embedded):
 def test_mirrored_rows_name_what_summed_the_gradients(cross_device_ops, devices, update, expected):
     import tensorflow as tf
 
-    from mirrored_impl.collectives import implementation
+    from dtensor_vs_mirrored.mirrored_impl.collectives import implementation
 
     assert implementation(getattr(tf.distribute, cross_device_ops)(), devices, update) == expected

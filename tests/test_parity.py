@@ -6,11 +6,11 @@ import types
 import numpy as np
 import pytest
 
-from shared.config import Config
-from shared.judge.parity import TOLERANCES, check_parity, first_non_finite_step
-from shared.judge.verdict import DIVERGED, FLOAT_NOISE, MISMATCH, OK, explain, judge, rerun_line
-from shared.measure.history import History
-from shared.model.mlp import summarise_state
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.judge.parity import TOLERANCES, check_parity, first_non_finite_step
+from dtensor_vs_mirrored.shared.judge.verdict import DIVERGED, FLOAT_NOISE, MISMATCH, OK, explain, judge, rerun_line
+from dtensor_vs_mirrored.shared.measure.history import History
+from dtensor_vs_mirrored.shared.model.mlp import summarise_state
 
 pytestmark = pytest.mark.fast  # the release matrix runs these on every TensorFlow release
 

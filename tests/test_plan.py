@@ -5,11 +5,11 @@ import dataclasses
 
 import pytest
 
-from shared.config import Config
-from shared.judge.ranking import SweepEntry
-from shared.run.plan import RunPlan, lineup
-from shared.run.sequence import RunResult, in_process, train_and_judge
-from shared.run.sweep import SweepPoint
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.judge.ranking import SweepEntry
+from dtensor_vs_mirrored.shared.run.plan import RunPlan, lineup
+from dtensor_vs_mirrored.shared.run.sequence import RunResult, in_process, train_and_judge
+from dtensor_vs_mirrored.shared.run.sweep import SweepPoint
 from tests.cli import data_slice
 
 SMALL = Config(trainers=("reference", "dtensor"), epochs=1, devices=2, batch_size=64, quiet=True, timing=False)

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from shared.console import LINE_WIDTH
-from shared.measure.profile import PARTS, attribute, exclusive, part_of
+from dtensor_vs_mirrored.shared.console import LINE_WIDTH
+from dtensor_vs_mirrored.shared.measure.profile import PARTS, attribute, exclusive, part_of
 from tests.cli import PNG_SIZE, png_size, run_here
 
 MS = 1_000_000  # ns

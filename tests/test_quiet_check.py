@@ -15,7 +15,7 @@ pytest.importorskip("keras", minversion="3", reason="a Keras model needs Keras 3
 
 CHECK = """
 import sys
-from shared.api import check_model
+from dtensor_vs_mirrored.shared.api import check_model
 
 
 def small():
@@ -63,7 +63,7 @@ def test_verbose_shows_tensorflows_lines_but_not_the_profilers_deprecation(tmp_p
 def test_only_the_profilers_deprecation_is_dropped_and_only_during_the_count(caplog):
     import logging
 
-    from shared.model.quiet_profiler import profiler_deprecations_dropped
+    from dtensor_vs_mirrored.shared.model.quiet_profiler import profiler_deprecations_dropped
 
     logger = logging.getLogger("tensorflow")
     with caplog.at_level(logging.WARNING, logger="tensorflow"), profiler_deprecations_dropped():

@@ -8,10 +8,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from shared.api import check_model
-from shared.model.definition import Model
-from shared.model.forward import ForwardContext
-from shared.model.registry import load, random_ops
+from dtensor_vs_mirrored.shared.api import check_model
+from dtensor_vs_mirrored.shared.model.definition import Model
+from dtensor_vs_mirrored.shared.model.forward import ForwardContext
+from dtensor_vs_mirrored.shared.model.registry import load, random_ops
 
 OWN = "tests/models/own_random.py"
 EVERY_MESH_OF_8 = ("batch=8", "batch=4,model=2", "batch=2,model=4", "batch=1,model=8")
@@ -131,8 +131,8 @@ def test_the_same_model_through_the_helper_passes():
 
 @pytest.mark.parametrize("rate", [1.0, -0.1])
 def test_a_dropout_rate_outside_0_1_is_one_line(rate):
-    from shared.config import Config
-    from shared.errors import UsageError
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.errors import UsageError
 
     with pytest.raises(UsageError, match="--dropout"):
         Config(dropout=rate)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from shared.config import Config
-from shared.devices import configure_devices
-from shared.errors import UsageError
-from shared.training.registry import fit
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.devices import configure_devices
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.training.registry import fit
 from tests.cli import ROOT
 
 # Measured: 3 epochs of Adam on the 4,000 embedded training images give test accuracy
@@ -49,10 +49,10 @@ def test_achieved_gflops_are_examples_per_second_times_flops_from_whole_measured
     """The arithmetic on set seconds (the timings themselves are the benchmark's, not a test's): a figure once
     came from one short epoch less its trace time and printed 1497% of the peak. Figures come from whole
     epochs after the first, each at least the floor; below it there is no figure and no peak is measured."""
-    from shared.measure.history import MIN_MEASURED_SECONDS
-    from shared.report.document import compute_facts
-    from shared.run.comparison import matmul_peak_for
-    from shared.run.sequence import RunResult, TrainerResult
+    from dtensor_vs_mirrored.shared.measure.history import MIN_MEASURED_SECONDS
+    from dtensor_vs_mirrored.shared.report.document import compute_facts
+    from dtensor_vs_mirrored.shared.run.comparison import matmul_peak_for
+    from dtensor_vs_mirrored.shared.run.sequence import RunResult, TrainerResult
 
     def run_of(seconds):
         timed = dataclasses.replace(
@@ -98,7 +98,7 @@ def test_device_requests_after_initialisation(devices):
         configure_devices(9)
     with pytest.raises(UsageError, match=r"--devices 0 is not possible"):
         configure_devices(0)
-    from shared.api import check_model
+    from dtensor_vs_mirrored.shared.api import check_model
 
     with pytest.raises(UsageError, match=r"^devices=9: TensorFlow is already initialised with 8 logical CPUs"):
         check_model(devices=9)  # the Python API's argument, not compare.py's flag
@@ -118,7 +118,7 @@ def test_device_requests_after_initialisation(devices):
         (dict(hidden=(64,), model="vit"), "hidden sets the MLP's layers; drop it, or use model=mlp (not vit)"),
         (dict(meshes=("batch=3",)), "meshes entry batch=3 covers 3 devices"),
         (dict(data="/no/such/dir"), "data=/no/such/dir: no such directory; give a directory with the MNIST IDX files"),
-        (dict(foo=1), "foo=1: check_model has no such option; use a field of shared.config.Config"),
+        (dict(foo=1), "foo=1: check_model has no such option; use a field of dtensor_vs_mirrored.shared.config.Config"),
         (dict(epochs="2"), "epochs='2': epochs takes an int"),
         (dict(clip_global_norm="1"), "clip_global_norm='1': clip_global_norm takes a float or None"),
         (dict(mesh="batch=4"), "mesh='batch=4': give the meshes as check_model's own argument, meshes=('batch=4',)"),
@@ -128,7 +128,7 @@ def test_device_requests_after_initialisation(devices):
 def test_check_model_names_its_own_arguments_in_its_one_line(arguments, message):
     """A bad argument to check_model is a UsageError naming the argument as check_model takes it, not compare.py's
     flag (`--train-examples 5000`) nor a TypeError."""
-    from shared.api import check_model
+    from dtensor_vs_mirrored.shared.api import check_model
 
     with pytest.raises(UsageError) as raised:
         check_model(**arguments)
@@ -136,7 +136,7 @@ def test_check_model_names_its_own_arguments_in_its_one_line(arguments, message)
 
 
 def test_check_models_terms_leave_paths_and_words_alone_and_numpy_numbers_pass():
-    from shared.api import _named_in_api, check_options
+    from dtensor_vs_mirrored.shared.api import _named_in_api, check_options
 
     assert _named_in_api("checkpoint /tmp/x--seed/ckpt is at epoch 3 and --epochs 3 leaves nothing") == (
         "checkpoint /tmp/x--seed/ckpt is at epoch 3 and epochs=3 leaves nothing"
@@ -155,7 +155,7 @@ def test_a_logical_device_setup_made_before_any_op_is_kept_where_it_has_enough()
     lines, stderr = in_a_new_process(
         "cpu = tf.config.list_physical_devices('CPU')[0]",
         "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)",
-        "from shared.devices import configure_devices",
+        "from dtensor_vs_mirrored.shared.devices import configure_devices",
         "print(configure_devices(2), len(tf.config.get_logical_device_configuration(cpu)))",
         "print(len(configure_devices(8)), len(tf.config.list_logical_devices('CPU')))",
     )
@@ -167,7 +167,7 @@ def test_checks_in_a_new_process_ask_for_more_devices_after_fewer():
     check on 4 devices after one on 2 runs (before, it was `devices=4: TensorFlow is already initialised with 2
     logical CPUs`, and examples/test_keras_cnn.py failed so when run as its docstring says)."""
     lines, stderr = in_a_new_process(
-        "from shared.api import check_model",
+        "from dtensor_vs_mirrored.shared.api import check_model",
         "small = dict(epochs=1, train_examples=64, test_examples=32, batch_size=32, hidden=(16,), "
         "trainer_process='shared')",
         "first = check_model(meshes=('batch=2',), devices=2, **small)",
@@ -181,7 +181,7 @@ def test_a_dtensor_dataset_check_in_a_new_process_makes_only_its_devices():
     """DTensorDataset needs a mesh over every logical device of the process: there the first check makes only the
     devices it asks for, not 8 (it then failed: `--dtensor-input dataset needs a mesh over all 8 logical CPUs`)."""
     lines, stderr = in_a_new_process(
-        "from shared.api import check_model",
+        "from dtensor_vs_mirrored.shared.api import check_model",
         "small = dict(epochs=1, train_examples=64, test_examples=32, batch_size=32, hidden=(16,), "
         "trainer_process='shared', dtensor_input='dataset')",
         "found = check_model(meshes=('batch=2',), devices=2, trainers=('dtensor',), **small)",
@@ -203,11 +203,11 @@ def in_a_new_process(*lines: str):
 
 def test_several_steps_per_call_equal_one_step_per_call(embedded):
     """train_steps' loop in the graph gives bit-identical losses and weights to train_step called per batch."""
-    from shared.model.definition import Model
-    from shared.model.mlp import mlp
-    from shared.training.batches import epoch_batches, step_chunks
-    from shared.training.optim import make_optimizer
-    from shared.training.reference import train_step, train_steps
+    from dtensor_vs_mirrored.shared.model.definition import Model
+    from dtensor_vs_mirrored.shared.model.mlp import mlp
+    from dtensor_vs_mirrored.shared.training.batches import epoch_batches, step_chunks
+    from dtensor_vs_mirrored.shared.training.optim import make_optimizer
+    from dtensor_vs_mirrored.shared.training.reference import train_step, train_steps
 
     def model_and_optimizer():
         model = Model(mlp(), mlp().initial_values(22))

@@ -276,12 +276,12 @@ def test_the_float64_baseline_column_gives_the_largest_differences_and_fails_on_
 def test_the_committed_baseline_is_a_valid_report_of_the_float64_check_on_the_baseline_release():
     """checks.py compares each release's float64 run with this file: it must be of the same run (else
     compare.py refuses it, exit 2) and of this schema."""
-    import compare
+    from dtensor_vs_mirrored.shared import cli as compare
+    from dtensor_vs_mirrored.shared.config import Config
+    from dtensor_vs_mirrored.shared.judge.baseline import NUMERIC_OPTIONS
+    from dtensor_vs_mirrored.shared.report import saved as saved_report
     from release_matrix import checks
     from release_matrix.releases import BASELINE_RELEASE
-    from shared.config import Config
-    from shared.judge.baseline import NUMERIC_OPTIONS
-    from shared.report import saved as saved_report
 
     saved = saved_report.load(os.path.join(ROOT, checks.BASELINE_PATH))  # as --baseline reads it
     config, _ = compare.config_from_args(compare.build_parser().parse_args(checks.FLOAT64_BASELINE_ARGS))

@@ -14,8 +14,8 @@ import re
 import jsonschema
 import pytest
 
-from shared.config import Config
-from shared.report.schema import SCHEMA_PATH, SCHEMA_VERSION, major
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.report.schema import SCHEMA_PATH, SCHEMA_VERSION, major
 from tests.cli import ROOT, check_report
 
 try:
@@ -94,7 +94,7 @@ def test_the_schema_is_a_json_schema_of_this_version():
 
 def test_the_schema_ships_with_the_package():
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as file:
-        package_data = tomllib.load(file)["tool"]["setuptools"]["package-data"]["shared.report"]
+        package_data = tomllib.load(file)["tool"]["setuptools"]["package-data"]["dtensor_vs_mirrored.shared.report"]
     assert os.path.basename(SCHEMA_PATH) in package_data
     assert os.path.dirname(SCHEMA_PATH).endswith(os.path.join("shared", "report"))  # tests/test_packaging.py: the wheel
 
@@ -106,7 +106,7 @@ def test_the_schema_knows_every_config_field():
 
 def test_the_schema_names_the_registered_trainers():
     """The trainers' names are the registry's: a trainer registered without the schema fails here."""
-    from shared.training.registry import SPEC_MODULES, distributed
+    from dtensor_vs_mirrored.shared.training.registry import SPEC_MODULES, distributed
 
     assert schema()["$defs"]["trainer_name"]["enum"] == list(SPEC_MODULES)
     assert schema()["$defs"]["sweep_entry"]["properties"]["trainer"]["enum"] == distributed(list(SPEC_MODULES))

@@ -8,9 +8,9 @@ process of its own (op determinism cannot be turned off again). ~1 minute on 2 c
 import numpy as np
 import pytest
 
-from shared.judge.repeats import compare_runs
-from shared.measure.history import History
-from shared.run.sequence import TrainerResult
+from dtensor_vs_mirrored.shared.judge.repeats import compare_runs
+from dtensor_vs_mirrored.shared.measure.history import History
+from dtensor_vs_mirrored.shared.run.sequence import TrainerResult
 from tests import cli
 from tests.cli import read_report, run_compare, run_here, unwrapped
 

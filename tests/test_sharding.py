@@ -12,19 +12,19 @@ import re
 
 import pytest
 
-from dtensor_impl import gathering
-from dtensor_impl import spec as dtensor_spec
-from dtensor_impl.layouts import plan_layouts
-from shared.config import Config
-from shared.errors import UsageError
-from shared.judge.parity import check_parity
-from shared.measure.memory import largest_total_bytes
-from shared.model import BATCH_AXIS, ModelDefinition, Variable, check_definition
-from shared.model.mlp import mlp
-from shared.model.vit import vit
-from shared.run.comparison import check_trainer_options
-from shared.run.sweep import plan_sweep
-from shared.training.registry import fit
+from dtensor_vs_mirrored.dtensor_impl import gathering
+from dtensor_vs_mirrored.dtensor_impl import spec as dtensor_spec
+from dtensor_vs_mirrored.dtensor_impl.layouts import plan_layouts
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge.parity import check_parity
+from dtensor_vs_mirrored.shared.measure.memory import largest_total_bytes
+from dtensor_vs_mirrored.shared.model import BATCH_AXIS, ModelDefinition, Variable, check_definition
+from dtensor_vs_mirrored.shared.model.mlp import mlp
+from dtensor_vs_mirrored.shared.model.vit import vit
+from dtensor_vs_mirrored.shared.run.comparison import check_trainer_options
+from dtensor_vs_mirrored.shared.run.sweep import plan_sweep
+from dtensor_vs_mirrored.shared.training.registry import fit
 from tests.cli import data_slice
 
 TRAIN_EXAMPLES, TEST_EXAMPLES = 236, 100
@@ -205,8 +205,8 @@ def test_a_float64_rerun_computes_the_forward_its_float32_run_chose(small, devic
     """Adam at learning rate 1e4 (tests/test_verdicts.py): float32 leaves its tolerance, and the float64 rerun
     of the sharded mesh takes the forward that the float32 run chose (--sharded-forward auto): the arg-max model at
     batch=2 all-gathers (DTensor cannot expand that step), the MLP at batch=8 expands (fewer bytes)."""
-    from shared.run.plan import RunPlan
-    from shared.run.sequence import in_process, lineup, train_and_judge
+    from dtensor_vs_mirrored.shared.run.plan import RunPlan
+    from dtensor_vs_mirrored.shared.run.sequence import in_process, lineup, train_and_judge
 
     config = BASE.replace(
         model=model,
@@ -230,9 +230,9 @@ def test_a_float64_rerun_computes_the_forward_its_float32_run_chose(small, devic
 
 def test_every_float64_run_of_a_float32_run_takes_the_forward_it_chose():
     """--with-float64's and --baseline's float64 runs (float64_runs) as the explaining rerun: its spec's `pinned`."""
-    from shared.measure.history import History
-    from shared.run.results import TrainerResult
-    from shared.run.sequence import RunResult, float64_runs, lineup
+    from dtensor_vs_mirrored.shared.measure.history import History
+    from dtensor_vs_mirrored.shared.run.results import TrainerResult
+    from dtensor_vs_mirrored.shared.run.sequence import RunResult, float64_runs, lineup
 
     config = BASE.replace(shard_weights=True, with_float64=True, trainers=("reference", "dtensor", "mirrored"))
     chose = {"reference": {}, "dtensor": {"weights_expanded": "3.90 MB a step against 9.14 MB all-gathered"}}

@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
+from dtensor_vs_mirrored.shared.api import check_model
 from release_matrix import split_classes
-from shared.api import check_model
 
 MODELS = "tests/models/split_heads.py"
 SMALL = dict(trainers=("dtensor",), dtype="float64", epochs=1, train_examples=256, test_examples=64)
@@ -43,7 +43,7 @@ def test_a_loss_of_your_own_sees_the_classes_whole():
 def test_dtensors_cross_entropy_over_split_classes_is_worked_round_and_its_defect_recorded(devices, record_property):
     """The relayout's loss and gradient are one device's; the raw op's result is recorded (TensorFlow 2.21: a loss of
     0.0, in one run of three NaN), and a warning says so if a release computes it right: the relayout could go."""
-    from dtensor_impl.mesh import create_mesh
+    from dtensor_vs_mirrored.dtensor_impl.mesh import create_mesh
 
     mesh = create_mesh(split_classes.MESH, devices[: split_classes.MESH.device_count])
     values = split_classes.case_values(*split_classes.CASES["mnist head"])

@@ -3,11 +3,11 @@ which are skipped and why, and which are marked fastest (compare.py runs them: t
 
 import pytest
 
-from shared.config import Config
-from shared.errors import UsageError
-from shared.judge.ranking import SweepEntry, mark_fastest
-from shared.measure.traffic import DeviceTraffic, Traffic
-from shared.report.sweep import (
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge.ranking import SweepEntry, mark_fastest
+from dtensor_vs_mirrored.shared.measure.traffic import DeviceTraffic, Traffic
+from dtensor_vs_mirrored.shared.report.sweep import (
     best_against_one_device,
     conclusion_lines,
     describe_plan,
@@ -16,7 +16,7 @@ from shared.report.sweep import (
     sweep_notes,
     sweep_rows,
 )
-from shared.run.sweep import plan_sweep
+from dtensor_vs_mirrored.shared.run.sweep import plan_sweep
 
 
 def labels(points):
@@ -298,10 +298,10 @@ def test_a_ratio_is_marked_tied_only_where_its_spread_overlaps_another_at_its_co
 def test_a_configuration_the_main_run_or_the_lanes_trained_is_taken_and_the_reference_trains_once(devices):
     from types import SimpleNamespace
 
-    from shared.measure.history import History
-    from shared.run.results import TrainerResult
-    from shared.run.sweep import reference_once, trained_by_main_run
-    from shared.training.protocol import RunControl
+    from dtensor_vs_mirrored.shared.measure.history import History
+    from dtensor_vs_mirrored.shared.run.results import TrainerResult
+    from dtensor_vs_mirrored.shared.run.sweep import reference_once, trained_by_main_run
+    from dtensor_vs_mirrored.shared.training.protocol import RunControl
 
     def trained(name, **details):
         return TrainerResult(name, History(name, "", details=details))
@@ -331,7 +331,7 @@ def test_a_configuration_the_main_run_or_the_lanes_trained_is_taken_and_the_refe
 
 
 def test_the_tables_title_says_how_its_speeds_were_taken():
-    from shared.report.tables import sweep_title
+    from dtensor_vs_mirrored.shared.report.tables import sweep_title
 
     assert sweep_title(Config(sweep_devices=(2,))).endswith("judged against this run's reference and timed beside it")
     untimed = "judged against this run's reference and its speeds from its epochs (not timed: --no-timing or float64)"

@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from shared.config import Config
-from shared.measure import timing
-from shared.measure.timing import TimedRound, Timing
-from shared.run import worker
-from shared.run.results import TrainerResult
-from shared.run.timing import beside
-from shared.training.registry import fit_and_keep
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.measure import timing
+from dtensor_vs_mirrored.shared.measure.timing import TimedRound, Timing
+from dtensor_vs_mirrored.shared.run import worker
+from dtensor_vs_mirrored.shared.run.results import TrainerResult
+from dtensor_vs_mirrored.shared.run.timing import beside
+from dtensor_vs_mirrored.shared.training.registry import fit_and_keep
 from tests.cli import data_slice
 
 
@@ -118,7 +118,7 @@ def test_a_kept_trainer_is_not_pickled_and_a_trainer_process_times_and_releases_
 
 
 def test_a_trained_trainer_kept_for_timing_runs_its_steady_call_again(devices, embedded):
-    from shared.training.protocol import RunControl
+    from dtensor_vs_mirrored.shared.training.protocol import RunControl
 
     config = Config(trainers=("reference",), devices=1, epochs=1, batch_size=64, hidden=(32,), quiet=True)
     history, kept = fit_and_keep(
@@ -135,8 +135,8 @@ def test_a_trace_that_runs_any_step_count_is_timed_a_rounds_steps_a_call_and_a_r
 ):
     """The reference's and MirroredStrategy's timed call is a round's steps, not the epoch's 15 (the ViT's 31 took
     2 s a reference round); a run told not to evaluate (a sweep's configuration) has no test metrics."""
-    from shared.report.progress import format_epoch_line
-    from shared.training.protocol import RunControl
+    from dtensor_vs_mirrored.shared.report.progress import format_epoch_line
+    from dtensor_vs_mirrored.shared.training.protocol import RunControl
 
     config = Config(devices=2, epochs=1, batch_size=64, hidden=(32,), quiet=True)
     data = data_slice(embedded, 1000, 64)  # 15 full batches and one of 40
@@ -155,7 +155,7 @@ def test_a_trace_that_runs_any_step_count_is_timed_a_rounds_steps_a_call_and_a_r
 def test_a_round_longer_than_an_epoch_is_made_of_equal_calls_of_no_more_steps_than_it_needs(devices, embedded):
     """MirroredStrategy's epoch of 8 steps (the GPT's) times a round of 10 as calls of 5, not of 8: 16 steps a
     round cost the GPT's sweep ~3 s of its two MirroredStrategy configurations."""
-    from shared.training.protocol import RunControl
+    from dtensor_vs_mirrored.shared.training.protocol import RunControl
 
     config = Config(devices=2, epochs=1, batch_size=64, hidden=(32,), quiet=True)
     data = data_slice(embedded, 512, 64)  # 8 full batches
@@ -168,7 +168,7 @@ def test_a_round_longer_than_an_epoch_is_made_of_equal_calls_of_no_more_steps_th
 
 
 def test_the_speeds_say_what_they_stand_for_on_cpus_and_gpus():
-    from shared.measure.machine import Machine
+    from dtensor_vs_mirrored.shared.measure.machine import Machine
 
     assert Machine("CPU", 8, 1, 2, "AMD EPYC").describe() == (
         "speeds: 8 logical CPUs sharing 2 cores (AMD EPYC): a device adds no compute, so examples/s and ratios rank "
@@ -187,8 +187,8 @@ def test_the_speeds_say_what_they_stand_for_on_cpus_and_gpus():
 def test_a_main_run_left_untimed_is_timed_once_with_the_first_block_and_the_reference_keeps_those_rounds():
     """shared/run/sweep.py Blocks.take_block: the main run's kept trainers (train_all's time_later) and a block's in
     one set of rounds (R M A R M A R M A R), the reference's own figure from them; a second call times nothing."""
-    from shared.measure.history import History
-    from shared.run.timing import time_run, untimed
+    from dtensor_vs_mirrored.shared.measure.history import History
+    from dtensor_vs_mirrored.shared.run.timing import time_run, untimed
 
     order = []
 
@@ -214,8 +214,8 @@ def test_a_call_warmed_long_before_its_first_round_runs_once_more_untimed_and_a_
     made by its first round, is run once before it, not twice."""
     import contextlib
 
-    from shared.measure.profile import StepCall
-    from shared.training.registry import Kept
+    from dtensor_vs_mirrored.shared.measure.profile import StepCall
+    from dtensor_vs_mirrored.shared.training.registry import Kept
 
     class Trainer:
         def __init__(self):
@@ -239,7 +239,7 @@ def test_an_epoch_whose_trainer_marks_its_steps_starts_is_timed_by_its_steps_alo
     """model.fit's epoch (shared/training/keras_fit.py) marks each batch's start: its set-up before the first batch
     and its wind-down after the last are no step's time and not the epoch's (a 4-step call under MirroredStrategy
     took 0.45 s for 20 ms of steps); a trainer that marks nothing is timed end to end."""
-    from shared.measure.history import EpochMeter
+    from dtensor_vs_mirrored.shared.measure.history import EpochMeter
 
     def epoch(marked: bool):
         meter = EpochMeter()
@@ -257,7 +257,7 @@ def test_an_epoch_whose_trainer_marks_its_steps_starts_is_timed_by_its_steps_alo
 
 
 def test_a_cpus_name_loses_its_trademark_marks_so_the_header_reads_plainly():
-    from shared.measure.machine import Machine, plain_name
+    from dtensor_vs_mirrored.shared.measure.machine import Machine, plain_name
 
     assert plain_name(" Intel(R) Xeon(R) Processor\n") == "Intel Xeon Processor"
     assert plain_name("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz") == "Intel Core i7-8700 CPU @ 3.20GHz"

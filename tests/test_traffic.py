@@ -9,12 +9,12 @@ import re
 import numpy as np
 import pytest
 
-from dtensor_impl import gathering
-from dtensor_impl.layouts import plan_layouts
-from dtensor_impl.traffic import group_axes
-from shared.config import Config
-from shared.measure.traffic import Collective, DeviceTraffic, Traffic, copies_traffic, ring_bytes
-from shared.model.registry import definition_for
+from dtensor_vs_mirrored.dtensor_impl import gathering
+from dtensor_vs_mirrored.dtensor_impl.layouts import plan_layouts
+from dtensor_vs_mirrored.dtensor_impl.traffic import group_axes
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.measure.traffic import Collective, DeviceTraffic, Traffic, copies_traffic, ring_bytes
+from dtensor_vs_mirrored.shared.model.registry import definition_for
 
 GLOBAL_BATCH = 128
 FLOAT32 = 4
@@ -71,8 +71,8 @@ def formula(config: Config, batch: int, model: int):
 
 
 def dtensor_traffic(config: Config, small, devices) -> Traffic:
-    from dtensor_impl.spec import count_bytes
-    from dtensor_impl.trainer import DTensorTrainer
+    from dtensor_vs_mirrored.dtensor_impl.spec import count_bytes
+    from dtensor_vs_mirrored.dtensor_impl.trainer import DTensorTrainer
 
     trainer = DTensorTrainer(config, small, devices)
     call = trainer.step_call()
@@ -121,8 +121,8 @@ def test_sharded_weights_are_all_gathered_forward_and_their_gradients_reduced_ba
     zero-padded weight; dtensor_impl/gathering.py), and its gradient is all-reduced whole, then sliced; a weight
     that stays whole all-reduces its gradient as on a replicated mesh. Left to DTensor's own expansion, the MLP
     moves activations instead (all-to-all; docs/throughput.md)."""
-    from dtensor_impl.spec import count_bytes
-    from dtensor_impl.trainer import DTensorTrainer
+    from dtensor_vs_mirrored.dtensor_impl.spec import count_bytes
+    from dtensor_vs_mirrored.dtensor_impl.trainer import DTensorTrainer
 
     config = Config(
         trainers=("dtensor",), mesh="batch=8", shard_weights=True, sharded_forward="gather", epochs=1, quiet=True
@@ -155,8 +155,8 @@ def test_sharded_weights_are_all_gathered_forward_and_their_gradients_reduced_ba
 def test_mirrored_bytes_are_a_reduce_to_one_device_and_what_comes_back(devices, small, update):
     """ReductionToOneDevice: every replica's gradients (and its loss and correct count) go to CPU:0; back come
     the weights the `primary` update made there, or the summed gradients (`replicas`): the same sizes."""
-    from mirrored_impl.spec import count_bytes
-    from mirrored_impl.trainer import MirroredTrainer
+    from dtensor_vs_mirrored.mirrored_impl.spec import count_bytes
+    from dtensor_vs_mirrored.mirrored_impl.trainer import MirroredTrainer
 
     trainer = MirroredTrainer(
         Config(trainers=("mirrored",), mirrored_update=update, epochs=1, quiet=True), small, devices

@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from shared.config import Config
-from shared.run import worker
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.run import worker
 from tests.cli import data_slice
 
 

@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from shared.errors import UsageError
-from shared.model.registry import load
-from shared.training.data import load_data
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model.registry import load
+from dtensor_vs_mirrored.shared.training.data import load_data
 from tests.cli import ROOT, run_compare, run_here, unwrapped
 
 MISTAKES = "tests/models/user_mistakes.py"
@@ -107,7 +107,7 @@ def test_a_model_no_trainer_could_train_is_one_line_naming_the_variable_or_its_l
 
 
 USER_SNIPPET = """
-from shared.api import check_model
+from dtensor_vs_mirrored.shared.api import check_model
 from tests.models.user_mistakes import local_mean_loss
 result = check_model(local_mean_loss, meshes=("batch=2",), devices=2, dtype="float64", epochs=1,
                      train_examples=128, test_examples=64, batch_size=64)

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from shared.console import LINE_WIDTH
+from dtensor_vs_mirrored.shared.console import LINE_WIDTH
 from tests.cli import PNG_SIZE, SMALL, png_size, read_report, run_compare, run_here, unwrapped
 
 

@@ -14,14 +14,14 @@ import re
 import numpy as np
 import pytest
 
-from dtensor_impl import spec as dtensor_spec
-from dtensor_impl.layouts import plan_layouts
-from dtensor_impl.mesh import parse_mesh
-from shared.config import Config
-from shared.judge.parity import check_parity
-from shared.model.vit import vit
-from shared.training import checkpoint, export
-from shared.training.registry import fit
+from dtensor_vs_mirrored.dtensor_impl import spec as dtensor_spec
+from dtensor_vs_mirrored.dtensor_impl.layouts import plan_layouts
+from dtensor_vs_mirrored.dtensor_impl.mesh import parse_mesh
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.judge.parity import check_parity
+from dtensor_vs_mirrored.shared.model.vit import vit
+from dtensor_vs_mirrored.shared.training import checkpoint, export
+from dtensor_vs_mirrored.shared.training.registry import fit
 
 MESH = "batch=2,model=2"  # on 4 devices: a trace on 8 took ~30% longer for the same layouts
 BASE = Config(model="vit", epochs=2, batch_size=64, dtype="float64", quiet=True)

@@ -15,11 +15,11 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from shared.config import TUTORIAL_HIDDEN, Config
-from shared.errors import UsageError
-from shared.judge.digest import SUMS, digests, same_bytes
-from shared.judge.parity import Tolerance, beyond, tolerances
-from shared.measure.history import History
+from dtensor_vs_mirrored.shared.config import TUTORIAL_HIDDEN, Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge.digest import SUMS, digests, same_bytes
+from dtensor_vs_mirrored.shared.judge.parity import Tolerance, beyond, tolerances
+from dtensor_vs_mirrored.shared.measure.history import History
 
 SAME, FLOAT_NOISE, CHANGED, NOT_COMPARED = "same", "float noise", "CHANGED", "not compared"
 SAVE_FLOAT64 = "save the baseline with --with-float64"

@@ -12,8 +12,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from shared.judge.parity import Tolerance, beyond
-from shared.measure.taps import Taps
+from dtensor_vs_mirrored.shared.judge.parity import Tolerance, beyond
+from dtensor_vs_mirrored.shared.measure.taps import Taps
 
 AGREED_SHOWN = 3  # taps named before "... and N more"
 

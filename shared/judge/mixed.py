@@ -14,7 +14,7 @@ agreement gives the same noise verdict, its disagreement a MISMATCH.
 
 from typing import Dict, Optional, Tuple
 
-from shared.config import MIXED_COMPUTE
+from dtensor_vs_mirrored.shared.config import MIXED_COMPUTE
 
 EPSILON = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
 EPSILONS_OF_TOLERANCE = 4

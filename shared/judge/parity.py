@@ -17,9 +17,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from shared.judge.bounds import FLOAT_TOLERANCE
-from shared.judge.mixed import MIXED_TOLERANCE
-from shared.measure.history import History
+from dtensor_vs_mirrored.shared.judge.bounds import FLOAT_TOLERANCE
+from dtensor_vs_mirrored.shared.judge.mixed import MIXED_TOLERANCE
+from dtensor_vs_mirrored.shared.measure.history import History
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from shared.judge.digest import weight_names
-from shared.judge.parity import max_abs_diff
-from shared.measure.history import History
+from dtensor_vs_mirrored.shared.judge.digest import weight_names
+from dtensor_vs_mirrored.shared.judge.parity import max_abs_diff
+from dtensor_vs_mirrored.shared.measure.history import History
 
 BITWISE_IDENTICAL = "bitwise identical"
 

@@ -12,10 +12,23 @@ about as long as the float32 run of those trainers (docs/parity.md).
 import dataclasses
 from typing import Dict, List, Optional, Sequence
 
-from shared.judge.first_difference import FirstDifference
-from shared.judge.mixed import NOISE, first_skip_difference, left_tolerance, noise_verdict, rerun_dtype, skip_difference
-from shared.judge.parity import Parity, check_parity, describe_first, describe_later, first_non_finite_step
-from shared.measure.history import History
+from dtensor_vs_mirrored.shared.judge.first_difference import FirstDifference
+from dtensor_vs_mirrored.shared.judge.mixed import (
+    NOISE,
+    first_skip_difference,
+    left_tolerance,
+    noise_verdict,
+    rerun_dtype,
+    skip_difference,
+)
+from dtensor_vs_mirrored.shared.judge.parity import (
+    Parity,
+    check_parity,
+    describe_first,
+    describe_later,
+    first_non_finite_step,
+)
+from dtensor_vs_mirrored.shared.measure.history import History
 
 OK, FLOAT_NOISE, MISMATCH, DIVERGED = "ok", "float noise", "MISMATCH", "diverged"
 

@@ -10,7 +10,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from shared.measure.timing import Timing
+from dtensor_vs_mirrored.shared.measure.timing import Timing
 
 
 @dataclasses.dataclass

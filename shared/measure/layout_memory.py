@@ -8,8 +8,8 @@ from typing import List, Mapping, Sequence
 
 import numpy as np
 
-from shared.measure.memory import DeviceMemory, tally
-from shared.model.definition import ModelDefinition
+from dtensor_vs_mirrored.shared.measure.memory import DeviceMemory, tally
+from dtensor_vs_mirrored.shared.model.definition import ModelDefinition
 
 
 def planned_weight_memory(

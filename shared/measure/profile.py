@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from shared.measure.traffic import Traffic
+from dtensor_vs_mirrored.shared.measure.traffic import Traffic
 
 # Name scopes the train steps open; a backward op is TensorFlow's "gradient_tape/<forward op>".
 FORWARD_SCOPE, UPDATE_SCOPE, INPUT_SCOPE, COLLECTIVES_SCOPE = "forward", "optimizer_update", "step_input", "collectives"

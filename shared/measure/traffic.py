@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from shared.measure.memory import MB
+from dtensor_vs_mirrored.shared.measure.memory import MB
 
 # Collective ops as TensorFlow names them, by what they do. Each device hands in its own tensor.
 COLLECTIVE_KINDS = {

@@ -2,10 +2,11 @@
 built-in MLP, ViT and GPT, a Keras model (keras.py), and `--model FILE.py:FUNCTION` (registry.py). Imports nothing
 from training.
 
-    from shared.model import ModelDefinition, Variable, ForwardContext, MODEL_AXIS, UNSHARDED, zeros, truncated_normal
+    from dtensor_vs_mirrored.shared.model import ModelDefinition, Variable, ForwardContext, MODEL_AXIS, UNSHARDED
+    from dtensor_vs_mirrored.shared.model import zeros, truncated_normal
 """
 
-from shared.model.definition import (
+from dtensor_vs_mirrored.shared.model.definition import (
     BATCH_AXIS,
     MODEL_AXIS,
     UNSHARDED,
@@ -17,7 +18,7 @@ from shared.model.definition import (
     truncated_normal,
     zeros,
 )
-from shared.model.forward import ForwardContext
+from dtensor_vs_mirrored.shared.model.forward import ForwardContext
 
 __all__ = [
     "BATCH_AXIS",

@@ -10,7 +10,7 @@ from typing import Callable, List
 
 import tensorflow as tf
 
-from shared.model.definition import MODEL_AXIS, UNSHARDED, Variable, ones, zeros
+from dtensor_vs_mirrored.shared.model.definition import MODEL_AXIS, UNSHARDED, Variable, ones, zeros
 
 LAYER_NORM_EPSILON = 1e-6
 U, M = UNSHARDED, MODEL_AXIS

@@ -19,9 +19,9 @@ from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence,
 import numpy as np
 import tensorflow as tf
 
-from shared.errors import UsageError
-from shared.model.forward import ForwardContext, takes_context
-from shared.model.named_inputs import INPUT_DTYPES, NamedInput, check_inputs
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model.forward import ForwardContext, takes_context
+from dtensor_vs_mirrored.shared.model.named_inputs import INPUT_DTYPES, NamedInput, check_inputs
 
 MODEL_AXIS = "model"
 BATCH_AXIS = "batch"  # a mesh's data axis: a weight named on it is split over the data-parallel devices (FSDP)
@@ -437,7 +437,7 @@ def check_definition(definition, source: str) -> ModelDefinition:
     if not isinstance(definition, ModelDefinition):
         raise UsageError(
             f"--model {source} returned {type(definition).__name__}; return a Keras model, a (Keras model, LayoutMap) "
-            f"pair or a shared.model.ModelDefinition"
+            f"pair or a dtensor_vs_mirrored.shared.model.ModelDefinition"
         )
     if not definition.variables:
         raise UsageError(f"--model {source}: the model has no variables")

@@ -14,8 +14,8 @@ import functools
 
 import tensorflow as tf
 
-from shared.model.blocks import block, block_variables, layer_norm
-from shared.model.definition import ModelDefinition, Variable, ones, truncated_normal
+from dtensor_vs_mirrored.shared.model.blocks import block, block_variables, layer_norm
+from dtensor_vs_mirrored.shared.model.definition import ModelDefinition, Variable, ones, truncated_normal
 
 # The characters of tiny Shakespeare, in code-point order: token i is VOCABULARY[i].
 VOCABULARY = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

@@ -18,10 +18,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from shared.config import MIXED_COMPUTE
-from shared.errors import UsageError
-from shared.model import keras_compat
-from shared.model.definition import (
+from dtensor_vs_mirrored.shared.config import MIXED_COMPUTE
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model import keras_compat
+from dtensor_vs_mirrored.shared.model.definition import (
     BATCH_AXIS,
     MESH_AXES,
     MODEL_AXIS,
@@ -32,20 +32,20 @@ from shared.model.definition import (
     ModelDefinition,
     Variable,
 )
-from shared.model.keras_depthwise import convolution_cautions
-from shared.model.keras_downcasts import float64_in_code, keeping_float64
-from shared.model.keras_inputs import embedding_vocabulary, keras_arrangement, keras_inputs
-from shared.model.keras_layouts import audit_layout_map, check_keys
-from shared.model.keras_objective import objective_fields, output_cautions
-from shared.model.keras_tied import calls_nested_layers, tied_copy
-from shared.model.named_inputs import describe_inputs, zeros_for
-from shared.model.quiet_profiler import profiler_deprecations_dropped
+from dtensor_vs_mirrored.shared.model.keras_depthwise import convolution_cautions
+from dtensor_vs_mirrored.shared.model.keras_downcasts import float64_in_code, keeping_float64
+from dtensor_vs_mirrored.shared.model.keras_inputs import embedding_vocabulary, keras_arrangement, keras_inputs
+from dtensor_vs_mirrored.shared.model.keras_layouts import audit_layout_map, check_keys
+from dtensor_vs_mirrored.shared.model.keras_objective import objective_fields, output_cautions
+from dtensor_vs_mirrored.shared.model.keras_tied import calls_nested_layers, tied_copy
+from dtensor_vs_mirrored.shared.model.named_inputs import describe_inputs, zeros_for
+from dtensor_vs_mirrored.shared.model.quiet_profiler import profiler_deprecations_dropped
 
 SEED_STRIDE = 1 << 16  # a seed state's counter advances this much a step: room for that many draws of one state
 RATES = ("rate", "dropout", "recurrent_dropout")  # a random layer's rates: all 0, it draws nothing
 RANDOM_LAYER_HINT = (
-    "use shared.model.keras_layers.Dropout, which draws alike everywhere, or where the layer is not yours build it "
-    "with a rate of 0 (a keras-hub backbone's dropout=0) (docs/keras.md)"
+    "use dtensor_vs_mirrored.shared.model.keras_layers.Dropout, which draws alike everywhere, or where the layer is "
+    "not yours build it with a rate of 0 (a keras-hub backbone's dropout=0) (docs/keras.md)"
 )
 
 
@@ -188,7 +188,7 @@ def stateless_forward(model, keras, source: str, names, state, running, probe, a
     (or its copy's in the run's dtype) on the trainer's values (its inputs as `arrange` makes them), the running
     statistics' new values handed to context.update, each seed state drawn from the context, Keras's other
     non-float bookkeeping (an adapted Normalization's count) carried as it is."""
-    from shared.model.keras_compute import call_stateless
+    from dtensor_vs_mirrored.shared.model.keras_compute import call_stateless
 
     computed, notes = unrolled_copy(model, keras, source, probe)
     computes = Computes(computed, keras, source, probe)
@@ -226,7 +226,7 @@ class Computes:
     where a CPU's kernels cannot compute its dtype's matmul: shared/run/kernels.py)."""
 
     def __init__(self, model, keras, source: str, probe):
-        from shared.model.keras_compute import compute_for
+        from dtensor_vs_mirrored.shared.model.keras_compute import compute_for
 
         self.model, self.keras, self.source, self.probe = model, keras, source, probe
         self.own = own_policy(model)
@@ -236,7 +236,7 @@ class Computes:
             self.prepare(dtype)
 
     def prepare(self, dtype: str) -> None:
-        from shared.model.keras_compute import compute_for
+        from dtensor_vs_mirrored.shared.model.keras_compute import compute_for
 
         if dtype in self.made:
             return
@@ -466,7 +466,7 @@ def unrolled_copy(model, keras, source: str, probe):
     """(the model every trainer computes with, what the header says of it): `model`, or with recurrent layers that
     Keras runs as a loop, a copy of it rebuilt with unroll=True holding its values (shared/model/keras_recurrent.py);
     UsageError in one line where the sequence has no fixed length."""
-    from shared.model.keras_recurrent import looping_layers, unknown_length, unroll, unroll_note
+    from dtensor_vs_mirrored.shared.model.keras_recurrent import looping_layers, unknown_length, unroll, unroll_note
 
     looping = looping_layers(model, keras)
     if not looping:
@@ -484,7 +484,7 @@ def copy_in(model, keras, source: str, dtype: str):
     """The model rebuilt from its config with every layer's policy `dtype` (float64: its inputs' too, so that a
     float64 run computes in float64 end to end, as Keras casts a layer's inputs to its dtype policy), holding
     `model`'s values (widened exactly for float64)."""
-    from shared.model.keras_recurrent import unroll
+    from dtensor_vs_mirrored.shared.model.keras_recurrent import unroll
 
     copy = with_values(rebuilt(model, keras, source, dtype), model)
     unroll(copy, keras)  # as `model` is (unrolled_copy): a subclassed model's config does not carry it
@@ -600,7 +600,7 @@ def describe(model, layout_map, inputs=()) -> str:
 def cautions(model, keras) -> Tuple[Caution, ...]:
     """What the model's own layers make a trainer compute differently (output_cautions: what every trainer leaves
     out alike)."""
-    from shared.model.keras_layers import Dropout
+    from dtensor_vs_mirrored.shared.model.keras_layers import Dropout
 
     layers = keras_compat.flat_layers(model)
     unsynchronized = unsynchronized_batch_norms(layers, keras)
@@ -623,7 +623,11 @@ def cautions(model, keras) -> Tuple[Caution, ...]:
                 f"{', '.join(layer.name for layer in random)}: Keras {' and '.join(kinds)} draws from a seed state: "
                 f"DTensor XORs the seed with each device, MirroredStrategy's replicas each draw their piece from "
                 f"the same state, so neither draws one device's numbers; "
-                + (RANDOM_LAYER_HINT if dropout_only else "shared.model.keras_layers.Dropout replaces a Dropout")
+                + (
+                    RANDOM_LAYER_HINT
+                    if dropout_only
+                    else "dtensor_vs_mirrored.shared.model.keras_layers.Dropout replaces a Dropout"
+                )
                 + ("" if dropout_only else "; a layer built with rates of 0 draws nothing"),
                 ("dtensor", "mirrored"),
                 random=True,
@@ -652,7 +656,7 @@ def draws(layer) -> bool:
 def keras_saver(model, keras_variables, keras):
     """(weights, path): the weights written into the user's model (float32) and it saved as a .keras file that
     plain Keras loads: a drop-in Dropout is saved as keras.layers.Dropout (the same at inference)."""
-    from shared.model.keras_layers import Dropout
+    from dtensor_vs_mirrored.shared.model.keras_layers import Dropout
 
     has_drop_in = any(isinstance(layer, Dropout) for layer in keras_compat.flat_layers(model))
 

@@ -13,7 +13,7 @@ from typing import Callable, Dict
 import numpy as np
 import tensorflow as tf
 
-from shared.model import keras_compat
+from dtensor_vs_mirrored.shared.model import keras_compat
 
 TAP_REPEAT = "#"  # a layer's second call is tapped as `name#2`: Keras's own names (dense_1) are other layers'
 
@@ -45,7 +45,7 @@ def compute_for(model, probe) -> Compute:
 def call_stateless(compute: Compute, weights, non_trainable, inputs, context):
     """(logits, new non-trainable values in the model's order): the model's stateless_call, its Dropout layers
     drawing through `context`; when `context` records, each call of a layer tapped on the way."""
-    from shared.model.keras_layers import drawing_with
+    from dtensor_vs_mirrored.shared.model.keras_layers import drawing_with
 
     training = {"training": context.training} if keras_compat.call_takes_training(compute.model) else {}
     with drawing_with(context):

@@ -9,7 +9,7 @@ from typing import List, Tuple
 
 import tensorflow as tf
 
-from shared.model.definition import Caution, listed
+from dtensor_vs_mirrored.shared.model.definition import Caution, listed
 
 DEPTHWISE = ("DepthwiseConv1D", "DepthwiseConv2D", "SeparableConv1D", "SeparableConv2D")
 

@@ -18,7 +18,7 @@ import contextlib
 import threading
 from typing import Iterator, List, Tuple
 
-from shared.model import keras_compat
+from dtensor_vs_mirrored.shared.model import keras_compat
 
 _state = threading.local()  # per thread: the casts kept while in keeping_float64, else None
 _install = threading.Lock()

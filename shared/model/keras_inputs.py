@@ -6,8 +6,8 @@ for integers that reach an Embedding, its vocabulary (a 0/1 mask reaches none: i
 import collections
 from typing import Callable, Optional, Tuple
 
-from shared.model import keras_compat
-from shared.model.named_inputs import NamedInput, check_inputs
+from dtensor_vs_mirrored.shared.model import keras_compat
+from dtensor_vs_mirrored.shared.model.named_inputs import NamedInput, check_inputs
 
 
 def keras_inputs(model, keras, source: str) -> Tuple[NamedInput, ...]:

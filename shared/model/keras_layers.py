@@ -1,6 +1,6 @@
 """Keras layers that every trainer computes alike: a drop-in `Dropout` that draws through the forward's context.
 
-    from shared.model.keras_layers import Dropout
+    from dtensor_vs_mirrored.shared.model.keras_layers import Dropout
     x = Dropout(0.3, name="drop")(x)          # instead of keras.layers.Dropout(0.3)
 
 Keras's own Dropout draws a stateless mask from a seed state: DTensor draws a sharded random op with the seed XORed
@@ -43,8 +43,8 @@ class Dropout(keras.layers.Dropout):
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
         if noise_shape is not None:
             raise ValueError(
-                "shared.model.keras_layers.Dropout draws every element on its own: give no noise_shape "
-                "(keras.layers.SpatialDropout2D and the like draw differently on every trainer)"
+                "dtensor_vs_mirrored.shared.model.keras_layers.Dropout draws every element on its own: give no "
+                "noise_shape (keras.layers.SpatialDropout2D and the like draw differently on every trainer)"
             )
         super().__init__(rate, seed=seed, **kwargs)
 

@@ -11,8 +11,8 @@ import inspect
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from shared.errors import UsageError
-from shared.model import keras_compat
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model import keras_compat
 
 SEARCH, FULLMATCH = "re.search", "re.fullmatch"
 RULE_RELEASES = {SEARCH: "Keras before 3.14", FULLMATCH: "Keras 3.14 and later"}

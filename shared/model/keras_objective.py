@@ -10,9 +10,9 @@ uncompiled model keeps the softmax cross-entropy of its logits.
 
 from typing import Optional, Tuple
 
-from shared.errors import UsageError
-from shared.model import keras_compat
-from shared.model.definition import Caution, OptimizerChoice
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model import keras_compat
+from dtensor_vs_mirrored.shared.model.definition import Caution, OptimizerChoice
 
 BINARY_LOSSES = ("binary_crossentropy", "binary_focal_crossentropy")  # 0/1 labels of the output's shape
 CLASS_LOSSES = ("sparse_categorical_crossentropy",)  # class ids, the output's last axis the classes

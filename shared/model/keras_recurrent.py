@@ -8,8 +8,8 @@ MirroredStrategy all train the unrolled copy: the same maths, said in the header
 cannot be unrolled: one line before anything trains.
 """
 
-from shared.errors import UsageError
-from shared.model import keras_compat
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model import keras_compat
 
 
 def looping_layers(model, keras) -> list:

@@ -7,7 +7,7 @@ top-level layer by name), so the copy would hold one variable more than the mode
 the nested copy's own. Checked on Keras 3.15.1 with keras-hub 0.32.0's GemmaBackbone.
 """
 
-from shared.model import keras_compat
+from dtensor_vs_mirrored.shared.model import keras_compat
 
 
 def calls_nested_layers(model, keras) -> bool:

@@ -19,8 +19,8 @@ from typing import Sequence, Tuple
 
 import tensorflow as tf
 
-from shared.config import TUTORIAL_HIDDEN
-from shared.model.definition import (
+from dtensor_vs_mirrored.shared.config import TUTORIAL_HIDDEN
+from dtensor_vs_mirrored.shared.model.definition import (
     MODEL_AXIS,
     UNSHARDED,
     ModelDefinition,
@@ -28,7 +28,7 @@ from shared.model.definition import (
     summarise_named_state,
     zeros,
 )
-from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
+from dtensor_vs_mirrored.shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
 
 
 def layer_sizes(hidden: Sequence[int]) -> Tuple[int, ...]:

@@ -12,7 +12,7 @@ from typing import Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 INPUT_DTYPES = ("float32", "int32", "int64")  # a float64 run widens float32 inputs; integers stay integers
 

@@ -5,7 +5,7 @@ checked once.
     python compare.py --model gpt --data embedded
     python compare.py --model examples/my_model.py:my_model --data embedded
 
-A file's function takes no arguments and returns a `shared.model.ModelDefinition`
+A file's function takes no arguments and returns a `dtensor_vs_mirrored.shared.model.ModelDefinition`
 (examples/my_model.py is one to copy), or a built Keras 3 model, alone or with its LayoutMap
 (`(model, layout_map)`: shared/model/keras.py, examples/keras_cnn.py); a Keras model is built after
 `keras.utils.set_random_seed(--seed)`. It is loaded and checked before anything trains:
@@ -24,16 +24,16 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
-from shared.config import BUILT_IN_MODELS, TUTORIAL_HIDDEN
-from shared.errors import UsageError, installed, one_line
-from shared.model.definition import Model, ModelDefinition, check_definition
-from shared.model.gpt import gpt
-from shared.model.keras import is_keras_model, keras_2_hint, keras_definition, prepare_keras
-from shared.model.mlp import mlp
-from shared.model.named_inputs import batch_spec, describe_inputs, example_batch
-from shared.model.vit import vit
+from dtensor_vs_mirrored.shared.config import BUILT_IN_MODELS, TUTORIAL_HIDDEN
+from dtensor_vs_mirrored.shared.errors import UsageError, installed, one_line
+from dtensor_vs_mirrored.shared.model.definition import Model, ModelDefinition, check_definition
+from dtensor_vs_mirrored.shared.model.gpt import gpt
+from dtensor_vs_mirrored.shared.model.keras import is_keras_model, keras_2_hint, keras_definition, prepare_keras
+from dtensor_vs_mirrored.shared.model.mlp import mlp
+from dtensor_vs_mirrored.shared.model.named_inputs import batch_spec, describe_inputs, example_batch
+from dtensor_vs_mirrored.shared.model.vit import vit
 
-REGISTERED: dict = {}  # spec -> a definition handed over in this process (shared.api.check_model)
+REGISTERED: dict = {}  # spec -> a definition handed over in this process (dtensor_vs_mirrored.shared.api.check_model)
 
 
 def register(definition, source: str, seed: int = 0) -> str:

@@ -13,9 +13,9 @@ import functools
 
 import tensorflow as tf
 
-from shared.model.blocks import block, block_variables, layer_norm
-from shared.model.definition import ModelDefinition, Variable, ones, truncated_normal
-from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
+from dtensor_vs_mirrored.shared.model.blocks import block, block_variables, layer_norm
+from dtensor_vs_mirrored.shared.model.definition import ModelDefinition, Variable, ones, truncated_normal
+from dtensor_vs_mirrored.shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
 
 IMAGE_SIDE, PATCH_SIDE = 28, 7
 GRID = IMAGE_SIDE // PATCH_SIDE  # 4 x 4 patches

@@ -4,7 +4,7 @@
 import dataclasses
 from typing import List, Optional
 
-from shared.judge.baseline import CHANGED, FLOAT_NOISE, SAME, BaselineResult
+from dtensor_vs_mirrored.shared.judge.baseline import CHANGED, FLOAT_NOISE, SAME, BaselineResult
 
 BASELINE_HEADERS = [
     "trainer",

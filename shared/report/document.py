@@ -7,19 +7,19 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from shared.devices import keras_version, op_determinism_enabled
-from shared.judge.digest import data_sha256, digests
-from shared.judge.verdict import exit_ok
-from shared.measure.history import step_time_percentiles_ms, throughput
-from shared.measure.peak import yardstick
-from shared.model.registry import definition_for
-from shared.report import profile as profile_report
-from shared.report.baseline import baseline_dict
-from shared.report.header import run_machine
-from shared.report.layouts import layouts_dict
-from shared.report.parity import float64_rerun_dict, parity_dict
-from shared.report.schema import SCHEMA_VERSION
-from shared.training.registry import cautions_for, with_trainers
+from dtensor_vs_mirrored.shared.devices import keras_version, op_determinism_enabled
+from dtensor_vs_mirrored.shared.judge.digest import data_sha256, digests
+from dtensor_vs_mirrored.shared.judge.verdict import exit_ok
+from dtensor_vs_mirrored.shared.measure.history import step_time_percentiles_ms, throughput
+from dtensor_vs_mirrored.shared.measure.peak import yardstick
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.report import profile as profile_report
+from dtensor_vs_mirrored.shared.report.baseline import baseline_dict
+from dtensor_vs_mirrored.shared.report.header import run_machine
+from dtensor_vs_mirrored.shared.report.layouts import layouts_dict
+from dtensor_vs_mirrored.shared.report.parity import float64_rerun_dict, parity_dict
+from dtensor_vs_mirrored.shared.report.schema import SCHEMA_VERSION
+from dtensor_vs_mirrored.shared.training.registry import cautions_for, with_trainers
 
 
 def model_facts(definition, cautions=None) -> dict:

@@ -5,15 +5,15 @@ from typing import Dict, List, Sequence
 import numpy as np
 import tensorflow as tf
 
-from shared.console import fit_width
-from shared.devices import keras_version
-from shared.measure.machine import Machine, this_machine
-from shared.measure.memory import can_reset_peak
-from shared.model.registry import definition_for
-from shared.report.layouts import describe_layouts
-from shared.training.keras_fit import describe_compile
-from shared.training.protocol import RunFacts
-from shared.training.registry import cautions_for
+from dtensor_vs_mirrored.shared.console import fit_width
+from dtensor_vs_mirrored.shared.devices import keras_version
+from dtensor_vs_mirrored.shared.measure.machine import Machine, this_machine
+from dtensor_vs_mirrored.shared.measure.memory import can_reset_peak
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.report.layouts import describe_layouts
+from dtensor_vs_mirrored.shared.training.keras_fit import describe_compile
+from dtensor_vs_mirrored.shared.training.protocol import RunFacts
+from dtensor_vs_mirrored.shared.training.registry import cautions_for
 
 
 def header(config, devices: Sequence[str], data, facts: Dict[str, RunFacts], processes: str = "") -> str:

@@ -10,15 +10,15 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from dtensor_impl.layouts import plan_layouts
-from dtensor_impl.mesh import MeshSpec, parse_mesh
-from shared.devices import keras_version
-from shared.measure.layout_memory import planned_weight_memory
-from shared.measure.memory import MB, largest_total_bytes
-from shared.model.definition import BATCH_AXIS, MODEL_AXIS, ModelDefinition, listed
-from shared.model.keras_layouts import RULE_RELEASES, LayoutAudit
-from shared.model.registry import definition_for
-from shared.training.registry import chosen
+from dtensor_vs_mirrored.dtensor_impl.layouts import plan_layouts
+from dtensor_vs_mirrored.dtensor_impl.mesh import MeshSpec, parse_mesh
+from dtensor_vs_mirrored.shared.devices import keras_version
+from dtensor_vs_mirrored.shared.measure.layout_memory import planned_weight_memory
+from dtensor_vs_mirrored.shared.measure.memory import MB, largest_total_bytes
+from dtensor_vs_mirrored.shared.model.definition import BATCH_AXIS, MODEL_AXIS, ModelDefinition, listed
+from dtensor_vs_mirrored.shared.model.keras_layouts import RULE_RELEASES, LayoutAudit
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.training.registry import chosen
 
 LARGE_SHARE = 0.01  # a variable over this share of the parameters, whole on a model axis, is named
 

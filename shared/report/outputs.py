@@ -6,11 +6,11 @@ import os
 
 import tensorflow as tf
 
-from shared.errors import UsageError
-from shared.files import check_writable_dir, write_atomically
-from shared.judge.verdict import exit_ok
-from shared.report.document import finite, report_dict
-from shared.report.tables import print_tables
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.files import check_writable_dir, write_atomically
+from dtensor_vs_mirrored.shared.judge.verdict import exit_ok
+from dtensor_vs_mirrored.shared.report.document import finite, report_dict
+from dtensor_vs_mirrored.shared.report.tables import print_tables
 
 
 def check_outputs(config) -> None:
@@ -47,7 +47,7 @@ def write_each(config, run, sweep) -> None:
         payload = json.dumps(finite(report_dict(run, sweep)), indent=2, allow_nan=False).encode()
         write_atomically(config.json, payload)
     if config.plots:
-        from shared.report import plots
+        from dtensor_vs_mirrored.shared.report import plots
 
         plots.write_all(config.plots, run, sweep)
     if config.logdir:

@@ -4,10 +4,10 @@ last line, and the JSON report's `parity` and `float64_rerun` entries (shared/ju
 import dataclasses
 from typing import List, Optional
 
-from shared.config import MIXED_COMPUTE
-from shared.judge.digest import digests
-from shared.judge.mixed import noise_verdict
-from shared.judge.verdict import DIVERGED, FLOAT_NOISE
+from dtensor_vs_mirrored.shared.config import MIXED_COMPUTE
+from dtensor_vs_mirrored.shared.judge.digest import digests
+from dtensor_vs_mirrored.shared.judge.mixed import noise_verdict
+from dtensor_vs_mirrored.shared.judge.verdict import DIVERGED, FLOAT_NOISE
 
 PARITY_HEADERS = [
     "trainer",

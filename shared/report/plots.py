@@ -15,9 +15,9 @@ import numpy as np
 from matplotlib import pyplot as plt
 from matplotlib.patches import Patch
 
-from shared.files import write_atomically
-from shared.measure.history import throughput
-from shared.training.trainer_names import SPEC_MODULES
+from dtensor_vs_mirrored.shared.files import write_atomically
+from dtensor_vs_mirrored.shared.measure.history import throughput
+from dtensor_vs_mirrored.shared.training.trainer_names import SPEC_MODULES
 
 FIGURE_SIZE = (9, 6)  # the tutorial's rcParams['figure.figsize']
 DPI = 100  # 900 x 600 pixels
@@ -251,7 +251,7 @@ def profiled_bars(run, sweep) -> list:
 
 def _step_profile_plot(bars, directory: str) -> None:
     """--profile: each configuration's ms per step, its parts stacked."""
-    from shared.measure.profile import PARTS
+    from dtensor_vs_mirrored.shared.measure.profile import PARTS
 
     figure, axes = plt.subplots(figsize=FIGURE_SIZE)
     bottoms = np.zeros(len(bars))

@@ -7,8 +7,8 @@ it and shared/report/document.py writes it.
 import dataclasses
 from typing import List, Optional, Sequence, Tuple
 
-from shared.measure.memory import MB
-from shared.measure.profile import PARTS
+from dtensor_vs_mirrored.shared.measure.memory import MB
+from dtensor_vs_mirrored.shared.measure.profile import PARTS
 
 PART_HEADERS = ["forward", "backward", "coll.", "update", "input", "other", "step ms"]
 

@@ -3,8 +3,8 @@ validated against the shipped schema (shared/report/schema.py) before anything c
 
 import json
 
-from shared.errors import UsageError
-from shared.report.schema import SCHEMA_VERSION, major, schema_error
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.report.schema import SCHEMA_VERSION, major, schema_error
 
 
 def load(path: str) -> dict:

@@ -4,11 +4,11 @@ float64 reruns' summary, the table's rows and the notes under it."""
 from collections import Counter
 from typing import List, Sequence
 
-from shared.config import Config
-from shared.judge import ranking
-from shared.judge.ranking import MIN_RANKED_STEPS, SweepEntry, conclude
-from shared.measure import timing
-from shared.measure.memory import MB
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.judge import ranking
+from dtensor_vs_mirrored.shared.judge.ranking import MIN_RANKED_STEPS, SweepEntry, conclude
+from dtensor_vs_mirrored.shared.measure import timing
+from dtensor_vs_mirrored.shared.measure.memory import MB
 
 SWEEP_HEADERS = ["dev", "configuration", "ex/s (ref.)", "ratio (spread)", "MB/dev", "MB/step", "parity", "mark"]
 

@@ -6,19 +6,19 @@ from typing import List
 
 from tabulate import tabulate
 
-from shared.console import fit_width
-from shared.devices import op_determinism_enabled
-from shared.judge.verdict import passed
-from shared.measure.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
-from shared.measure.memory import MB, largest_total_bytes
-from shared.measure.timing import ROUND_SECONDS, ROUND_STEPS, ROUNDS, wanted
-from shared.model.registry import definition_for
-from shared.report import baseline as baseline_report
-from shared.report import profile as profile_report
-from shared.report.document import compute_facts
-from shared.report.header import run_machine
-from shared.report.parity import PARITY_HEADERS, last_line, parity_notes, parity_rows, parity_title
-from shared.report.sweep import (
+from dtensor_vs_mirrored.shared.console import fit_width
+from dtensor_vs_mirrored.shared.devices import op_determinism_enabled
+from dtensor_vs_mirrored.shared.judge.verdict import passed
+from dtensor_vs_mirrored.shared.measure.history import MIN_MEASURED_SECONDS, step_time_percentiles_ms, throughput
+from dtensor_vs_mirrored.shared.measure.memory import MB, largest_total_bytes
+from dtensor_vs_mirrored.shared.measure.timing import ROUND_SECONDS, ROUND_STEPS, ROUNDS, wanted
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.report import baseline as baseline_report
+from dtensor_vs_mirrored.shared.report import profile as profile_report
+from dtensor_vs_mirrored.shared.report.document import compute_facts
+from dtensor_vs_mirrored.shared.report.header import run_machine
+from dtensor_vs_mirrored.shared.report.parity import PARITY_HEADERS, last_line, parity_notes, parity_rows, parity_title
+from dtensor_vs_mirrored.shared.report.sweep import (
     SWEEP_HEADERS,
     best_against_one_device,
     conclusion_lines,
@@ -26,7 +26,7 @@ from shared.report.sweep import (
     sweep_notes,
     sweep_rows,
 )
-from shared.training.export import LOGIT_TOLERANCE
+from dtensor_vs_mirrored.shared.training.export import LOGIT_TOLERANCE
 
 RESULT_HEADERS = [
     "trainer",

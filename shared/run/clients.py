@@ -25,23 +25,31 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Sequence
 
-from shared.config import Config
-from shared.console import fit_width, print_fitted
-from shared.devices import configure_determinism, configure_devices
-from shared.errors import UsageError
-from shared.files import write_atomically
-from shared.judge.parity import max_abs_diff
-from shared.report import outputs
-from shared.report.header import header
-from shared.run.comparison import check_trainer_options, prepare
-from shared.run.network import PrivateNetwork
-from shared.run.plan import Entry, RunPlan, lineup
-from shared.run.sequence import TrainerResult, in_process, train_and_judge, train_one
-from shared.training.data import load_run_data
-from shared.training.protocol import PLAIN_RUN
-from shared.training.registry import chosen, describe_runs, distributed, specs, trainer_spec, with_trainers
+from dtensor_vs_mirrored import IMPORT_ROOT
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.console import fit_width, print_fitted
+from dtensor_vs_mirrored.shared.devices import configure_determinism, configure_devices
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.files import write_atomically
+from dtensor_vs_mirrored.shared.judge.parity import max_abs_diff
+from dtensor_vs_mirrored.shared.report import outputs
+from dtensor_vs_mirrored.shared.report.header import header
+from dtensor_vs_mirrored.shared.run.comparison import check_trainer_options, prepare
+from dtensor_vs_mirrored.shared.run.network import PrivateNetwork
+from dtensor_vs_mirrored.shared.run.plan import Entry, RunPlan, lineup
+from dtensor_vs_mirrored.shared.run.sequence import TrainerResult, in_process, train_and_judge, train_one
+from dtensor_vs_mirrored.shared.training.data import load_run_data
+from dtensor_vs_mirrored.shared.training.protocol import PLAIN_RUN
+from dtensor_vs_mirrored.shared.training.registry import (
+    chosen,
+    describe_runs,
+    distributed,
+    specs,
+    trainer_spec,
+    with_trainers,
+)
 
-COMPARE_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "compare.py")
+CLIENT_COMMAND = [sys.executable, "-m", "dtensor_vs_mirrored.shared.cli"]  # compare.py's code, by its unique name
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_S = 60  # spawn to "started" (TensorFlow imported); a client slower than this counts as dead
 FINISH_GRACE_S = 30  # once one client has finished, the others must finish within this
@@ -267,11 +275,12 @@ class ClientGroup:
             cluster = {v for spec in specs() if spec.cluster is not None for v in spec.cluster.variables}
             env = {name: value for name, value in os.environ.items() if name not in cluster}
             env.update(client_environment(self.trainer, client, ports), PYTHONUNBUFFERED="1")
+            env["PYTHONPATH"] = os.pathsep.join([IMPORT_ROOT, *filter(None, [env.get("PYTHONPATH")])])
             # The run's configuration whole: this trainer only, the data source already resolved.
             client_config = config.replace(trainers=(self.trainer,), data=data_source)
             config_file = self.result_files[client] + ".config.json"
             write_client_config(config_file, client_config, self.result_files[client])
-            command = [sys.executable, COMPARE_PY, "--client-config", config_file]
+            command = [*CLIENT_COMMAND, "--client-config", config_file]
             command = network.command(command) if network else command  # nsenter execs it: the same pid
             with open(self.stdout_files[client], "wb") as out, open(self.stderr_files[client], "wb") as err:
                 self.processes.append(

@@ -8,26 +8,26 @@ arguments. The training and judging themselves: shared/run/sequence.py.
 
 from typing import List, Optional, Sequence, Tuple
 
-from shared.config import BUILT_IN_MODELS, Config, option_flag
-from shared.console import fit_width
-from shared.devices import configure_determinism, configure_devices
-from shared.errors import UsageError
-from shared.judge.baseline import check_options
-from shared.judge.digest import data_sha256
-from shared.measure.history import throughput
-from shared.measure.peak import matmul_peak_gflops
-from shared.model.registry import definition_for
-from shared.report import outputs, saved
-from shared.report.header import header
-from shared.report.sweep import describe_plan
-from shared.run import kernels, sweep
-from shared.run.fit_options import check_fit_options
-from shared.run.run_options import check_run_options
-from shared.run.sequence import RunResult, describe_processes, train_all
-from shared.training import checkpoint
-from shared.training.data import Dataset, load_run_data
-from shared.training.keras_fit import check_fit_model
-from shared.training.registry import chosen, describe_runs, specs, with_trainers
+from dtensor_vs_mirrored.shared.config import BUILT_IN_MODELS, Config, option_flag
+from dtensor_vs_mirrored.shared.console import fit_width
+from dtensor_vs_mirrored.shared.devices import configure_determinism, configure_devices
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge.baseline import check_options
+from dtensor_vs_mirrored.shared.judge.digest import data_sha256
+from dtensor_vs_mirrored.shared.measure.history import throughput
+from dtensor_vs_mirrored.shared.measure.peak import matmul_peak_gflops
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.report import outputs, saved
+from dtensor_vs_mirrored.shared.report.header import header
+from dtensor_vs_mirrored.shared.report.sweep import describe_plan
+from dtensor_vs_mirrored.shared.run import kernels, sweep
+from dtensor_vs_mirrored.shared.run.fit_options import check_fit_options
+from dtensor_vs_mirrored.shared.run.run_options import check_run_options
+from dtensor_vs_mirrored.shared.run.sequence import RunResult, describe_processes, train_all
+from dtensor_vs_mirrored.shared.training import checkpoint
+from dtensor_vs_mirrored.shared.training.data import Dataset, load_run_data
+from dtensor_vs_mirrored.shared.training.keras_fit import check_fit_model
+from dtensor_vs_mirrored.shared.training.registry import chosen, describe_runs, specs, with_trainers
 
 
 def check_config(config: Config, devices: Sequence[str]) -> None:

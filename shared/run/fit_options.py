@@ -4,8 +4,8 @@ they run here, where a Config enters a run (compare.py's flags, check_model's ke
 not in shared/config.py, which holds the options and no trainer's rules. Whether the model itself can be fitted:
 check_fit_model (shared/training/keras_fit.py), once it is loaded."""
 
-from shared.config import BUILT_IN_MODELS, Config, flag
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.config import BUILT_IN_MODELS, Config, flag
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 
 def check_fit_options(config: Config) -> None:

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from typing import Dict, Sequence
 
-from shared.config import MIXED_COMPUTE
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.config import MIXED_COMPUTE
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 # A matmul and its gradient in the compute dtype from a float32 weight, as a mixed run's forward and backward take it.
 PROBE = """

@@ -15,10 +15,10 @@ import os
 import threading
 from typing import Callable, List, Optional, Sequence
 
-from shared.config import Config
-from shared.measure.timing import wanted as timed_run
-from shared.run import worker
-from shared.training.registry import chosen, distributed
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.measure.timing import wanted as timed_run
+from dtensor_vs_mirrored.shared.run import worker
+from dtensor_vs_mirrored.shared.training.registry import chosen, distributed
 
 MAX_LANES = 2
 # Configurations a lane trains and keeps before a block is timed, all sharing the reference's rounds: more would

@@ -2,8 +2,8 @@
 layers) reads them. Checked where a Config enters a run (compare.py's flags, check_model's keywords), without
 TensorFlow: the models' own module (shared/model/registry.py) imports it."""
 
-from shared.config import BUILT_IN_MODELS, Config
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.config import BUILT_IN_MODELS, Config
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 
 def check_model_options(config: Config) -> None:

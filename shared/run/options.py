@@ -8,8 +8,8 @@ import json
 import numbers
 import typing
 
-from shared.config import Config
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 
 def _holds_a_tuple(declared) -> bool:

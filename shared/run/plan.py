@@ -1,17 +1,17 @@
 """What one run trains and how: its entries (the reference first), where, with which Train, timed or not, and what is
 already trained. shared/run/sequence.py `train_and_judge` takes one RunPlan; its callers (compare.py's main run, each
-configuration of the sweep, --clients, shared.api.check_model) each say what differs in theirs."""
+configuration of the sweep, --clients, dtensor_vs_mirrored.shared.api.check_model) each say what differs in theirs."""
 
 import dataclasses
 from typing import Callable, List, Mapping, Optional, Sequence
 
-from shared.config import Config
-from shared.console import print_fitted
-from shared.measure.timing import wanted as timed_run
-from shared.run.results import TrainerResult
-from shared.training.data import Dataset
-from shared.training.protocol import RunControl
-from shared.training.registry import chosen
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.console import print_fitted
+from dtensor_vs_mirrored.shared.measure.timing import wanted as timed_run
+from dtensor_vs_mirrored.shared.run.results import TrainerResult
+from dtensor_vs_mirrored.shared.training.data import Dataset
+from dtensor_vs_mirrored.shared.training.protocol import RunControl
+from dtensor_vs_mirrored.shared.training.registry import chosen
 
 
 @dataclasses.dataclass(frozen=True)

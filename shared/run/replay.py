@@ -13,11 +13,11 @@ import tempfile
 import time
 from typing import Callable
 
-from shared.config import Config
-from shared.errors import UsageError
-from shared.judge.first_difference import FirstDifference, locate
-from shared.judge.parity import tolerances
-from shared.training.protocol import RunControl
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge.first_difference import FirstDifference, locate
+from dtensor_vs_mirrored.shared.judge.parity import tolerances
+from dtensor_vs_mirrored.shared.training.protocol import RunControl
 
 
 def first_difference(

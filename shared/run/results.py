@@ -8,15 +8,15 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from shared.config import Config
-from shared.errors import UsageError, one_line
-from shared.measure.history import History
-from shared.measure.memory import peak_rss_mb, start_peak, with_peaks
-from shared.model.registry import definition_for
-from shared.report.progress import Printed
-from shared.training.data import Dataset
-from shared.training.protocol import PLAIN_RUN, RunControl
-from shared.training.registry import fit_and_keep
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError, one_line
+from dtensor_vs_mirrored.shared.measure.history import History
+from dtensor_vs_mirrored.shared.measure.memory import peak_rss_mb, start_peak, with_peaks
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.report.progress import Printed
+from dtensor_vs_mirrored.shared.training.data import Dataset
+from dtensor_vs_mirrored.shared.training.protocol import PLAIN_RUN, RunControl
+from dtensor_vs_mirrored.shared.training.registry import fit_and_keep
 
 
 @dataclasses.dataclass

@@ -3,9 +3,9 @@ starts a process, check_model's keywords), without TensorFlow: the model's (mode
 needs another (--link-gbps --profile, --reference-from-scratch --restore), and what --clients cannot do yet.
 --fit's own: fit_options.py; a trainer's: its spec."""
 
-from shared.config import Config
-from shared.errors import UsageError, flag
-from shared.run.model_options import check_model_options
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError, flag
+from dtensor_vs_mirrored.shared.run.model_options import check_model_options
 
 
 def check_run_options(config: Config) -> None:

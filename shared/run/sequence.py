@@ -17,27 +17,41 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from shared.config import Config
-from shared.console import print_fitted
-from shared.errors import UsageError
-from shared.judge import baseline, verdict
-from shared.judge.baseline import BaselineResult
-from shared.judge.first_difference import FirstDifference
-from shared.judge.parity import Parity, check_parity
-from shared.judge.repeats import Repeatability, compare_runs
-from shared.measure.history import History
-from shared.measure.timing import REFERENCE_ROUND_STEPS as STEPS
-from shared.measure.timing import wanted as timed_run
-from shared.model.registry import definition_for, random_ops
-from shared.run import replay, timing, worker
-from shared.run.lanes import REFERENCE_LANE, Pending, lane_count, own_process, queued, reference_apart
-from shared.run.plan import Entry, RunPlan, Train, lineup
-from shared.run.results import TrainerResult, train_one
-from shared.training import checkpoint
-from shared.training.batches import batch_slices
-from shared.training.data import Dataset
-from shared.training.protocol import PLAIN_RUN, RunControl
-from shared.training.registry import cautions_for, chosen, distributed, kept_untrained, specs, trainer_spec
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.console import print_fitted
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge import baseline, verdict
+from dtensor_vs_mirrored.shared.judge.baseline import BaselineResult
+from dtensor_vs_mirrored.shared.judge.first_difference import FirstDifference
+from dtensor_vs_mirrored.shared.judge.parity import Parity, check_parity
+from dtensor_vs_mirrored.shared.judge.repeats import Repeatability, compare_runs
+from dtensor_vs_mirrored.shared.measure.history import History
+from dtensor_vs_mirrored.shared.measure.timing import REFERENCE_ROUND_STEPS as STEPS
+from dtensor_vs_mirrored.shared.measure.timing import wanted as timed_run
+from dtensor_vs_mirrored.shared.model.registry import definition_for, random_ops
+from dtensor_vs_mirrored.shared.run import replay, timing, worker
+from dtensor_vs_mirrored.shared.run.lanes import (
+    REFERENCE_LANE,
+    Pending,
+    lane_count,
+    own_process,
+    queued,
+    reference_apart,
+)
+from dtensor_vs_mirrored.shared.run.plan import Entry, RunPlan, Train, lineup
+from dtensor_vs_mirrored.shared.run.results import TrainerResult, train_one
+from dtensor_vs_mirrored.shared.training import checkpoint
+from dtensor_vs_mirrored.shared.training.batches import batch_slices
+from dtensor_vs_mirrored.shared.training.data import Dataset
+from dtensor_vs_mirrored.shared.training.protocol import PLAIN_RUN, RunControl
+from dtensor_vs_mirrored.shared.training.registry import (
+    cautions_for,
+    chosen,
+    distributed,
+    kept_untrained,
+    specs,
+    trainer_spec,
+)
 
 
 @dataclasses.dataclass(kw_only=True)

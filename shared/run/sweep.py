@@ -15,18 +15,18 @@ import dataclasses
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from shared.config import Config
-from shared.console import print_fitted
-from shared.errors import UsageError
-from shared.judge.ranking import FAILED, SKIPPED, SweepEntry, label, mark_fastest
-from shared.measure.history import History, measured_steps, throughput
-from shared.measure.memory import largest_total_bytes
-from shared.report.sweep import format_entry_line, rerun_summary
-from shared.run import timing
-from shared.run.lanes import BLOCK_LANES, lane_count, queued
-from shared.run.plan import Entry, RunPlan, Train, lineup, timed_control
-from shared.run.results import TrainerResult
-from shared.run.sequence import (
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.console import print_fitted
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.judge.ranking import FAILED, SKIPPED, SweepEntry, label, mark_fastest
+from dtensor_vs_mirrored.shared.measure.history import History, measured_steps, throughput
+from dtensor_vs_mirrored.shared.measure.memory import largest_total_bytes
+from dtensor_vs_mirrored.shared.report.sweep import format_entry_line, rerun_summary
+from dtensor_vs_mirrored.shared.run import timing
+from dtensor_vs_mirrored.shared.run.lanes import BLOCK_LANES, lane_count, queued
+from dtensor_vs_mirrored.shared.run.plan import Entry, RunPlan, Train, lineup, timed_control
+from dtensor_vs_mirrored.shared.run.results import TrainerResult
+from dtensor_vs_mirrored.shared.run.sequence import (
     RunResult,
     TrainedBy,
     float64_config,
@@ -35,9 +35,9 @@ from shared.run.sequence import (
     train_and_judge,
     train_float64,
 )
-from shared.training.data import Dataset
-from shared.training.protocol import PLAIN_RUN, RunControl
-from shared.training.registry import chosen, distributed, trainer_spec
+from dtensor_vs_mirrored.shared.training.data import Dataset
+from dtensor_vs_mirrored.shared.training.protocol import PLAIN_RUN, RunControl
+from dtensor_vs_mirrored.shared.training.registry import chosen, distributed, trainer_spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,7 @@ options ask. The reference's rounds, all of them, are its own figure. Not for a 
 
 from typing import Dict, List, Optional, Sequence
 
-from shared.measure.timing import REFERENCE_ROUND_STEPS, ROUND_STEPS, ROUNDS, Timing
+from dtensor_vs_mirrored.shared.measure.timing import REFERENCE_ROUND_STEPS, ROUND_STEPS, ROUNDS, Timing
 
 
 def beside(reference, results: Sequence, rounds: int = ROUNDS, steps: int = ROUND_STEPS) -> List[Optional[Timing]]:

@@ -1,6 +1,6 @@
 """A trainer process: trains trainers for the run one at a time, in a process of its own.
 
-    python -m shared.run.worker      # started by TrainerProcess, never by hand
+    python -m dtensor_vs_mirrored.shared.run.worker      # started by TrainerProcess, never by hand
 
 Two reasons to train outside the run's process: a setting that TensorFlow fixes once per process (its
 intra-op thread count: each approach gets the one that serves it, and the reference's runs the one its devices
@@ -20,7 +20,8 @@ import subprocess
 import sys
 from typing import Callable, Dict, NoReturn, Optional, Sequence
 
-from shared.console import hide_tensorflow_messages, shown_descriptor
+from dtensor_vs_mirrored import IMPORT_ROOT
+from dtensor_vs_mirrored.shared.console import hide_tensorflow_messages, shown_descriptor
 
 HEADER = struct.Struct("<Q")  # each message's length
 VERBOSE = "COMPARE_WORKER_VERBOSE"  # "1": the process shows TensorFlow's own lines, as --verbose does
@@ -52,11 +53,10 @@ class TrainerProcess:
 
     def start(self) -> None:
         self.sent_data = None  # a new process holds no data yet
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, **self.environment)
-        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+        env["PYTHONPATH"] = os.pathsep.join([IMPORT_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "shared.run.worker"],
+            [sys.executable, "-m", "dtensor_vs_mirrored.shared.run.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=shown_descriptor(),  # its own lines show where this process's do (shared/console.py)
@@ -73,8 +73,8 @@ class TrainerProcess:
     def train(self, name: str, config, data, log: Callable[[str], None], control=None):
         """Train `name` there (`control`: shared.training.protocol.RunControl, None for a plain run); a TrainerResult,
         FAILED with the signal and the last status if the process died."""
-        from shared.errors import UsageError
-        from shared.run.results import TrainerResult
+        from dtensor_vs_mirrored.shared.errors import UsageError
+        from dtensor_vs_mirrored.shared.run.results import TrainerResult
 
         self.started()
         status, token = "starting TensorFlow", None
@@ -187,7 +187,7 @@ def trainer_process(environment: Dict[str, str], config, device_count: int, lane
             found.close()
         extra = {VERBOSE: "1"} if config.verbose else {}
         if lane:  # one progress bar on a terminal: the first lane's
-            from shared.report.progress import NO_PROGRESS_BAR
+            from dtensor_vs_mirrored.shared.report.progress import NO_PROGRESS_BAR
 
             extra[NO_PROGRESS_BAR] = "1"
         found = _processes[key] = TrainerProcess({**environment, **extra}, device_count)
@@ -227,8 +227,8 @@ def stop_on_interrupt() -> None:
 
 def serve(jobs, replies) -> None:
     """The child's side: train each job as it comes, until the parent closes stdin."""
-    from shared import console
-    from shared.errors import UsageError
+    from dtensor_vs_mirrored.shared import console
+    from dtensor_vs_mirrored.shared.errors import UsageError
 
     console.status_sink = lambda text: send(replies, ("status", text))
     started, kept, data = False, {}, None
@@ -246,8 +246,8 @@ def serve(jobs, replies) -> None:
         if not started:
             start_tensorflow(config, device_count)
             started = True
-        from shared.run.results import train_one
-        from shared.training.protocol import PLAIN_RUN
+        from dtensor_vs_mirrored.shared.run.results import train_one
+        from dtensor_vs_mirrored.shared.training.protocol import PLAIN_RUN
 
         devices = [f"{config.device_type}:{index}" for index in range(config.devices)]
         try:
@@ -279,8 +279,8 @@ def keep(job, kept: dict, replies) -> None:
 def start_tensorflow(config, device_count: int) -> None:
     """What the run's own process does before anything trains: determinism, the trainers' pre-runtime
     settings, the logical devices."""
-    from shared.devices import configure_determinism, configure_devices
-    from shared.training.registry import chosen, specs
+    from dtensor_vs_mirrored.shared.devices import configure_determinism, configure_devices
+    from dtensor_vs_mirrored.shared.training.registry import chosen, specs
 
     configure_determinism(config.deterministic)
     for spec in specs(chosen(config)):

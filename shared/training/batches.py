@@ -9,7 +9,7 @@ from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from shared.training.batch_inputs import first, stacked, take
+from dtensor_vs_mirrored.shared.training.batch_inputs import first, stacked, take
 
 
 def epoch_order(num_examples: int, epoch: int, shuffle: bool, seed: int) -> np.ndarray:

@@ -3,11 +3,11 @@ scope (MirroredVariables) or on its first device."""
 
 import tensorflow as tf
 
-from shared.config import Config
-from shared.model.definition import Model
-from shared.model.registry import definition_for
-from shared.training.loss_scale import mixed_compute
-from shared.training.optim import make_optimizer
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.model.definition import Model
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.training.loss_scale import mixed_compute
+from dtensor_vs_mirrored.shared.training.optim import make_optimizer
 
 
 def build_model_and_optimizer(config: Config, make_variable=None):

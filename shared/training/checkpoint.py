@@ -18,12 +18,12 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from shared.config import Config
-from shared.errors import UsageError
-from shared.files import check_writable_dir, partial_path, publish_directory
-from shared.model.registry import definition_for, model_mismatch
-from shared.training import export
-from shared.training.batches import batch_slices
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.files import check_writable_dir, partial_path, publish_directory
+from dtensor_vs_mirrored.shared.model.registry import definition_for, model_mismatch
+from dtensor_vs_mirrored.shared.training import export
+from dtensor_vs_mirrored.shared.training.batches import batch_slices
 
 PREFIX = "ckpt"  # the file prefix inside a checkpoint directory: ckpt.index, ckpt.data-*
 EPOCH_DIR = re.compile(r"^epoch-(\d+)$")

@@ -23,13 +23,13 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from shared.errors import TFDS_BROKEN, UsageError
-from shared.model.definition import ModelDefinition
-from shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
-from shared.model.registry import definition_for
-from shared.training import npz, npz_inputs, text
-from shared.training.batches import batch_label_counts
-from shared.training.dataset import PROBE_SECONDS, Dataset, example_count, host_answers, take
+from dtensor_vs_mirrored.shared.errors import TFDS_BROKEN, UsageError
+from dtensor_vs_mirrored.shared.model.definition import ModelDefinition
+from dtensor_vs_mirrored.shared.model.mnist import IMAGE_PIXELS, NUM_CLASSES
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.training import npz, npz_inputs, text
+from dtensor_vs_mirrored.shared.training.batches import batch_label_counts
+from dtensor_vs_mirrored.shared.training.dataset import PROBE_SECONDS, Dataset, example_count, host_answers, take
 
 TFDS_DEFAULT_EXAMPLES = 5000  # the tutorial's train[:5000] and test[:5000]
 EMBEDDED_TEST_PER_CLASS = 100  # 500 images per digit: 400 train, 100 test
@@ -61,7 +61,7 @@ def embedded_split() -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     (a stride permutation, no RNG whose stream could change between NumPy versions)
     that mixes the digits in every batch.
     """
-    with importlib.resources.files("shared").joinpath("training/embedded/mnist_5k.npz").open("rb") as f:
+    with importlib.resources.files(__package__).joinpath("embedded/mnist_5k.npz").open("rb") as f:
         arrays = np.load(f)
         images, labels = arrays["x"], arrays["y"]
     position_in_class = np.zeros(len(labels), dtype=np.int64)

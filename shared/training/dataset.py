@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 PROBE_SECONDS = 3.0  # how long a download host has to answer before --data auto takes the shipped data
 

@@ -1,7 +1,7 @@
 """SavedModel export: any trainer's weights as a plain model that serves without mesh or strategy.
 
     python compare.py --data embedded --export exported
-    python -m shared.export exported/dtensor     # reload in a fresh process and check it
+    python -m dtensor_vs_mirrored.shared.export exported/dtensor     # reload in a fresh process and check it
 
 Each trainer hands over its final weights as arrays (a sharded DVariable all-gathered first), saved
 as plain variables in the run's model: `serving_default` takes the model's input, `images` [None, 784]
@@ -18,9 +18,9 @@ from typing import Callable, Dict, Sequence
 import numpy as np
 import tensorflow as tf
 
-from shared.errors import UsageError
-from shared.files import partial_path, publish_directory
-from shared.model.definition import Model
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.files import partial_path, publish_directory
+from dtensor_vs_mirrored.shared.model.definition import Model
 
 PROBE_EXAMPLES = 100
 PROBE_FILE = os.path.join("assets.extra", "probe.npz")
@@ -146,8 +146,8 @@ def check_export(directory: str) -> float:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python -m shared.export [--verbose] DIR...`: one line per export; exit 1 if any differs by more than
-    LOGIT_TOLERANCE, 2 (one line, nothing checked) if a DIR is not an export of this project."""
+    """`python -m dtensor_vs_mirrored.shared.export [--verbose] DIR...`: one line per export; exit 1 if any differs by
+    more than LOGIT_TOLERANCE, 2 (one line, nothing checked) if a DIR is not an export of this project."""
     directories = [arg for arg in argv if arg != "--verbose"]  # --verbose: TensorFlow's lines, shown above
     missing = [d for d in directories if not os.path.isfile(os.path.join(d, PROBE_FILE))]
     if missing or not directories:
@@ -157,7 +157,7 @@ def main(argv: Sequence[str]) -> int:
             problem = f"{missing[0]}: no such directory; give one that compare.py --export DIR wrote, DIR/<trainer>"
         else:
             problem = f"{missing[0]} is not an export of compare.py --export (it has no {PROBE_FILE})"
-        print(f"python -m shared.export: error: {problem}", file=sys.stderr)
+        print(f"python -m dtensor_vs_mirrored.shared.export: error: {problem}", file=sys.stderr)
         return 2
     worst = 0.0
     for directory in directories:

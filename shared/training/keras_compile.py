@@ -10,7 +10,7 @@ Keras resolves it, into a loss object of the run's dtype. A metric judges nothin
 
 import copy
 
-from shared.model.keras import widened
+from dtensor_vs_mirrored.shared.model.keras import widened
 
 KERAS_CHOOSES_BY_SHAPE = ("crossentropy", "ce")  # names compile resolves from the labels' and outputs' shapes
 

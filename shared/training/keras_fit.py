@@ -18,19 +18,19 @@ from typing import List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from shared.config import Config
-from shared.errors import UsageError
-from shared.measure import profile, traffic
-from shared.measure.checksums import state_checksums, state_variables
-from shared.model import keras_compat
-from shared.model.keras import is_seed_state, own_policy, rebuilt
-from shared.model.keras_inputs import keras_arrangement
-from shared.model.registry import definition_for
-from shared.training import batch_inputs
-from shared.training.batches import epoch_batches, without_autotune
-from shared.training.keras_compile import in_run_dtype
-from shared.training.losses import correct_count, host_label_count, loss_sum
-from shared.training.protocol import Trainer
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.measure import profile, traffic
+from dtensor_vs_mirrored.shared.measure.checksums import state_checksums, state_variables
+from dtensor_vs_mirrored.shared.model import keras_compat
+from dtensor_vs_mirrored.shared.model.keras import is_seed_state, own_policy, rebuilt
+from dtensor_vs_mirrored.shared.model.keras_inputs import keras_arrangement
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.training import batch_inputs
+from dtensor_vs_mirrored.shared.training.batches import epoch_batches, without_autotune
+from dtensor_vs_mirrored.shared.training.keras_compile import in_run_dtype
+from dtensor_vs_mirrored.shared.training.losses import correct_count, host_label_count, loss_sum
+from dtensor_vs_mirrored.shared.training.protocol import Trainer
 
 ACCURACY = "compare_accuracy"  # the tool's one metric, added to the user's: the train_acc column
 CLIPPING = ("clipnorm", "global_clipnorm", "clipvalue")  # a Keras optimizer's clipping settings

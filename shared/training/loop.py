@@ -8,20 +8,20 @@ reading the weights back): shared/training/protocol.py's `Trainer`; the step's a
 import itertools
 from typing import Callable
 
-from shared.config import Config
-from shared.console import status
-from shared.measure import profile
-from shared.measure.checksums import read_state_checksums, state_names, state_sizes
-from shared.measure.history import EpochMeter, History
-from shared.training import step
-from shared.training.batches import batch_slices, epoch_batches
-from shared.training.checkpoint import TrainingState
-from shared.training.data import Dataset
-from shared.training.export import export_trainer
-from shared.training.loss_scale import loss_scale_record, skipped_steps
-from shared.training.losses import host_label_count
-from shared.training.optim import clipping_record
-from shared.training.protocol import Progress, RunControl, Trainer
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.console import status
+from dtensor_vs_mirrored.shared.measure import profile
+from dtensor_vs_mirrored.shared.measure.checksums import read_state_checksums, state_names, state_sizes
+from dtensor_vs_mirrored.shared.measure.history import EpochMeter, History
+from dtensor_vs_mirrored.shared.training import step
+from dtensor_vs_mirrored.shared.training.batches import batch_slices, epoch_batches
+from dtensor_vs_mirrored.shared.training.checkpoint import TrainingState
+from dtensor_vs_mirrored.shared.training.data import Dataset
+from dtensor_vs_mirrored.shared.training.export import export_trainer
+from dtensor_vs_mirrored.shared.training.loss_scale import loss_scale_record, skipped_steps
+from dtensor_vs_mirrored.shared.training.losses import host_label_count
+from dtensor_vs_mirrored.shared.training.optim import clipping_record
+from dtensor_vs_mirrored.shared.training.protocol import Progress, RunControl, Trainer
 
 
 def global_batches(config: Config, data: Dataset, start: int = 0):

@@ -16,8 +16,8 @@ from typing import Optional
 
 import numpy as np
 
-from shared.errors import UsageError
-from shared.training.dataset import Dataset, take
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.training.dataset import Dataset, take
 
 KEYS = ("x_train", "y_train", "x_test", "y_test")
 

@@ -12,9 +12,9 @@ from typing import List, Optional
 
 import numpy as np
 
-from shared.errors import UsageError
-from shared.training import npz
-from shared.training.dataset import Dataset, example_count
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.training import npz
+from dtensor_vs_mirrored.shared.training.dataset import Dataset, example_count
 
 
 def keys(definition) -> List[str]:

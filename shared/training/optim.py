@@ -17,8 +17,8 @@ from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
-from shared.config import Config
-from shared.training.loss_scale import DynamicLossScale, all_finite, kept
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.training.loss_scale import DynamicLossScale, all_finite, kept
 
 ADAM_BETA_1 = 0.9
 ADAM_BETA_2 = 0.999

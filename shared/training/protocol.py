@@ -9,12 +9,12 @@ from typing import Callable, ContextManager, Dict, Iterable, List, Mapping, Opti
 
 import numpy as np
 
-from shared.config import Config
-from shared.measure.history import History
-from shared.measure.profile import StepCall
-from shared.measure.taps import Taps
-from shared.measure.traffic import Implementation, Traffic
-from shared.model.definition import Caution
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.measure.history import History
+from dtensor_vs_mirrored.shared.measure.profile import StepCall
+from dtensor_vs_mirrored.shared.measure.taps import Taps
+from dtensor_vs_mirrored.shared.measure.traffic import Implementation, Traffic
+from dtensor_vs_mirrored.shared.model.definition import Caution
 
 # What every trainer object must set in its __init__: a trainer that leaves one out cannot be made.
 ATTRIBUTES = ("name", "placement", "details", "collectives", "model", "optimizer", "checkpointed")

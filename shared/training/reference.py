@@ -12,20 +12,20 @@ import itertools
 
 import tensorflow as tf
 
-from shared.config import Config
-from shared.devices import one_intra_op_thread
-from shared.measure import profile, traffic
-from shared.measure.checksums import state_variables
-from shared.measure.taps import Taps
-from shared.training import batch_inputs, step
-from shared.training.batches import epoch_batches, step_chunks
-from shared.training.build import build_model_and_optimizer
-from shared.training.data import Dataset
-from shared.training.keras_fit import KerasFitTrainer
-from shared.training.loss_scale import loss_scale_of
-from shared.training.losses import host_label_count, label_count
-from shared.training.optim import apply_gradients_fused
-from shared.training.protocol import Trainer, TrainerSpec
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.devices import one_intra_op_thread
+from dtensor_vs_mirrored.shared.measure import profile, traffic
+from dtensor_vs_mirrored.shared.measure.checksums import state_variables
+from dtensor_vs_mirrored.shared.measure.taps import Taps
+from dtensor_vs_mirrored.shared.training import batch_inputs, step
+from dtensor_vs_mirrored.shared.training.batches import epoch_batches, step_chunks
+from dtensor_vs_mirrored.shared.training.build import build_model_and_optimizer
+from dtensor_vs_mirrored.shared.training.data import Dataset
+from dtensor_vs_mirrored.shared.training.keras_fit import KerasFitTrainer
+from dtensor_vs_mirrored.shared.training.loss_scale import loss_scale_of
+from dtensor_vs_mirrored.shared.training.losses import host_label_count, label_count
+from dtensor_vs_mirrored.shared.training.optim import apply_gradients_fused
+from dtensor_vs_mirrored.shared.training.protocol import Trainer, TrainerSpec
 
 
 def training_context(model, optimizer, x, record: bool = False):

@@ -9,15 +9,23 @@ trainer package (tests/test_imports.py resolves the module names of trainer_name
 import importlib
 from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
-from shared.config import Config
-from shared.measure import timing
-from shared.measure.history import History
-from shared.model.definition import Caution
-from shared.model.registry import definition_for
-from shared.training import loop
-from shared.training.data import Dataset
-from shared.training.protocol import PLAIN_RUN, Progress, RunControl, RunFacts, Silent, Trainer, TrainerSpec
-from shared.training.trainer_names import SPEC_MODULES, check_trainer_names
+from dtensor_vs_mirrored.shared.config import Config
+from dtensor_vs_mirrored.shared.measure import timing
+from dtensor_vs_mirrored.shared.measure.history import History
+from dtensor_vs_mirrored.shared.model.definition import Caution
+from dtensor_vs_mirrored.shared.model.registry import definition_for
+from dtensor_vs_mirrored.shared.training import loop
+from dtensor_vs_mirrored.shared.training.data import Dataset
+from dtensor_vs_mirrored.shared.training.protocol import (
+    PLAIN_RUN,
+    Progress,
+    RunControl,
+    RunFacts,
+    Silent,
+    Trainer,
+    TrainerSpec,
+)
+from dtensor_vs_mirrored.shared.training.trainer_names import SPEC_MODULES, check_trainer_names
 
 
 def trainer_spec(name: str) -> TrainerSpec:

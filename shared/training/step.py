@@ -7,14 +7,20 @@ from typing import Callable, List, Tuple
 import numpy as np
 import tensorflow as tf
 
-from shared.measure import profile
-from shared.measure.checksums import state_checksums
-from shared.measure.memory import DeviceMemory, located_bytes, tally
-from shared.measure.taps import Taps
-from shared.model.forward import ForwardContext
-from shared.training.loss_scale import scaled, unscaled
-from shared.training.losses import correct_count, label_count, loss_sum, mean_loss, with_model_losses
-from shared.training.optim import dense
+from dtensor_vs_mirrored.shared.measure import profile
+from dtensor_vs_mirrored.shared.measure.checksums import state_checksums
+from dtensor_vs_mirrored.shared.measure.memory import DeviceMemory, located_bytes, tally
+from dtensor_vs_mirrored.shared.measure.taps import Taps
+from dtensor_vs_mirrored.shared.model.forward import ForwardContext
+from dtensor_vs_mirrored.shared.training.loss_scale import scaled, unscaled
+from dtensor_vs_mirrored.shared.training.losses import (
+    correct_count,
+    label_count,
+    loss_sum,
+    mean_loss,
+    with_model_losses,
+)
+from dtensor_vs_mirrored.shared.training.optim import dense
 
 
 def loss_and_gradients(model, x, y, count, context: ForwardContext, example_weights=None, piece: bool = False):

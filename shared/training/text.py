@@ -17,18 +17,18 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from shared.errors import UsageError
-from shared.model.gpt import VOCABULARY
-from shared.training.dataset import Dataset, host_answers, take
+from dtensor_vs_mirrored.shared.errors import UsageError
+from dtensor_vs_mirrored.shared.model.gpt import VOCABULARY
+from dtensor_vs_mirrored.shared.training.dataset import Dataset, host_answers, take
 
-EXCERPT = "training/embedded/tiny_shakespeare_excerpt.txt.gz"
+EXCERPT = "embedded/tiny_shakespeare_excerpt.txt.gz"  # beside this module
 TFDS_HOST = "raw.githubusercontent.com"  # where tensorflow-datasets downloads tiny_shakespeare from
 DEFAULT_TRAIN, DEFAULT_TEST = 1024, 128  # sequences; the excerpt holds 3,071 and 383
 
 
 def excerpt() -> Tuple[str, str]:
     """The shipped (train, test) texts."""
-    with importlib.resources.files("shared").joinpath(EXCERPT).open("rb") as file:
+    with importlib.resources.files(__package__).joinpath(EXCERPT).open("rb") as file:
         text = gzip.decompress(file.read()).decode("utf-8")
     train_length, test_length, rest = text.split("\n", 2)
     return rest[: int(train_length)], rest[int(train_length) : int(train_length) + int(test_length)]

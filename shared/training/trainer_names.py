@@ -3,12 +3,12 @@
 
 from typing import Optional, Sequence
 
-from shared.errors import UsageError
+from dtensor_vs_mirrored.shared.errors import UsageError
 
 SPEC_MODULES = {  # each module's SPEC, named as here (registry.trainer_spec checks it)
-    "reference": "shared.training.reference",
-    "dtensor": "dtensor_impl.spec",
-    "mirrored": "mirrored_impl.spec",
+    "reference": "dtensor_vs_mirrored.shared.training.reference",
+    "dtensor": "dtensor_vs_mirrored.dtensor_impl.spec",
+    "mirrored": "dtensor_vs_mirrored.mirrored_impl.spec",
 }
 
 

@@ -4,7 +4,7 @@ slice). tests/test_randomness.py checks that the tool names the op and points to
 
 import tensorflow as tf
 
-from shared.model.definition import ModelDefinition, Variable, truncated_normal, zeros
+from dtensor_vs_mirrored.shared.model.definition import ModelDefinition, Variable, truncated_normal, zeros
 
 UNITS = 32
 RATE = 0.5

@@ -12,8 +12,8 @@ import dataclasses
 
 import tensorflow as tf
 
-from shared.model.definition import MODEL_AXIS, UNSHARDED
-from shared.model.mlp import mlp
+from dtensor_vs_mirrored.shared.model.definition import MODEL_AXIS, UNSHARDED
+from dtensor_vs_mirrored.shared.model.mlp import mlp
 
 HIDDEN = 16
 

@@ -9,7 +9,7 @@ the trainer relaid them out to the classes whole (dtensor_impl/classes.py); here
 
 import tensorflow as tf
 
-from shared.model.definition import ModelDefinition, Variable, truncated_normal, zeros
+from dtensor_vs_mirrored.shared.model.definition import ModelDefinition, Variable, truncated_normal, zeros
 
 HIDDEN = 32
 

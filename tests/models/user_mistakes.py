@@ -7,7 +7,7 @@ fails on the input spec, and `w[None]` on a weight (on a DTensor it kills the pr
 
 import tensorflow as tf
 
-from shared.model.definition import ModelDefinition, Variable, truncated_normal, zeros
+from dtensor_vs_mirrored.shared.model.definition import ModelDefinition, Variable, truncated_normal, zeros
 
 HIDDEN = 32
 
