@@ -122,6 +122,8 @@ def client_config(path: str) -> Tuple[Config, str]:
         raise UsageError(f"--client-config {path}: {error}") from None
 
 
+# How the --clients launcher starts each client: this module, by the project's unique name, wherever it is installed.
+CLIENT_COMMAND = (sys.executable, "-m", "dtensor_vs_mirrored.shared.cli")
 INTERNAL_ERROR = 3  # compare.py itself failed: neither a verdict (0, 1) nor bad input (2)
 
 
@@ -176,7 +178,7 @@ def run_command(argv, restore_stderr: bool = True) -> int:
         from dtensor_vs_mirrored.shared.run import clients, comparison
 
         if config.clients > 1:  # several processes: the launcher starts them, or this is one of them
-            return clients.run(config, result_file)
+            return clients.run(config, result_file, CLIENT_COMMAND)
         return comparison.run(config)
     except UsageError as error:
         print(f"compare.py: error: {error}", file=sys.stderr)

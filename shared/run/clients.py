@@ -49,7 +49,6 @@ from dtensor_vs_mirrored.shared.training.registry import (
     with_trainers,
 )
 
-CLIENT_COMMAND = [sys.executable, "-m", "dtensor_vs_mirrored.shared.cli"]  # compare.py's code, by its unique name
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_S = 60  # spawn to "started" (TensorFlow imported); a client slower than this counts as dead
 FINISH_GRACE_S = 30  # once one client has finished, the others must finish within this
@@ -119,16 +118,17 @@ def free_ports(count: int) -> List[int]:
             sock.close()
 
 
-def run(config: Config, result_file: Optional[str] = None) -> int:
+def run(config: Config, result_file: Optional[str] = None, command: Sequence[str] = ()) -> int:
     """compare.py --clients C: a client when the environment names one, else the launcher. `result_file`: where a
-    client that the launcher started writes its result (the launcher hands it over with the Config)."""
+    client that the launcher started writes its result (the launcher hands it over with the Config); `command`:
+    how the launcher starts a client, the command line's own program (it adds --client-config FILE)."""
     config = with_trainers(config)
     role = role_from_environment(config)
     if role is None:
         check_trainer_options(config)  # the launcher's, before anything is written or started (a client runs one)
         if result_file:
             raise UsageError("--client-config is for the clients that --clients starts; drop it")
-        return run_launcher(config)
+        return run_launcher(config, command)
     return run_client(config, role, result_file)
 
 
@@ -202,7 +202,7 @@ def join_cluster(config: Config, role: ClientRole) -> None:
 # --- the launcher ---------------------------------------------------------------------------
 
 
-def run_launcher(config: Config) -> int:
+def run_launcher(config: Config, command: Sequence[str]) -> int:
     """Check, run the reference here, each distributed trainer in C processes, then report."""
     outputs.check_outputs(config)
     devices, data = prepare(config)
@@ -228,7 +228,7 @@ def run_launcher(config: Config) -> int:
         launched.append(entry.key)  # each launch's files apart: a float64 rerun's from the float32 run's
         directory = os.path.join(workdir, f"launch-{len(launched)}")
         os.makedirs(directory)
-        return launch(entry.trainer, run_config, data.source, directory, network)
+        return launch(entry.trainer, run_config, data.source, directory, command, network)
 
     try:  # Ctrl-C, or SIGTERM (see _on_sigterm), unwinds through here: the client processes are stopped already
         run = train_and_judge(RunPlan(config=config, data=data, devices=devices, entries=lineup(config), train=train))
@@ -238,13 +238,20 @@ def run_launcher(config: Config) -> int:
     return outputs.publish(config, run)
 
 
-def launch(trainer: str, config: Config, data_source: str, workdir: str, network: Optional[PrivateNetwork] = None):
-    """Run `trainer` in config.clients processes (inside `network`'s namespace, if it holds one); client 0's
-    result, or a failed one with one line."""
+def launch(
+    trainer: str,
+    config: Config,
+    data_source: str,
+    workdir: str,
+    program: Sequence[str],
+    network: Optional[PrivateNetwork] = None,
+):
+    """Run `trainer` in config.clients processes, each `program --client-config FILE` (inside `network`'s
+    namespace, if it holds one); client 0's result, or a failed one with one line."""
     for attempt in (1, 2):
         group = ClientGroup(trainer, config.clients, workdir, attempt)
         try:
-            group.start(config, data_source, network)
+            group.start(config, data_source, program, network)
             error = group.watch()
         finally:
             group.stop()
@@ -268,7 +275,9 @@ class ClientGroup:
         self.processes: List[subprocess.Popen] = []
         self.relayed = 0  # bytes of client 0's stdout printed so far
 
-    def start(self, config: Config, data_source: str, network: Optional[PrivateNetwork] = None) -> None:
+    def start(
+        self, config: Config, data_source: str, program: Sequence[str], network: Optional[PrivateNetwork]
+    ) -> None:
         ports = free_ports(self.count)
         _live_groups.add(self)
         for client in range(self.count):
@@ -280,7 +289,7 @@ class ClientGroup:
             client_config = config.replace(trainers=(self.trainer,), data=data_source)
             config_file = self.result_files[client] + ".config.json"
             write_client_config(config_file, client_config, self.result_files[client])
-            command = [*CLIENT_COMMAND, "--client-config", config_file]
+            command = [*program, "--client-config", config_file]
             command = network.command(command) if network else command  # nsenter execs it: the same pid
             with open(self.stdout_files[client], "wb") as out, open(self.stderr_files[client], "wb") as err:
                 self.processes.append(
