@@ -27,28 +27,32 @@ def embedded():
     return load_data("embedded")
 
 
-# Modules by their share of the suite's time (seconds in one worker, pytest --durations=0 on 2 cores), heaviest first:
-# pytest-xdist hands whole modules to its two workers in collection order, and a heavy module collected last
+# Modules by their share of the suite's time (pytest --durations=0 on 2 cores, per cent of the whole), heaviest
+# first: pytest-xdist hands whole modules to its two workers in collection order, and a heavy module collected last
 # (test_vit.py, alphabetically) kept one worker busy ~30 s after the other had finished.
 HEAVIEST_FIRST = [
-    "test_checkpoint.py",  # 100
-    "test_dtensor.py",  # 90
-    "test_mirrored.py",  # 75
-    "test_gpt.py",  # 50
-    "test_verdicts.py",  # 49
-    "test_compare.py",  # 42
-    "test_baseline.py",  # 36
-    "test_first_difference.py",  # 34
-    "test_multiclient.py",  # 33 (its heaviest runs: pytest -m extended)
-    "test_profile.py",  # 31
-    "test_randomness.py",  # 31
-    "test_reproducibility.py",  # 21
-    "test_packaging.py",  # 19
-    "test_traffic.py",  # 16
-    "test_reference.py",  # 16
-    "test_nccl.py",  # 16
-    "test_sharding.py",  # 14
-    "test_releases.py",  # 11
+    "test_mixed_precision.py",  # 8.5
+    "test_gpt.py",  # 6.9
+    "test_checkpoint.py",  # 6.6
+    "test_keras_objective.py",  # 6.2
+    "test_mirrored.py",  # 4.8
+    "test_keras_shapes.py",  # 4.6
+    "test_first_difference.py",  # 3.7
+    "test_keras_inputs.py",  # 3.4
+    "test_split_classes.py",  # 3.2
+    "test_verdicts.py",  # 2.8
+    "test_fit.py",  # 2.6
+    "test_keras_cnn.py",  # 2.5
+    "test_dtensor.py",  # 2.5
+    "test_reference.py",  # 2.4
+    "test_traffic.py",  # 2.3
+    "test_randomness.py",  # 2.2
+    "test_multiclient.py",  # 2.0
+    "test_compare.py",  # 1.8
+    "test_fit_mixed.py",  # 1.8
+    "test_clipping.py",  # 1.7
+    "test_packaging.py",  # 1.7
+    "test_keras.py",  # 1.7
 ]
 
 

@@ -91,7 +91,15 @@ def test_a_regression_on_mnist_is_refused_in_one_line():
         check_model(f"{MODELS}:regression", trainers=("dtensor",), devices=4, meshes=("batch=4",), epochs=1)
 
 
-@pytest.mark.parametrize("function, kind", [("regression", "values"), ("binary", "binary"), ("regularized", "classes")])
+@pytest.mark.parametrize(
+    "function, kind",
+    # binary cross-entropy's compiled loss on every trainer: extended, for CI's minutes
+    [
+        ("regression", "values"),
+        pytest.param("binary", "binary", marks=pytest.mark.extended),
+        ("regularized", "classes"),
+    ],
+)
 def test_a_compiled_model_is_ok_on_every_trainer_in_float64(data, function, kind):
     result = check_model(
         f"{MODELS}:{function}", meshes=("batch=4", "batch=2,model=2"), devices=4, data=data[kind], **UNEVEN
@@ -125,7 +133,8 @@ def assert_first_losses_carry_the_penalty(result, path: str, function: str) -> N
         assert trained.history.step_losses[0] == pytest.approx(with_penalty, rel=1e-12), name
 
 
-@pytest.mark.parametrize("devices", [2, 4])
+# 4 replicas: the compiled regularized model above on batch=4 and under MirroredStrategy on 4 as well.
+@pytest.mark.parametrize("devices", [2, pytest.param(4, marks=pytest.mark.extended)])
 def test_the_regularization_is_added_once_a_step_on_any_replica_count(data, devices):
     result = check_model(
         f"{MODELS}:regularized", meshes=(f"batch={devices}",), devices=devices, data=data["classes"], **UNEVEN
@@ -135,7 +144,7 @@ def test_the_regularization_is_added_once_a_step_on_any_replica_count(data, devi
     assert_first_losses_carry_the_penalty(result, data["classes"], "regularized")
 
 
-@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("devices", [2, pytest.param(4, marks=pytest.mark.extended)])  # 2: unequal pieces too
 def test_a_loss_of_the_examples_is_weighed_by_each_replicas_share(data, devices):
     """Keras's activity regularizer is a mean over the examples a forward sees: each replica's weighed by its share
     of the global batch sums to the global batch's, unequal pieces (the last batch's) included."""

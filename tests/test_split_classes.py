@@ -26,7 +26,11 @@ def assert_one_devices_loss(model: str, mesh: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "model, mesh", [("keras_column_head", "batch=4,model=2"), ("keras_column_head_12", "batch=2,model=4")]
+    "model, mesh",
+    [
+        ("keras_column_head", "batch=4,model=2"),
+        pytest.param("keras_column_head_12", "batch=2,model=4", marks=pytest.mark.extended),  # the same path, wider
+    ],
 )
 def test_a_keras_column_parallel_head_trains_as_on_one_device(model, mesh):
     assert_one_devices_loss(model, mesh)
