@@ -37,7 +37,7 @@ try:
     from shared.judge.verdict import Verdict
     from shared.model.definition import ModelDefinition
     from shared.model.registry import register
-    from shared.run import worker
+    from shared.run import children
     from shared.run.comparison import check_config, check_trainer_options
     from shared.run.options import python_value, type_name, value_fits
     from shared.run.plan import Entry, RunPlan
@@ -94,7 +94,7 @@ def check_model(
     except UsageError as error:
         raise UsageError(in_api_terms(str(error))) from None
     except KeyboardInterrupt:  # Ctrl-C: no trainer process outlives the check, then the caller's interrupt
-        worker.stop_on_interrupt()
+        children.stop_all()
         raise
     finally:
         shown_again()
