@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.cli import ROOT
 
 # The run would train for minutes: the interrupt comes in its first epochs, with its trainer processes busy.
@@ -86,6 +88,7 @@ def test_ctrl_c_mid_training_is_one_line_exit_130_within_seconds_and_no_process_
     assert not report.exists() and os.listdir(tmp_path) == []
 
 
+@pytest.mark.extended  # ~25 s: a plain run's Ctrl-C (above) is the default suite's
 def test_ctrl_c_mid_sweep_stops_both_lanes_and_the_references_process(tmp_path):
     """Timed, so that the main run's trainers train on the sweep's two lanes beside the reference's process
     (shared/run/lanes.py): the interrupt comes while all three train."""
@@ -99,6 +102,7 @@ def test_ctrl_c_mid_sweep_stops_both_lanes_and_the_references_process(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.extended  # ~25 s: a plain run's Ctrl-C (above) is the default suite's
 def test_ctrl_c_while_the_clients_train_stops_every_client(tmp_path):
     """--clients 2: the interrupt comes once both of dtensor's clients run (they start TensorFlow, then train)."""
     clients = ["--clients", "2", "--trainers", "dtensor", "--train-examples", "256", "--batch-size", "64"]
