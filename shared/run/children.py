@@ -16,7 +16,8 @@ from typing import Iterable, Mapping, Sequence
 from shared.console import shown_descriptor
 
 # From SIGTERM to SIGKILL, for a child that handles SIGTERM to end well: a trainer process handles none (it ends at
-# once), and a client's TensorFlow catches it (its preemption notifier, once it joins the cluster) and runs on.
+# once); a client's TensorFlow catches it once the client has joined its cluster (/proc/PID/status SigCgt) and runs
+# on: with a 5 s grace, an interrupted --clients run took 5.9 s to exit against 2.7 s (2 cores, TF 2.21).
 GRACE_S = 1.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
