@@ -38,7 +38,7 @@ try:
     from dtensor_vs_mirrored.shared.model.definition import ModelDefinition
     from dtensor_vs_mirrored.shared.model.registry import register
     from dtensor_vs_mirrored.shared.option import int_list
-    from dtensor_vs_mirrored.shared.run import worker
+    from dtensor_vs_mirrored.shared.run import children
     from dtensor_vs_mirrored.shared.run.comparison import check_config, check_trainer_options
     from dtensor_vs_mirrored.shared.run.options import python_value, type_name, value_fits
     from dtensor_vs_mirrored.shared.run.plan import Entry, RunPlan
@@ -95,7 +95,7 @@ def check_model(
     except UsageError as error:
         raise UsageError(in_api_terms(error)) from None
     except KeyboardInterrupt:  # Ctrl-C: no trainer process outlives the check, then the caller's interrupt
-        worker.stop_on_interrupt()
+        children.stop_all()
         raise
     finally:
         shown_again()

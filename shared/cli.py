@@ -17,7 +17,6 @@ line; the traceback goes to a file).
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import tempfile
@@ -28,9 +27,8 @@ from typing import Optional, Tuple
 from dtensor_vs_mirrored.shared.config import Config, option_flag
 from dtensor_vs_mirrored.shared.console import hide_tensorflow_messages
 from dtensor_vs_mirrored.shared.errors import UsageError
-from dtensor_vs_mirrored.shared.run import kernels
+from dtensor_vs_mirrored.shared.run import children, client_config, kernels
 from dtensor_vs_mirrored.shared.run.fit_options import check_fit_options
-from dtensor_vs_mirrored.shared.run.options import config_from_json
 from dtensor_vs_mirrored.shared.run.run_options import check_run_options
 from dtensor_vs_mirrored.shared.training.trainer_names import SPEC_MODULES, check_trainer_names
 
@@ -88,38 +86,13 @@ def config_from_args(args: argparse.Namespace) -> Tuple[Config, Optional[str]]:
     """The Config that the flags describe (every flag's dest is a Config field), and where a --clients client
     writes its result (None for any other process); UsageError if bad."""
     if args.client_config:  # a client of the --clients launcher: its whole configuration, as the launcher made it
-        return client_config(args.client_config)
+        return client_config.read(args.client_config)
     fields = {field.name for field in dataclasses.fields(Config)}
     config = Config(**{name: value for name, value in vars(args).items() if name in fields})
     check_trainer_names(config.trainers)  # before --clients starts a process: the launcher's config is checked here
     check_run_options(config)
     check_fit_options(config)
     return config, None
-
-
-def client_config(path: str) -> Tuple[Config, str]:
-    """What the --clients launcher hands a client (shared/run/clients.py): its Config and its result file."""
-    try:
-        with open(path) as file:
-            text = file.read()
-    except OSError as error:
-        raise UsageError(
-            f"--client-config {path}: cannot read it ({error.strerror or error}); "
-            f"it is the file that the --clients launcher writes for each client"
-        ) from None
-    try:
-        handed = json.loads(text)
-    except ValueError as error:
-        raise UsageError(f"--client-config {path}: not a configuration in JSON ({error})") from None
-    if not isinstance(handed, dict) or set(handed) != {"config", "result_file"}:
-        raise UsageError(
-            f"--client-config {path}: not what the --clients launcher writes (its config and result_file); "
-            f"it was written by another version of compare.py: write it again with this one"
-        )
-    try:
-        return config_from_json(json.dumps(handed["config"])), handed["result_file"]
-    except UsageError as error:
-        raise UsageError(f"--client-config {path}: {error}") from None
 
 
 # How the --clients launcher starts each client: this module, by the project's unique name, wherever it is installed.
@@ -183,19 +156,12 @@ def run_command(argv, restore_stderr: bool = True) -> int:
     except UsageError as error:
         print(f"compare.py: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM under --clients): no trainer process outlives the run
-        stop_trainer_processes()
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM under --clients): no process it started outlives the run
+        children.stop_all()
         raise
     finally:
         if restore_stderr:
             restore()  # a Python caller's stderr is its own again (main(argv) a second time, its own lines)
-
-
-def stop_trainer_processes() -> None:
-    """Every trainer process this run started, killed now (none if the run was interrupted before it started one)."""
-    worker = sys.modules.get("dtensor_vs_mirrored.shared.run.worker")
-    if worker is not None:
-        worker.stop_on_interrupt()
 
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended

@@ -1,12 +1,15 @@
-"""Ctrl-C: compare.py stops every trainer process at once (they ignore SIGINT, each in a session of its own, so a
-terminal's Ctrl-C reaches the run alone), prints one line and exits 130; check_model raises KeyboardInterrupt to its
-caller after the same clean-up. Each runs in a new process interrupted mid-training: ~20 s."""
+"""Ctrl-C: compare.py stops every process it started at once (trainer processes, --clients' clients: each in a
+session of its own, so a terminal's Ctrl-C reaches the run alone; shared/run/children.py), prints one line and exits
+130, for a plain run, a sweep and --clients; check_model raises KeyboardInterrupt to its caller after the same
+clean-up. Each runs in a new process interrupted mid-training: ~20 s."""
 
 import os
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from tests.cli import ROOT
 
@@ -69,7 +72,9 @@ def interrupt_when(command, started: str, tmp_path):
         rest, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
-    return process.returncode, "".join(lines) + rest, stderr, time.monotonic() - sent, had
+    seconds = time.monotonic() - sent
+    print(f"{seconds:.1f} s from the signal to the exit")
+    return process.returncode, "".join(lines) + rest, stderr, seconds, had
 
 
 def test_ctrl_c_mid_training_is_one_line_exit_130_within_seconds_and_no_process_left(tmp_path):
@@ -81,6 +86,34 @@ def test_ctrl_c_mid_training_is_one_line_exit_130_within_seconds_and_no_process_
     assert seconds < EXIT_WITHIN_S, seconds
     assert had and not [pid for pid in had if alive(pid)]  # its trainer processes, stopped with it
     assert not report.exists() and os.listdir(tmp_path) == []
+
+
+@pytest.mark.extended  # ~25 s: a plain run's Ctrl-C (above) is the default suite's
+def test_ctrl_c_mid_sweep_stops_both_lanes_and_the_references_process(tmp_path):
+    """Timed, so that the main run's trainers train on the sweep's two lanes beside the reference's process
+    (shared/run/lanes.py): the interrupt comes while all three train."""
+    timed = [arg for arg in LONG_RUN if arg != "--no-timing"]
+    command = [sys.executable, os.path.join(ROOT, "compare.py"), *timed, "--sweep-devices", "2"]
+    code, stdout, stderr, seconds, had = interrupt_when(command, "epoch 1/", tmp_path)
+    assert code == 130, stderr[-2000:]
+    assert stderr.splitlines() == ["compare.py: interrupted: nothing written"], stderr[-2000:]
+    assert seconds < EXIT_WITHIN_S, seconds
+    assert len(had) >= 2 and not [pid for pid in had if alive(pid)]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.extended  # ~25 s: a plain run's Ctrl-C (above) is the default suite's
+def test_ctrl_c_while_the_clients_train_stops_every_client(tmp_path):
+    """--clients 2: the interrupt comes once both of dtensor's clients run (they start TensorFlow, then train)."""
+    clients = ["--clients", "2", "--trainers", "dtensor", "--train-examples", "256", "--batch-size", "64"]
+    command = [sys.executable, os.path.join(ROOT, "compare.py"), *LONG_RUN, *clients]
+    code, stdout, stderr, seconds, had = interrupt_when(command, "dtensor: 2 clients on", tmp_path)
+    pids = [int(pid) for pid in stdout.split("dtensor: 2 clients on", 1)[1].split("pids ", 1)[1].split()[0].split(",")]
+    assert code == 130, stderr[-2000:]
+    assert stderr.splitlines() == ["compare.py: interrupted: nothing written"], stderr[-2000:]
+    assert seconds < EXIT_WITHIN_S, seconds
+    assert set(pids) <= set(had) and not [pid for pid in had if alive(pid)]
+    assert os.listdir(tmp_path) == []
 
 
 CHECK_INTERRUPTED = """

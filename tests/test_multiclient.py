@@ -306,8 +306,9 @@ def test_a_wrong_cluster_environment_is_one_line_error(environ, message):
 
 
 def test_the_launcher_environment_names_each_client():
-    assert role_from_environment(Config(clients=2), client_environment("dtensor", 1, [5000, 5001])).client_id == 1
-    role = role_from_environment(Config(clients=2), client_environment("mirrored", 1, [5000, 5001]))
-    assert (role.trainer, role.client_id, role.num_clients) == ("mirrored", 1, 2)
+    trainer, role = role_from_environment(Config(clients=2), client_environment("dtensor", 1, [5000, 5001]))
+    assert (trainer, role.client_id, role.address) == ("dtensor", 1, "127.0.0.1:5001")
+    trainer, role = role_from_environment(Config(clients=2), client_environment("mirrored", 1, [5000, 5001]))
+    assert (trainer, role.client_id, role.num_clients) == ("mirrored", 1, 2)
     assert role_from_environment(Config(clients=2), {}) is None
     assert STARTUP_TIMEOUT_S <= KILL_BOUND_S

@@ -11,9 +11,6 @@ does not start ends its group, and the trainer is FAILED in one line. docs/multi
 """
 
 import atexit
-import ctypes
-import dataclasses
-import json
 import os
 import pickle
 import shutil
@@ -23,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from dtensor_vs_mirrored import IMPORT_ROOT
 from dtensor_vs_mirrored.shared.config import Config
@@ -34,12 +31,13 @@ from dtensor_vs_mirrored.shared.files import write_atomically
 from dtensor_vs_mirrored.shared.judge.parity import max_abs_diff
 from dtensor_vs_mirrored.shared.report import outputs
 from dtensor_vs_mirrored.shared.report.header import header
+from dtensor_vs_mirrored.shared.run import children, client_config
 from dtensor_vs_mirrored.shared.run.comparison import check_trainer_options, prepare
 from dtensor_vs_mirrored.shared.run.network import PrivateNetwork
 from dtensor_vs_mirrored.shared.run.plan import Entry, RunPlan, lineup
 from dtensor_vs_mirrored.shared.run.sequence import TrainerResult, in_process, train_and_judge, train_one
 from dtensor_vs_mirrored.shared.training.data import load_run_data
-from dtensor_vs_mirrored.shared.training.protocol import PLAIN_RUN
+from dtensor_vs_mirrored.shared.training.protocol import PLAIN_RUN, ClusterRole
 from dtensor_vs_mirrored.shared.training.registry import (
     chosen,
     describe_runs,
@@ -53,17 +51,6 @@ HOST = "127.0.0.1"
 STARTUP_TIMEOUT_S = 60  # spawn to "started" (TensorFlow imported); a client slower than this counts as dead
 FINISH_GRACE_S = 30  # once one client has finished, the others must finish within this
 POLL_S = 0.1  # the watchdog's period: how soon a dead client is noticed
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-@dataclasses.dataclass(frozen=True)
-class ClientRole:
-    trainer: str  # the distributed trainer whose variables are set
-    client_id: int
-    num_clients: int
-    source: str  # the variable that said so, for messages
-    address: str  # this client's host:port
-    addresses_in: str  # the variable that lists every client's address
 
 
 # --- the environment a client reads (each trainer's spec.cluster knows its own variables) ---------
@@ -74,8 +61,9 @@ def _shown(variables) -> str:
     return variables[0] if len(variables) == 1 else os.path.commonprefix(list(variables)) + "*"
 
 
-def role_from_environment(config: Config, environ=os.environ) -> Optional[ClientRole]:
-    """This process's place in a cluster, from the variables of the trainer whose are set; None when none is."""
+def role_from_environment(config: Config, environ=os.environ) -> Optional[Tuple[str, ClusterRole]]:
+    """This process's place in a cluster, from the variables of the trainer whose are set, and that trainer; None when
+    none is."""
     clustered = {spec.name: spec.cluster.variables for spec in specs() if spec.cluster is not None}
     present = [name for name, variables in clustered.items() if any(v in environ for v in variables)]
     if len(present) > 1:
@@ -87,8 +75,7 @@ def role_from_environment(config: Config, environ=os.environ) -> Optional[Client
     if not present:
         return None
     trainer = present[0]
-    found = trainer_spec(trainer).cluster.role(config, environ)
-    role = ClientRole(trainer, found.client_id, found.num_clients, found.source, found.address, found.addresses_in)
+    role = trainer_spec(trainer).cluster.role(config, environ)
     if role.num_clients != config.clients:
         raise UsageError(
             f"--clients {config.clients} but {role.source} describes {role.num_clients} "
@@ -96,7 +83,7 @@ def role_from_environment(config: Config, environ=os.environ) -> Optional[Client
         )
     if not 0 <= role.client_id < role.num_clients:
         raise UsageError(f"{role.source}: client {role.client_id} is not in 0..{role.num_clients - 1}")
-    return role
+    return trainer, role
 
 
 def client_environment(trainer: str, client_id: int, ports: Sequence[int]) -> Dict[str, str]:
@@ -123,30 +110,26 @@ def run(config: Config, result_file: Optional[str] = None, command: Sequence[str
     client that the launcher started writes its result (the launcher hands it over with the Config); `command`:
     how the launcher starts a client, the command line's own program (it adds --client-config FILE)."""
     config = with_trainers(config)
-    role = role_from_environment(config)
-    if role is None:
+    found = role_from_environment(config)
+    if found is None:
         check_trainer_options(config)  # the launcher's, before anything is written or started (a client runs one)
         if result_file:
             raise UsageError("--client-config is for the clients that --clients starts; drop it")
         return run_launcher(config, command)
-    return run_client(config, role, result_file)
-
-
-def write_client_config(path: str, config: Config, result_file: str) -> None:
-    """What --client-config hands a client: the run's Config and where to write its result."""
-    write_atomically(path, json.dumps({"config": json.loads(config.to_json()), "result_file": result_file}).encode())
+    trainer, role = found
+    return run_client(config, trainer, role, result_file)
 
 
 # --- a client -------------------------------------------------------------------------------
 
 
-def run_client(config: Config, role: ClientRole, result_file: Optional[str] = None) -> int:
-    """Train `role.trainer` as one client; under the launcher, write the result file."""
-    others = [name for name in distributed(chosen(config)) if name != role.trainer]
+def run_client(config: Config, trainer: str, role: ClusterRole, result_file: Optional[str] = None) -> int:
+    """Train `trainer` as client `role` of its cluster; under the launcher, write the result file."""
+    others = [name for name in distributed(chosen(config)) if name != trainer]
     if others:
         raise UsageError(
-            f"this process is {role.trainer} client {role.client_id} ({role.source} is set) "
-            f"and runs one distributed trainer; use --trainers {role.trainer} here and run "
+            f"this process is {trainer} client {role.client_id} ({role.source} is set) "
+            f"and runs one distributed trainer; use --trainers {trainer} here and run "
             f"{','.join(others)} as its own job"
         )
     if not result_file:
@@ -155,30 +138,30 @@ def run_client(config: Config, role: ClientRole, result_file: Optional[str] = No
     devices = configure_devices(config.devices, config.device_type)
     if result_file:
         write_atomically(result_file + ".started", b"")
-    join_cluster(config, role)
+    join_cluster(config, trainer, role)
     data = load_run_data(config)
     if not result_file and role.client_id == 0:
         print(header(config, devices, data, describe_runs(config)))
-    result = train_one(role.trainer, config, data, devices, log=print_fitted)
+    result = train_one(trainer, config, data, devices, log=print_fitted)
     if result_file:
         write_atomically(result_file, pickle.dumps(result))
         return 1 if result.failed else 0
     if role.client_id != 0:
         print(
-            f"{role.trainer} client {role.client_id} of {role.num_clients}: "
+            f"{trainer} client {role.client_id} of {role.num_clients}: "
             f"{'FAILED: ' + result.error if result.failed else 'finished'}; client 0 prints the comparison"
         )
         return 1 if result.failed else 0
     trained_here = in_process(data, devices)
 
     def train(entry: Entry, run_config: Config, control=PLAIN_RUN) -> TrainerResult:  # this client's is trained
-        return result if entry.trainer == role.trainer else trained_here(entry, run_config, control)
+        return result if entry.trainer == trainer else trained_here(entry, run_config, control)
 
     plan = RunPlan(
         config=config,
         data=data,
         devices=devices,
-        entries=lineup(config.replace(trainers=("reference", role.trainer))),
+        entries=lineup(config.replace(trainers=("reference", trainer))),
         train=train,
         no_float64_reason="this client cannot restart the others; run every client again with --dtype float64",
     )
@@ -186,15 +169,15 @@ def run_client(config: Config, role: ClientRole, result_file: Optional[str] = No
     return outputs.publish(config, run)
 
 
-def join_cluster(config: Config, role: ClientRole) -> None:
+def join_cluster(config: Config, trainer: str, role: ClusterRole) -> None:
     """Join the cluster (it blocks until every client has); a port taken is one line."""
     try:
-        trainer_spec(role.trainer).cluster.join(config)
+        trainer_spec(trainer).cluster.join(config)
     except Exception as error:  # re-raised unless it is the port: TensorFlow says only "Could not start gRPC server"
         if "could not start grpc server" not in str(error).lower():
             raise
         raise UsageError(
-            f"{role.trainer} client {role.client_id}: could not listen on {role.address} (port in use?); "
+            f"{trainer} client {role.client_id}: could not listen on {role.address} (port in use?); "
             f"free it or give this client another port in {role.addresses_in}"
         ) from None
 
@@ -217,7 +200,6 @@ def run_launcher(config: Config, command: Sequence[str]) -> int:
     network.start()
     atexit.register(network.stop)
     print(fit_width(network.describe(), indent=2))
-    atexit.register(_stop_live_groups)
     signal.signal(signal.SIGTERM, _on_sigterm)  # compare.py runs this in its main thread
     workdir = tempfile.mkdtemp(prefix="compare-clients-")
     trained_here, launched = in_process(data, devices), []
@@ -279,31 +261,21 @@ class ClientGroup:
         self, config: Config, data_source: str, program: Sequence[str], network: Optional[PrivateNetwork]
     ) -> None:
         ports = free_ports(self.count)
-        _live_groups.add(self)
         for client in range(self.count):
             cluster = {v for spec in specs() if spec.cluster is not None for v in spec.cluster.variables}
             env = {name: value for name, value in os.environ.items() if name not in cluster}
             env.update(client_environment(self.trainer, client, ports), PYTHONUNBUFFERED="1")
             env["PYTHONPATH"] = os.pathsep.join([IMPORT_ROOT, *filter(None, [env.get("PYTHONPATH")])])
             # The run's configuration whole: this trainer only, the data source already resolved.
-            client_config = config.replace(trainers=(self.trainer,), data=data_source)
+            run_config = config.replace(trainers=(self.trainer,), data=data_source)
             config_file = self.result_files[client] + ".config.json"
-            write_client_config(config_file, client_config, self.result_files[client])
+            client_config.write(config_file, run_config, self.result_files[client])
             command = [*program, "--client-config", config_file]
             command = network.command(command) if network else command  # nsenter execs it: the same pid
             with open(self.stdout_files[client], "wb") as out, open(self.stderr_files[client], "wb") as err:
-                self.processes.append(
-                    subprocess.Popen(
-                        command,
-                        env=env,
-                        stdout=out,
-                        stderr=err,
-                        stdin=subprocess.DEVNULL,
-                        cwd=os.getcwd(),
-                        start_new_session=True,
-                        preexec_fn=_die_with_parent,
-                    )
-                )  # paths as given
+                # It dies with the launcher, however that ends; the paths it is given are read from this directory.
+                keywords = dict(stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=os.getcwd())
+                self.processes.append(children.start(command, env, die_with_parent=True, **keywords))
         print(
             f"{self.trainer}: {self.count} clients on {HOST}:{','.join(map(str, ports))}, "
             f"pids {','.join(str(p.pid) for p in self.processes)}",
@@ -373,16 +345,9 @@ class ClientGroup:
             self.relayed += len(complete)
 
     def stop(self) -> None:
-        """SIGKILL every client still running (its whole process group) and reap it."""
-        for process in self.processes:
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for process in self.processes:
-            process.wait()
-        _live_groups.discard(self)
+        """Every client still running killed at once, and each reaped: TensorFlow catches a client's SIGTERM once it
+        has joined its cluster (shared/run/children.py GRACE_S), so a grace would only keep the launcher waiting."""
+        children.stop(self.processes, grace_s=0)
 
     def result(self):
         """Client 0's TrainerResult, with how far the other clients' final weights are from it."""
@@ -398,24 +363,6 @@ class ClientGroup:
         first.history.details["client_weight_spread"] = f"{spread:.3g}"
         first.history.details["clients"] = str(self.count)
         return first
-
-
-# --- ending every client, whatever ends the launcher -----------------------------------------
-
-_live_groups = set()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the launcher dies, even by SIGKILL (Linux)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # not Linux: the process groups, atexit and the SIGTERM handler still apply
-
-
-def _stop_live_groups() -> None:
-    for group in list(_live_groups):
-        group.stop()
 
 
 def _on_sigterm(signum, frame):

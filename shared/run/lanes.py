@@ -17,7 +17,7 @@ from typing import Callable, List, Optional, Sequence
 
 from dtensor_vs_mirrored.shared.config import Config
 from dtensor_vs_mirrored.shared.measure.timing import wanted as timed_run
-from dtensor_vs_mirrored.shared.run import worker
+from dtensor_vs_mirrored.shared.run import children
 from dtensor_vs_mirrored.shared.training.registry import chosen, distributed
 
 MAX_LANES = 2
@@ -104,6 +104,6 @@ def queued(jobs: Sequence[Callable], lanes: Sequence[object], meanwhile: Optiona
         for outcome in outcomes:
             outcome.wait()  # every lane idle before anything is timed
     except BaseException:
-        worker.kill_all()
+        children.stop_all()  # the trainer processes: the threads reading them see their end
         raise
     return outcomes

@@ -21,9 +21,11 @@ import sys
 from typing import Callable, Dict, NoReturn, Optional, Sequence
 
 from dtensor_vs_mirrored import IMPORT_ROOT
-from dtensor_vs_mirrored.shared.console import hide_tensorflow_messages, shown_descriptor
+from dtensor_vs_mirrored.shared.console import hide_tensorflow_messages
+from dtensor_vs_mirrored.shared.run import children
 
 HEADER = struct.Struct("<Q")  # each message's length
+FINISH_S = 30  # a process told to finish (close) gets this long to end its job, then it is stopped
 VERBOSE = "COMPARE_WORKER_VERBOSE"  # "1": the process shows TensorFlow's own lines, as --verbose does
 
 
@@ -55,14 +57,8 @@ class TrainerProcess:
         self.sent_data = None  # a new process holds no data yet
         env = dict(os.environ, **self.environment)
         env["PYTHONPATH"] = os.pathsep.join([IMPORT_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "dtensor_vs_mirrored.shared.run.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=shown_descriptor(),  # its own lines show where this process's do (shared/console.py)
-            env=env,
-            start_new_session=True,  # a Ctrl-C in the terminal reaches the run, which stops this process
-        )
+        command = [sys.executable, "-m", "dtensor_vs_mirrored.shared.run.worker"]
+        self.process = children.start(command, env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def started(self) -> "TrainerProcess":
         """Started now, if it is not running: it loads TensorFlow while this process works on."""
@@ -126,15 +122,10 @@ class TrainerProcess:
     def death(self, status: str, broke: str = "") -> str:
         """One line: how the process ended, and what the trainer was doing; `broke`: why this side stopped it (its
         messages broke off), which is then the line's cause."""
-        if broke and self.process.poll() is None:
-            self.process.kill()
-        code = self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout):
-            try:
-                stream.close()
-            except OSError:  # a broken pipe's unflushed bytes: nothing to deliver them to
-                pass
-        self.process, self.sent_data = None, None
+        if not broke:
+            self.process.wait()  # it ended on its own: its code says how, not a stop's
+        children.stop([self.process])  # stopped if it runs on, reaped, its pipes closed
+        code, self.process, self.sent_data = self.process.returncode, None, None
         if broke:
             return f"{broke} while {status}; its process was stopped"
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
@@ -147,13 +138,13 @@ class TrainerProcess:
 
     def close(self) -> None:
         self.sent_data = None
-        if self.process is not None and self.process.poll() is None:
+        if self.process is not None:
             self.finish()
             try:
-                self.process.wait(timeout=30)
+                self.process.wait(timeout=FINISH_S)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+                pass  # stopped now
+            children.stop([self.process])
         self.process = None
 
 
@@ -203,25 +194,6 @@ def close_all() -> None:
         trainer_process.finish()
     for trainer_process in processes:
         trainer_process.close()
-    _processes.clear()
-
-
-def kill_all() -> None:
-    """Stop every trainer process now, mid-job or not (an interrupted sweep: shared/run/lanes.py); the threads
-    reading them see their end."""
-    for trainer_process in list(_processes.values()):
-        process = trainer_process.process
-        if process is not None and process.poll() is None:
-            process.kill()
-
-
-def stop_on_interrupt() -> None:
-    """An interrupted run (Ctrl-C): every trainer process killed and reaped now, not after the job it is on (which
-    finish() would wait for), so the run ends at once and leaves no process behind."""
-    kill_all()
-    for trainer_process in list(_processes.values()):
-        if trainer_process.process is not None:
-            trainer_process.death("interrupted", "")  # reaps it and closes its pipes
     _processes.clear()
 
 
