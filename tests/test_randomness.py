@@ -131,8 +131,10 @@ def test_the_same_model_through_the_helper_passes():
 
 @pytest.mark.parametrize("rate", [1.0, -0.1])
 def test_a_dropout_rate_outside_0_1_is_one_line(rate):
+    """Refused where a run starts (compare.py's flags, check_model's keywords, a Config made in Python)."""
     from dtensor_vs_mirrored.shared.config import Config
     from dtensor_vs_mirrored.shared.errors import UsageError
+    from dtensor_vs_mirrored.shared.run.run_options import check_run_options
 
-    with pytest.raises(UsageError, match="--dropout"):
-        Config(dropout=rate)
+    with pytest.raises(UsageError, match=rf"^--dropout {rate}: a rate is at least 0 and below 1, e\.g\. 0\.1$"):
+        check_run_options(Config(dropout=rate))
