@@ -60,6 +60,7 @@ def test_token_ids_and_a_padding_mask_match_one_device_in_float64_on_every_train
         assert parity.max_abs_loss_diff <= 1e-12 and parity.max_abs_weight_diff <= 1e-12, result.summary()
 
 
+@pytest.mark.extended  # DTensorDataset's input: tests/test_dtensor.py; named inputs by pack: below
 def test_dtensor_dataset_input_lays_out_each_named_input_on_the_batch_axis(tmp_path):
     """--dtensor-input dataset: DTensorDataset takes a dict of layouts, one per input; the remainder batch packed."""
     data = write_tokens(tmp_path / "tokens.npz")
@@ -73,7 +74,10 @@ def test_dtensor_dataset_input_lays_out_each_named_input_on_the_batch_axis(tmp_p
 
 @pytest.mark.parametrize(
     "model, write, mesh",
-    [("two_floats", write_floats, "batch=4"), ("backbone_with_head", write_tokens, "batch=2,model=2")],
+    [
+        pytest.param("two_floats", write_floats, "batch=4", marks=pytest.mark.extended),  # two inputs: the next
+        ("backbone_with_head", write_tokens, "batch=2,model=2"),
+    ],
 )
 def test_two_float_inputs_and_a_backbone_of_two_inputs_under_a_head_match_one_device_in_float64(
     tmp_path, model, write, mesh

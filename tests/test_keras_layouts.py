@@ -119,6 +119,7 @@ def test_without_a_model_axis_nothing_is_named_replicated_and_without_dtensor_no
     assert layouts_dict(Config(model="mlp")) is None
 
 
+@pytest.mark.extended  # sharded bytes against live variables: tests/test_sharding.py (batch=8)
 def test_the_reports_bytes_per_device_are_what_dtensors_variables_hold(tmp_path):
     """The audit's figure, known before training, against the live count of each device's DVariable components."""
     report_path = tmp_path / "report.json"

@@ -291,6 +291,7 @@ def test_the_causal_mask_stays_finite_in_float16():
     assert out.dtype == tf.float16 and bool(tf.reduce_all(tf.math.is_finite(out)))
 
 
+@pytest.mark.extended  # bf16 noise: the MLP's test above; a Keras model mixed: the one before
 def test_a_keras_mixed_model_beyond_its_tolerance_is_bf16_noise_and_its_float64_copy_matches(tmp_path):
     """The wider reruns of a model built under mixed_bfloat16 train its copies: float32 (the noise verdict), and
     float64 (every layer's policy float64)."""

@@ -162,6 +162,7 @@ def test_a_logical_device_setup_made_before_any_op_is_kept_where_it_has_enough()
     assert lines[:2] == ["['CPU:0', 'CPU:1'] 4", "8 8"], stderr[-2000:]
 
 
+@pytest.mark.extended  # two checks in a new process: the device set-up's rule is the test above's
 def test_checks_in_a_new_process_ask_for_more_devices_after_fewer():
     """A user's tests call check_model in any order: the first, setting the devices up, makes 8 logical CPUs, so a
     check on 4 devices after one on 2 runs (before, it was `devices=4: TensorFlow is already initialised with 2
@@ -177,6 +178,7 @@ def test_checks_in_a_new_process_ask_for_more_devices_after_fewer():
     assert lines[-1:] == ["True True ['dtensor batch=4', 'mirrored'] 8"], stderr[-2000:]
 
 
+@pytest.mark.extended  # a third new process, for the dataset input's devices
 def test_a_dtensor_dataset_check_in_a_new_process_makes_only_its_devices():
     """DTensorDataset needs a mesh over every logical device of the process: there the first check makes only the
     devices it asks for, not 8 (it then failed: `--dtensor-input dataset needs a mesh over all 8 logical CPUs`)."""

@@ -57,7 +57,8 @@ def test_a_repeat_that_raised_is_reported_as_failed():
 SMALL = [*cli.SMALL, "--quiet"]
 
 
-@pytest.mark.parametrize("deterministic", [False, pytest.param(True, marks=pytest.mark.extended)])
+@pytest.mark.extended  # --repeat end to end; its judging: the tests above
+@pytest.mark.parametrize("deterministic", [False, True])
 def test_repeat_2_reports_every_trainer_in_the_table_and_the_json(tmp_path, deterministic):
     """Whether the repeats are identical is a finding (docs/reproducibility.md), so without op determinism
     the test asserts only that the report says one or the other consistently. With it, TensorFlow promises

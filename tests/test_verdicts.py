@@ -30,6 +30,7 @@ def test_tutorial_adam_matches_with_the_trainers_combining_off(tmp_path):
     assert "rerunning" not in result.stdout and report["float64_rerun"] is None
 
 
+@pytest.mark.extended  # the combining on in a step: tests/test_dtensor.py; the stale read: tests/test_releases.py
 def test_fixed_adam_matches_with_all_reduce_combining_on(tmp_path):
     """With the combining on (TensorFlow's default, and on GPUs), a read after an assign in one
     tf.function is stale, so DTensor runs one step per call: several would each read the weights
