@@ -1,7 +1,7 @@
 """This project's import name: `from dtensor_vs_mirrored.shared.api import check_model`.
 
-The repository keeps its folders at its root (shared/, dtensor_impl/, mirrored_impl/, release_matrix/); installed or
-cloned, they are this package's subpackages, so that a package of your own named `shared` (a common name) and this
+The repository keeps its folders at its root (shared/, dtensor_impl/, mirrored_impl/); installed or cloned, they
+are this package's subpackages, so that a package of your own named `shared` (a common name) and this
 one's never mix. In a clone or an editable install this package's path is the repository's root; a wheel holds them
 inside it (pyproject.toml's package-dir).
 """

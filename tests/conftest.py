@@ -56,7 +56,13 @@ HEAVIEST_FIRST = [
 ]
 
 
-def pytest_collection_modifyitems(items):
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m
+def pytest_collection_modifyitems(config, items):
+    # What a session that collected the whole suite held before `-m` chose, on the config (this module is imported
+    # twice, as conftest and tests.conftest): tests/test_docs.py checks the README's counts without a collection.
+    if config.args == config.getini("testpaths") and not config.option.keyword:
+        config.suite_counts = (len(items), sum(1 for item in items if item.get_closest_marker("extended")))
+
     def weight(item):
         name = item.path.name
         return HEAVIEST_FIRST.index(name) if name in HEAVIEST_FIRST else len(HEAVIEST_FIRST)

@@ -380,13 +380,18 @@ def test_every_measurement_in_the_docs_names_its_commit_and_machine():
     assert unknown == []
 
 
-def test_the_readmes_test_counts_are_the_ones_pytest_collects():
+def test_the_readmes_test_counts_are_the_ones_pytest_collects(pytestconfig):
     """ "N tests ... the K heavier end-to-end runs": pytest's own count of the default selection (every test
     not marked extended, pyproject.toml's addopts) and of `-m extended`, so that the README's numbers move
-    with the suite. One collection: `-m extended` selects K of all of them."""
+    with the suite: this session's own collection where it collected the whole suite (tests/conftest.py), else one
+    collection, `-m extended`, that selects K of all of them."""
     said = re.search(r"(\d+) tests in\s.*?`pytest -m\s+extended` the (\d+) heavier", read("README.md"), re.S)
     assert said, "the README's test command no longer says how many tests it runs"
     assert "-m 'not extended'" in read("pyproject.toml")
+    if hasattr(pytestconfig, "suite_counts"):  # this session collected the whole suite (tests/conftest.py)
+        everything, extended = pytestconfig.suite_counts
+        assert (int(said.group(1)), int(said.group(2))) == (everything - extended, extended)
+        return
     command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider"]
     output = subprocess.run(command + ["-m", "extended"], cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
     found = re.search(r"(\d+)/(\d+) tests collected", output)
