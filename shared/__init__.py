@@ -10,7 +10,7 @@ training/  How one trainer trains: the shared loop and step, the trainer contrac
     data, optimizer, loss, checkpoints, export (dtensor_impl/, mirrored_impl/ sit here, each with its spec).
 report/    What is printed and written: the header, the tables, the JSON report and its schema, plots.
 run/       What sequences a run: the only layer that trains and judges (compare.py's run, sweep, clients).
-api.py     check_model, for your own tests; export.py: `python -m dtensor_vs_mirrored.shared.export`.
+api.py     check_model, for your own tests; cli.py: compare.py's command; export.py: `python -m ...shared.export`.
 
 tests/test_imports.py holds the order and fails on an import that runs the wrong way.
 """

@@ -6,7 +6,7 @@ straight to file descriptor 2, and on TensorFlow 2.21 those before absl's loggin
 starts ignore TF_CPP_MIN_LOG_LEVEL. So `hide_tensorflow_messages` points descriptor 2
 at /dev/null and gives Python's `sys.stderr` a copy of the original (a caller's
 io.StringIO stays): the project's error lines, a traceback and the progress bar still
-show. The command line keeps it so to its exit; `compare.main` called from Python puts
+show. The command line keeps it so to its exit; `main` (shared/cli.py) called from Python puts
 everything back when it returns. Nothing is hidden with --verbose, or when the user has
 set TF_CPP_MIN_LOG_LEVEL (they chose what TensorFlow prints). Cost: a crash inside
 TensorFlow's C++ (an abort) then prints nothing of its own; rerun with --verbose to see it.
@@ -59,7 +59,7 @@ def print_fitted(text: str) -> None:
 
 def hide_tensorflow_messages(verbose: bool, environ=os.environ) -> Callable[[], None]:
     """Hide everything written to descriptor 2 except through sys.stderr; returns what puts descriptor 2, sys.stderr
-    and the loggers' levels back (compare.main does for a Python caller; nothing to do where nothing was hidden). A
+    and the loggers' levels back (cli.main does for a Python caller; nothing to do where nothing was hidden). A
     sys.stderr that is not descriptor 2 (a caller's io.StringIO) is kept: the lines go there, and a trainer process
     started meanwhile gets the original descriptor 2 (shown_descriptor).
 
