@@ -11,20 +11,13 @@ import time
 import pytest
 
 from dtensor_vs_mirrored.shared.run import children
+from tests.processes import alive
 
 IGNORES_SIGTERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " + (
     "time.sleep(60)"
 )
 # A shell that starts a grandchild and waits for it: stopping the shell's group must end the grandchild too.
 WITH_A_GRANDCHILD = "sleep 60 & echo $!; wait"
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as file:
-            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture

@@ -12,35 +12,13 @@ import time
 import pytest
 
 from tests.cli import ROOT
+from tests.processes import alive, children
 
 # The run would train for minutes: the interrupt comes in its first epochs, with its trainer processes busy.
 LONG_RUN = ["--data", "embedded", "--epochs", "30", "--devices", "2", "--no-timing"]
 # The old exit waited for each trainer process to finish its job (up to 30 s); killed, they end at once. Measured
 # here: ~1 s from the signal to the exit. The bound leaves room for a loaded CI machine and still fails the old way.
 EXIT_WITHIN_S = 10
-
-
-def children(pid: int) -> list:
-    """The processes whose parent is `pid` (Linux's /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as file:
-                    fields = file.read().rsplit(")", 1)[1].split()
-            except OSError:  # it ended while we looked
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as file:
-            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def interrupt_when(command, started: str, tmp_path):
