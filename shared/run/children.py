@@ -13,6 +13,7 @@ import subprocess
 import time
 from typing import Iterable, Mapping, Sequence
 
+from dtensor_vs_mirrored import IMPORT_ROOT
 from dtensor_vs_mirrored.shared.console import shown_descriptor
 
 # From SIGTERM to SIGKILL, for a child that handles SIGTERM to end well: a trainer process handles none (it ends at
@@ -25,13 +26,15 @@ _live = set()  # every child started and not yet stopped
 
 
 def start(command: Sequence[str], env: Mapping[str, str], die_with_parent: bool = False, **popen) -> subprocess.Popen:
-    """`command` started in a session of its own with the environment `env`, its stderr where this process shows
-    its lines unless `popen` says where (subprocess.Popen's keywords). `die_with_parent`: it gets SIGKILL when this
+    """`command` started in a session of its own with the environment `env` (IMPORT_ROOT first on its PYTHONPATH:
+    it imports this project by its unique name from any directory), its stderr where this process shows its lines
+    unless `popen` says where (subprocess.Popen's keywords). `die_with_parent`: it gets SIGKILL when this
     process dies, even by SIGKILL (Linux); a function runs in the forked child for that, so not from a process whose
     other threads fork too (a sweep's lanes start their trainer processes from theirs)."""
     popen.setdefault("stderr", shown_descriptor())
     preexec = _die_with_parent if die_with_parent else None
-    process = subprocess.Popen(command, env=dict(env), start_new_session=True, preexec_fn=preexec, **popen)
+    env = dict(env, PYTHONPATH=os.pathsep.join([IMPORT_ROOT, *filter(None, [env.get("PYTHONPATH")])]))
+    process = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=preexec, **popen)
     _live.add(process)
     return process
 

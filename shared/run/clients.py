@@ -22,7 +22,6 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from dtensor_vs_mirrored import IMPORT_ROOT
 from dtensor_vs_mirrored.shared.config import Config
 from dtensor_vs_mirrored.shared.console import fit_width, print_fitted
 from dtensor_vs_mirrored.shared.devices import configure_determinism, configure_devices
@@ -261,11 +260,10 @@ class ClientGroup:
         self, config: Config, data_source: str, program: Sequence[str], network: Optional[PrivateNetwork]
     ) -> None:
         ports = free_ports(self.count)
+        cluster = {v for spec in specs() if spec.cluster is not None for v in spec.cluster.variables}
         for client in range(self.count):
-            cluster = {v for spec in specs() if spec.cluster is not None for v in spec.cluster.variables}
             env = {name: value for name, value in os.environ.items() if name not in cluster}
             env.update(client_environment(self.trainer, client, ports), PYTHONUNBUFFERED="1")
-            env["PYTHONPATH"] = os.pathsep.join([IMPORT_ROOT, *filter(None, [env.get("PYTHONPATH")])])
             # The run's configuration whole: this trainer only, the data source already resolved.
             run_config = config.replace(trainers=(self.trainer,), data=data_source)
             config_file = self.result_files[client] + ".config.json"

@@ -20,7 +20,6 @@ import subprocess
 import sys
 from typing import Callable, Dict, NoReturn, Optional, Sequence
 
-from dtensor_vs_mirrored import IMPORT_ROOT
 from dtensor_vs_mirrored.shared.console import hide_tensorflow_messages
 from dtensor_vs_mirrored.shared.run import children
 
@@ -56,7 +55,6 @@ class TrainerProcess:
     def start(self) -> None:
         self.sent_data = None  # a new process holds no data yet
         env = dict(os.environ, **self.environment)
-        env["PYTHONPATH"] = os.pathsep.join([IMPORT_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
         command = [sys.executable, "-m", "dtensor_vs_mirrored.shared.run.worker"]
         self.process = children.start(command, env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
