@@ -287,22 +287,23 @@ MAX_DOCSTRING_LINES = 15  # what a module is for, its command and the costs that
 def product_sources() -> dict:
     """{path relative to ROOT: path} for every .py file of the product: all but tests/ and hidden or build folders
     (.venv, .nox, out)."""
-    sources = {}
-    for directory, folders, files in os.walk(ROOT):
-        folders[:] = sorted(f for f in folders if not f.startswith((".", "_")) and f not in ("tests", "out", "build"))
-        for name in sorted(files):
-            if name.endswith(".py"):
-                sources[os.path.relpath(os.path.join(directory, name), ROOT)] = os.path.join(directory, name)
-    return sources
+    return python_sources(ROOT, skipped=("tests", "out", "build"))
 
 
 def sources_of_tests() -> dict:
     """{path relative to ROOT: path} for every .py file under tests/."""
+    return python_sources(os.path.join(ROOT, "tests"))
+
+
+def python_sources(top: str, skipped=()) -> dict:
+    """{path relative to ROOT: path} for every .py file under `top`, but in hidden folders and those `skipped`."""
     sources = {}
-    for directory, folders, files in os.walk(os.path.join(ROOT, "tests")):
-        folders[:] = sorted(f for f in folders if not f.startswith((".", "_")))
-        sources.update({os.path.relpath(os.path.join(directory, n), ROOT): os.path.join(directory, n) for n in files})
-    return {name: path for name, path in sources.items() if name.endswith(".py")}
+    for directory, folders, files in os.walk(top):
+        folders[:] = sorted(f for f in folders if not f.startswith((".", "_")) and f not in skipped)
+        for name in sorted(files):
+            if name.endswith(".py"):
+                sources[os.path.relpath(os.path.join(directory, name), ROOT)] = os.path.join(directory, name)
+    return sources
 
 
 def long_module_docstrings(sources: dict) -> dict:
